@@ -1,0 +1,262 @@
+//! `/api/v1/app`: applications (our user's customers).
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::get;
+use serde::{Deserialize, Serialize};
+
+use super::auth::Principal;
+use super::error::{ApiError, ApiResult};
+use super::extract::{JsonBody, QueryMap};
+use super::list::{ListResponse, Page};
+use super::validate::{Problems, double_option};
+use super::{AppState, visible_app};
+use crate::clock::{now_ms, to_rfc3339};
+use crate::ids::AppId;
+use crate::store::{App, Metadata};
+
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplicationIn {
+    pub name: String,
+    pub uid: Option<String>,
+    #[serde(default)]
+    pub metadata: Option<Metadata>,
+    pub throttle_rate: Option<u16>,
+}
+
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplicationPatch {
+    pub name: Option<String>,
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<String>)]
+    pub uid: Option<Option<String>>,
+    pub metadata: Option<Metadata>,
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<u16>)]
+    pub throttle_rate: Option<Option<u16>>,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplicationOut {
+    pub id: String,
+    pub uid: Option<String>,
+    pub name: String,
+    pub metadata: Metadata,
+    pub throttle_rate: Option<u16>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+impl From<&App> for ApplicationOut {
+    fn from(app: &App) -> Self {
+        Self {
+            id: app.id.to_string(),
+            uid: app.uid.clone(),
+            name: app.name.clone(),
+            metadata: app.metadata.clone(),
+            throttle_rate: app.throttle_rate,
+            created_at: to_rfc3339(app.created_at),
+            updated_at: to_rfc3339(app.updated_at),
+        }
+    }
+}
+
+pub fn router() -> axum::Router<AppState> {
+    axum::Router::new()
+        .route("/api/v1/app", get(list_apps).post(create_app))
+        .route(
+            "/api/v1/app/{app_id}",
+            get(get_app)
+                .put(upsert_app)
+                .patch(patch_app)
+                .delete(delete_app),
+        )
+}
+
+fn check(name: &str, uid: Option<&str>, throttle_rate: Option<u16>) -> ApiResult<()> {
+    let mut p = Problems::default();
+    p.check(!name.trim().is_empty(), "name", "must not be empty");
+    if let Some(uid) = uid {
+        p.uid("uid", uid, AppId::PREFIX);
+    }
+    p.check(
+        throttle_rate != Some(0),
+        "throttleRate",
+        "must be at least 1",
+    );
+    p.finish()
+}
+
+/// Creates an application from `input`; `path_uid` is the uid to use when the input has
+/// none (upserts name the application in the path).
+pub async fn create_app_from(
+    state: &AppState,
+    input: ApplicationIn,
+    path_uid: Option<&str>,
+) -> ApiResult<App> {
+    let uid = input.uid.or_else(|| path_uid.map(str::to_owned));
+    check(&input.name, uid.as_deref(), input.throttle_rate)?;
+    let now = now_ms();
+    let app = App {
+        id: AppId::generate(),
+        uid,
+        name: input.name,
+        metadata: input.metadata.unwrap_or_default(),
+        throttle_rate: input.throttle_rate,
+        created_at: now,
+        updated_at: now,
+    };
+    state.store.insert_app(&app).await?;
+    Ok(app)
+}
+
+/// Lists applications (a portal token sees only its own).
+#[utoipa::path(get, path = "/api/v1/app", operation_id = "v1.application.list", tag = "Application",
+    params(("limit" = Option<usize>, Query), ("iterator" = Option<String>, Query), ("order" = Option<String>, Query)),
+    responses((status = 200, body = ListResponse<ApplicationOut>)))]
+pub async fn list_apps(
+    State(state): State<AppState>,
+    principal: Principal,
+    query: QueryMap,
+) -> ApiResult<Json<ListResponse<ApplicationOut>>> {
+    let page = Page::from_query(&query, false)?;
+    let apps = match &principal {
+        Principal::Admin => state.store.list_apps(&page.query()).await?,
+        Principal::App { app_id, .. } => state
+            .store
+            .app(app_id.as_str())
+            .await?
+            .into_iter()
+            .collect(),
+    };
+    Ok(Json(page.finish(
+        apps,
+        |a| a.id.to_string(),
+        |a| ApplicationOut::from(&a),
+    )))
+}
+
+/// Creates an application; with `get_if_exists=true` an existing uid returns it (200).
+#[utoipa::path(post, path = "/api/v1/app", operation_id = "v1.application.create", tag = "Application",
+    request_body = ApplicationIn, params(("get_if_exists" = Option<bool>, Query)),
+    responses((status = 201, body = ApplicationOut), (status = 200, body = ApplicationOut),
+        (status = 409, body = super::error::HttpErrorOut), (status = 422, body = super::error::HttpValidationError)))]
+pub async fn create_app(
+    State(state): State<AppState>,
+    principal: Principal,
+    query: QueryMap,
+    body: JsonBody<ApplicationIn>,
+) -> ApiResult<(StatusCode, Json<ApplicationOut>)> {
+    principal.require_admin()?;
+    if query.flag("get_if_exists", false)?
+        && let Some(uid) = &body.value.uid
+        && let Some(existing) = state
+            .store
+            .app(uid)
+            .await?
+            .filter(|a| a.uid.as_deref() == Some(uid))
+    {
+        return Ok((StatusCode::OK, Json(ApplicationOut::from(&existing))));
+    }
+    let app = create_app_from(&state, body.value, None).await?;
+    Ok((StatusCode::CREATED, Json(ApplicationOut::from(&app))))
+}
+
+#[utoipa::path(get, path = "/api/v1/app/{app_id}", operation_id = "v1.application.get", tag = "Application",
+    params(("app_id" = String, Path)), responses((status = 200, body = ApplicationOut), (status = 404, body = super::error::HttpErrorOut)))]
+pub async fn get_app(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(app_id): Path<String>,
+) -> ApiResult<Json<ApplicationOut>> {
+    let app = visible_app(&state, &principal, &app_id).await?;
+    Ok(Json(ApplicationOut::from(app.as_ref())))
+}
+
+/// Updates an application, or creates it (with the path as its uid) when it does not exist.
+#[utoipa::path(put, path = "/api/v1/app/{app_id}", operation_id = "v1.application.update", tag = "Application",
+    request_body = ApplicationIn, params(("app_id" = String, Path)),
+    responses((status = 200, body = ApplicationOut), (status = 201, body = ApplicationOut)))]
+pub async fn upsert_app(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(app_id): Path<String>,
+    body: JsonBody<ApplicationIn>,
+) -> ApiResult<(StatusCode, Json<ApplicationOut>)> {
+    let input = body.value;
+    match state.catalog.app(&app_id).await? {
+        Some(existing) if principal.can_see(&existing.id) => {
+            let uid = input.uid.or_else(|| existing.uid.clone());
+            check(&input.name, uid.as_deref(), input.throttle_rate)?;
+            let app = App {
+                uid,
+                name: input.name,
+                metadata: input.metadata.unwrap_or_default(),
+                throttle_rate: input.throttle_rate,
+                updated_at: now_ms(),
+                ..(*existing).clone()
+            };
+            save(&state, &app).await?;
+            Ok((StatusCode::OK, Json(ApplicationOut::from(&app))))
+        }
+        Some(_) => Err(ApiError::NotFound("application")),
+        None => {
+            principal.require_admin()?;
+            let app = create_app_from(&state, input, Some(&app_id)).await?;
+            Ok((StatusCode::CREATED, Json(ApplicationOut::from(&app))))
+        }
+    }
+}
+
+#[utoipa::path(patch, path = "/api/v1/app/{app_id}", operation_id = "patch_application", tag = "Application",
+    request_body = ApplicationPatch, params(("app_id" = String, Path)), responses((status = 200, body = ApplicationOut)))]
+pub async fn patch_app(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(app_id): Path<String>,
+    body: JsonBody<ApplicationPatch>,
+) -> ApiResult<Json<ApplicationOut>> {
+    let existing = visible_app(&state, &principal, &app_id).await?;
+    let patch = body.value;
+    let mut app: App = (*existing).clone();
+    if let Some(name) = patch.name {
+        app.name = name;
+    }
+    if let Some(uid) = patch.uid {
+        app.uid = uid;
+    }
+    if let Some(metadata) = patch.metadata {
+        app.metadata = metadata;
+    }
+    if let Some(rate) = patch.throttle_rate {
+        app.throttle_rate = rate;
+    }
+    check(&app.name, app.uid.as_deref(), app.throttle_rate)?;
+    app.updated_at = now_ms();
+    save(&state, &app).await?;
+    Ok(Json(ApplicationOut::from(&app)))
+}
+
+#[utoipa::path(delete, path = "/api/v1/app/{app_id}", operation_id = "v1.application.delete", tag = "Application",
+    params(("app_id" = String, Path)), responses((status = 204)))]
+pub async fn delete_app(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(app_id): Path<String>,
+) -> ApiResult<StatusCode> {
+    principal.require_admin()?;
+    let app = visible_app(&state, &principal, &app_id).await?;
+    state.store.delete_app(&app.id).await?;
+    state.catalog.invalidate_app(&app);
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn save(state: &AppState, app: &App) -> ApiResult<()> {
+    state.store.update_app(app).await?;
+    state.catalog.invalidate_app(app);
+    Ok(())
+}

@@ -1,0 +1,179 @@
+//! Who is calling: the admin (the operator's token) or an application's portal token.
+//! Tokens are compared by SHA-256 hash in constant time; portal tokens are stored only as
+//! hashes. Also the two auth routes: app-portal access and logout.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::AppState;
+use super::application::{ApplicationIn, create_app_from};
+use super::error::{ApiError, ApiResult};
+use super::extract::JsonBody;
+use crate::clock::now_ms;
+use crate::ids::{AppId, random_token};
+use crate::store::{App, PortalToken};
+
+/// Prefix of app-portal tokens.
+pub const PORTAL_TOKEN_PREFIX: &str = "appsk_";
+
+/// The admin token's hash, kept in memory.
+pub struct AdminToken([u8; 32]);
+
+impl AdminToken {
+    pub fn new(token: &str) -> Self {
+        Self(Sha256::digest(token.as_bytes()).into())
+    }
+
+    fn matches(&self, token: &str) -> bool {
+        let given: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        given.ct_eq(&self.0).into()
+    }
+}
+
+/// Hex SHA-256 of a token: the form portal tokens are stored and looked up in.
+pub fn token_hash(token: &str) -> String {
+    Sha256::digest(token.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Principal {
+    Admin,
+    /// A portal token scoped to one application.
+    App {
+        app_id: AppId,
+        token_hash: String,
+    },
+}
+
+impl Principal {
+    pub fn require_admin(&self) -> ApiResult<()> {
+        match self {
+            Self::Admin => Ok(()),
+            Self::App { .. } => Err(ApiError::Forbidden("this operation needs the admin token")),
+        }
+    }
+
+    /// Whether this principal may see `app`.
+    pub fn can_see(&self, app: &AppId) -> bool {
+        match self {
+            Self::Admin => true,
+            Self::App { app_id, .. } => app_id == app,
+        }
+    }
+}
+
+impl FromRequestParts<AppState> for Principal {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let token = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
+            .map(str::trim)
+            .ok_or(ApiError::Unauthorized)?;
+        if state.admin.matches(token) {
+            return Ok(Self::Admin);
+        }
+        if !token.starts_with(PORTAL_TOKEN_PREFIX) {
+            return Err(ApiError::Unauthorized);
+        }
+        let hash = token_hash(token);
+        match state.store.token(&hash).await? {
+            Some(found) if found.expires_at > now_ms() => Ok(Self::App {
+                app_id: found.app_id,
+                token_hash: hash,
+            }),
+            _ => Err(ApiError::Unauthorized),
+        }
+    }
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AppPortalAccessIn {
+    /// Creates the application if it does not exist yet.
+    pub application: Option<ApplicationIn>,
+    /// Token lifetime in seconds (1 hour to 7 days; default: `auth.portal_token_ttl_secs`).
+    pub expiry: Option<u64>,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct AppPortalAccessOut {
+    pub url: String,
+    pub token: String,
+}
+
+/// Issues an app-portal token for one application.
+#[utoipa::path(post, path = "/api/v1/auth/app-portal-access/{app_id}", operation_id = "v1.authentication.app-portal-access",
+    tag = "Authentication", request_body = AppPortalAccessIn,
+    params(("app_id" = String, Path, description = "Application id or uid")),
+    responses((status = 200, body = AppPortalAccessOut), (status = 404, body = super::error::HttpErrorOut)))]
+pub async fn app_portal_access(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(app_id): Path<String>,
+    body: JsonBody<AppPortalAccessIn>,
+) -> ApiResult<Json<AppPortalAccessOut>> {
+    principal.require_admin()?;
+    let app: Arc<App> = match (state.catalog.app(&app_id).await?, body.value.application) {
+        (Some(app), _) => app,
+        (None, Some(input)) => Arc::new(create_app_from(&state, input, Some(&app_id)).await?),
+        (None, None) => return Err(ApiError::NotFound("application")),
+    };
+    let ttl_secs = match body.value.expiry {
+        None => state.settings.portal_token_ttl.as_secs(),
+        Some(secs) if (3600..=7 * 24 * 3600).contains(&secs) => secs,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "expiry",
+                "must be between 3600 and 604800 seconds",
+            ));
+        }
+    };
+    let token = format!("{PORTAL_TOKEN_PREFIX}{}", random_token(32));
+    let now = now_ms();
+    state
+        .store
+        .insert_token(&PortalToken {
+            hash: token_hash(&token),
+            app_id: app.id.clone(),
+            expires_at: now + (ttl_secs as i64) * 1000,
+            created_at: now,
+        })
+        .await?;
+    let url = format!(
+        "{}/portal#token={token}",
+        state.settings.public_url.trim_end_matches('/')
+    );
+    Ok(Json(AppPortalAccessOut { url, token }))
+}
+
+/// Revokes the portal token used to call it.
+#[utoipa::path(post, path = "/api/v1/auth/logout", operation_id = "logout_api_v1_auth_logout__post",
+    tag = "Authentication", responses((status = 204)))]
+pub async fn logout(State(state): State<AppState>, principal: Principal) -> ApiResult<StatusCode> {
+    match principal {
+        Principal::Admin => Err(ApiError::Forbidden(
+            "the admin token is configured, not issued, and cannot be revoked",
+        )),
+        Principal::App { token_hash, .. } => {
+            state.store.revoke_token(&token_hash).await?;
+            Ok(StatusCode::NO_CONTENT)
+        }
+    }
+}

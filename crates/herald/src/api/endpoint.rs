@@ -1,0 +1,364 @@
+//! `/api/v1/app/{app_id}/endpoint`: an application's endpoints (CRUD). Secrets, headers,
+//! stats and manual retries are in `endpoint_ops`.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::get;
+use serde::{Deserialize, Serialize};
+
+use super::auth::Principal;
+use super::error::{ApiError, ApiResult};
+use super::extract::{JsonBody, QueryMap};
+use super::list::{ListResponse, Page};
+use super::validate::{Problems, double_option};
+use super::{AppState, visible_app, visible_endpoint};
+use crate::clock::{now_ms, to_rfc3339};
+use crate::deliver::RESERVED_HEADERS;
+use crate::endpoint_settings::{DeliverySettings, EffectiveSettings};
+use crate::ids::EndpointId;
+use crate::signing::SigningKey;
+use crate::store::{App, Endpoint, Metadata, Secrets};
+
+/// Body of create (POST) and update (PUT). `secret` is only used when creating.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointIn {
+    pub url: String,
+    pub description: Option<String>,
+    pub disabled: Option<bool>,
+    pub event_types: Option<Vec<String>>,
+    pub channels: Option<Vec<String>>,
+    pub metadata: Option<Metadata>,
+    pub secret: Option<String>,
+    pub throttle_rate: Option<u16>,
+    pub uid: Option<String>,
+    pub headers: Option<BTreeMap<String, String>>,
+    /// Herald extension: timeout, retry policy and retried failures.
+    pub delivery: Option<DeliverySettings>,
+}
+
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointPatch {
+    pub url: Option<String>,
+    pub description: Option<String>,
+    pub disabled: Option<bool>,
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<Vec<String>>)]
+    pub event_types: Option<Option<Vec<String>>>,
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<Vec<String>>)]
+    pub channels: Option<Option<Vec<String>>>,
+    pub metadata: Option<Metadata>,
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<u16>)]
+    pub throttle_rate: Option<Option<u16>>,
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<String>)]
+    pub uid: Option<Option<String>>,
+    /// `null` resets every delivery setting to the server defaults.
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<DeliverySettings>)]
+    pub delivery: Option<Option<DeliverySettings>>,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointOut {
+    pub id: String,
+    pub uid: Option<String>,
+    pub url: String,
+    pub description: String,
+    pub disabled: bool,
+    pub event_types: Option<Vec<String>>,
+    pub channels: Option<Vec<String>>,
+    pub metadata: Metadata,
+    pub throttle_rate: Option<u16>,
+    pub created_at: String,
+    pub updated_at: String,
+    /// Herald extension: the delivery settings in force, defaults filled in.
+    pub delivery: EffectiveSettings,
+}
+
+impl EndpointOut {
+    pub fn new(e: &Endpoint, state: &AppState) -> Self {
+        Self {
+            id: e.id.to_string(),
+            uid: e.uid.clone(),
+            url: e.url.clone(),
+            description: e.description.clone(),
+            disabled: e.disabled,
+            event_types: e.event_types.clone(),
+            channels: e.channels.clone(),
+            metadata: e.metadata.clone(),
+            throttle_rate: e.throttle_rate,
+            created_at: to_rfc3339(e.created_at),
+            updated_at: to_rfc3339(e.updated_at),
+            delivery: e.delivery.resolve(state.catalog.defaults()),
+        }
+    }
+}
+
+pub fn router() -> axum::Router<AppState> {
+    axum::Router::new()
+        .route(
+            "/api/v1/app/{app_id}/endpoint",
+            get(list_endpoints).post(create_endpoint),
+        )
+        .route(
+            "/api/v1/app/{app_id}/endpoint/{endpoint_id}",
+            get(get_endpoint)
+                .put(upsert_endpoint)
+                .patch(patch_endpoint)
+                .delete(delete_endpoint),
+        )
+}
+
+/// Checks every field of an endpoint about to be stored.
+pub fn check_endpoint(state: &AppState, e: &Endpoint) -> ApiResult<()> {
+    let mut p = Problems::default();
+    if let Err(problem) = state.guard.check_url(&e.url) {
+        p.push("url", problem.to_string());
+    }
+    if let Some(uid) = &e.uid {
+        p.uid("uid", uid, EndpointId::PREFIX);
+    }
+    if let Some(types) = &e.event_types {
+        p.slug_list("eventTypes", types, 256, 1000);
+    }
+    if let Some(channels) = &e.channels {
+        p.slug_list("channels", channels, 128, 10);
+    }
+    p.check(
+        e.throttle_rate != Some(0),
+        "throttleRate",
+        "must be at least 1",
+    );
+    check_headers(&mut p, "headers", &e.headers);
+    for (field, msg) in e.delivery.problems() {
+        p.push(&format!("delivery.{field}"), msg);
+    }
+    p.finish()
+}
+
+/// Endpoint headers must be valid HTTP, free of CR/LF, and not replace Herald's own.
+pub fn check_headers<'a>(
+    p: &mut Problems,
+    path: &str,
+    headers: impl IntoIterator<Item = (&'a String, &'a String)>,
+) {
+    for (name, value) in headers {
+        let at = format!("{path}.{name}");
+        let lower = name.to_ascii_lowercase();
+        p.check(
+            http::HeaderName::try_from(lower.as_str()).is_ok(),
+            &at,
+            "is not a valid header name",
+        );
+        p.check(
+            !RESERVED_HEADERS.contains(&lower.as_str()),
+            &at,
+            "is set by Herald and cannot be overridden",
+        );
+        let value_ok =
+            http::HeaderValue::try_from(value.as_str()).is_ok() && !value.contains(['\r', '\n']);
+        p.check(value_ok, &at, "is not a valid header value");
+    }
+}
+
+fn parse_secret(secret: Option<&str>) -> ApiResult<String> {
+    match secret {
+        None => Ok(SigningKey::generate().to_secret_string()),
+        Some(given) => SigningKey::parse_endpoint_secret(given)
+            .map(|key| key.to_secret_string())
+            .map_err(|e| ApiError::invalid("secret", e.to_string())),
+    }
+}
+
+fn new_endpoint(app: &App, input: EndpointIn, uid_from_path: Option<&str>) -> ApiResult<Endpoint> {
+    let now = now_ms();
+    Ok(Endpoint {
+        id: EndpointId::generate(),
+        app_id: app.id.clone(),
+        uid: input.uid.or_else(|| uid_from_path.map(str::to_owned)),
+        url: input.url,
+        description: input.description.unwrap_or_default(),
+        disabled: input.disabled.unwrap_or(false),
+        event_types: input.event_types,
+        channels: input.channels,
+        metadata: input.metadata.unwrap_or_default(),
+        throttle_rate: input.throttle_rate,
+        headers: input.headers.unwrap_or_default(),
+        secrets: Secrets {
+            current: parse_secret(input.secret.as_deref())?,
+            previous: vec![],
+        },
+        delivery: input.delivery.unwrap_or_default(),
+        created_at: now,
+        updated_at: now,
+    })
+}
+
+async fn insert(state: &AppState, endpoint: &Endpoint) -> ApiResult<()> {
+    check_endpoint(state, endpoint)?;
+    state.store.insert_endpoint(endpoint).await?;
+    state
+        .catalog
+        .invalidate_endpoint(&endpoint.app_id, &endpoint.id);
+    Ok(())
+}
+
+/// Validates and stores a changed endpoint, and drops the cached copy.
+pub async fn save(state: &AppState, endpoint: &Endpoint) -> ApiResult<()> {
+    check_endpoint(state, endpoint)?;
+    state.store.update_endpoint(endpoint).await?;
+    state
+        .catalog
+        .invalidate_endpoint(&endpoint.app_id, &endpoint.id);
+    Ok(())
+}
+
+#[utoipa::path(get, path = "/api/v1/app/{app_id}/endpoint", operation_id = "v1.endpoint.list", tag = "Endpoint",
+    params(("app_id" = String, Path), ("limit" = Option<usize>, Query), ("iterator" = Option<String>, Query), ("order" = Option<String>, Query)),
+    responses((status = 200, body = ListResponse<EndpointOut>)))]
+pub async fn list_endpoints(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(app_id): Path<String>,
+    query: QueryMap,
+) -> ApiResult<Json<ListResponse<EndpointOut>>> {
+    let app = visible_app(&state, &principal, &app_id).await?;
+    let page = Page::from_query(&query, false)?;
+    let found = state.store.list_endpoints(&app.id, &page.query()).await?;
+    Ok(Json(page.finish(
+        found,
+        |e| e.id.to_string(),
+        |e| EndpointOut::new(&e, &state),
+    )))
+}
+
+#[utoipa::path(post, path = "/api/v1/app/{app_id}/endpoint", operation_id = "v1.endpoint.create", tag = "Endpoint",
+    request_body = EndpointIn, params(("app_id" = String, Path)),
+    responses((status = 201, body = EndpointOut), (status = 422, body = super::error::HttpValidationError)))]
+pub async fn create_endpoint(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(app_id): Path<String>,
+    body: JsonBody<EndpointIn>,
+) -> ApiResult<(StatusCode, Json<EndpointOut>)> {
+    let app = visible_app(&state, &principal, &app_id).await?;
+    let endpoint = new_endpoint(&app, body.value, None)?;
+    insert(&state, &endpoint).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(EndpointOut::new(&endpoint, &state)),
+    ))
+}
+
+#[utoipa::path(get, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}", operation_id = "v1.endpoint.get", tag = "Endpoint",
+    params(("app_id" = String, Path), ("endpoint_id" = String, Path)), responses((status = 200, body = EndpointOut)))]
+pub async fn get_endpoint(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path((app_id, endpoint_id)): Path<(String, String)>,
+) -> ApiResult<Json<EndpointOut>> {
+    let (_, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
+    Ok(Json(EndpointOut::new(&endpoint, &state)))
+}
+
+/// Replaces an endpoint's fields, or creates it (with the path as its uid).
+#[utoipa::path(put, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}", operation_id = "v1.endpoint.update", tag = "Endpoint",
+    request_body = EndpointIn, params(("app_id" = String, Path), ("endpoint_id" = String, Path)),
+    responses((status = 200, body = EndpointOut), (status = 201, body = EndpointOut)))]
+pub async fn upsert_endpoint(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path((app_id, endpoint_id)): Path<(String, String)>,
+    body: JsonBody<EndpointIn>,
+) -> ApiResult<(StatusCode, Json<EndpointOut>)> {
+    let app = visible_app(&state, &principal, &app_id).await?;
+    let input = body.value;
+    let Some(existing) = state.store.endpoint(&app.id, &endpoint_id).await? else {
+        let endpoint = new_endpoint(&app, input, Some(&endpoint_id))?;
+        insert(&state, &endpoint).await?;
+        return Ok((
+            StatusCode::CREATED,
+            Json(EndpointOut::new(&endpoint, &state)),
+        ));
+    };
+    let endpoint = Endpoint {
+        uid: input.uid.or(existing.uid.clone()),
+        url: input.url,
+        description: input.description.unwrap_or_default(),
+        disabled: input.disabled.unwrap_or(false),
+        event_types: input.event_types,
+        channels: input.channels,
+        metadata: input.metadata.unwrap_or_default(),
+        throttle_rate: input.throttle_rate,
+        headers: input.headers.unwrap_or(existing.headers.clone()),
+        delivery: input.delivery.unwrap_or_default(),
+        updated_at: now_ms(),
+        ..existing
+    };
+    save(&state, &endpoint).await?;
+    Ok((StatusCode::OK, Json(EndpointOut::new(&endpoint, &state))))
+}
+
+#[utoipa::path(patch, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}", operation_id = "patch_endpoint", tag = "Endpoint",
+    request_body = EndpointPatch, params(("app_id" = String, Path), ("endpoint_id" = String, Path)),
+    responses((status = 200, body = EndpointOut)))]
+pub async fn patch_endpoint(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path((app_id, endpoint_id)): Path<(String, String)>,
+    body: JsonBody<EndpointPatch>,
+) -> ApiResult<Json<EndpointOut>> {
+    let (_, mut e) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
+    let patch = body.value;
+    if let Some(url) = patch.url {
+        e.url = url;
+    }
+    if let Some(description) = patch.description {
+        e.description = description;
+    }
+    if let Some(disabled) = patch.disabled {
+        e.disabled = disabled;
+    }
+    if let Some(types) = patch.event_types {
+        e.event_types = types;
+    }
+    if let Some(channels) = patch.channels {
+        e.channels = channels;
+    }
+    if let Some(metadata) = patch.metadata {
+        e.metadata = metadata;
+    }
+    if let Some(rate) = patch.throttle_rate {
+        e.throttle_rate = rate;
+    }
+    if let Some(uid) = patch.uid {
+        e.uid = uid;
+    }
+    if let Some(delivery) = patch.delivery {
+        e.delivery = delivery.unwrap_or_default();
+    }
+    e.updated_at = now_ms();
+    save(&state, &e).await?;
+    Ok(Json(EndpointOut::new(&e, &state)))
+}
+
+#[utoipa::path(delete, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}", operation_id = "v1.endpoint.delete", tag = "Endpoint",
+    params(("app_id" = String, Path), ("endpoint_id" = String, Path)), responses((status = 204)))]
+pub async fn delete_endpoint(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path((app_id, endpoint_id)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    let (app, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
+    state.store.delete_endpoint(&app.id, &endpoint.id).await?;
+    state.catalog.invalidate_endpoint(&app.id, &endpoint.id);
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,351 @@
+//! Operations on one endpoint besides CRUD: its signing secret (get, rotate), its custom
+//! headers, delivery stats, `recover` (replay dead letters of a time range) and
+//! `send-example`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+
+use super::auth::Principal;
+use super::endpoint::{check_headers, save};
+use super::error::{ApiError, ApiResult};
+use super::extract::{JsonBody, QueryMap};
+use super::message::MessageOut;
+use super::validate::Problems;
+use super::{AppState, visible_endpoint};
+use crate::clock::{now_ms, to_rfc3339};
+use crate::ids::{MessageId, TaskId};
+use crate::ingest::Route;
+use crate::signing::SigningKey;
+use crate::store::{IngestResult, Message, PreviousSecret, Requeue};
+
+/// Headers whose values are never returned, only their names.
+fn is_sensitive_header(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    matches!(
+        name.as_str(),
+        "authorization" | "proxy-authorization" | "cookie" | "x-api-key" | "api-key"
+    ) || ["secret", "token", "password"]
+        .iter()
+        .any(|word| name.contains(word))
+}
+
+pub fn router() -> axum::Router<AppState> {
+    let ep = "/api/v1/app/{app_id}/endpoint/{endpoint_id}";
+    axum::Router::new()
+        .route(&format!("{ep}/secret"), get(get_secret))
+        .route(&format!("{ep}/secret/rotate"), post(rotate_secret))
+        .route(
+            &format!("{ep}/headers"),
+            get(get_headers).put(update_headers).patch(patch_headers),
+        )
+        .route(&format!("{ep}/stats"), get(get_stats))
+        .route(&format!("{ep}/recover"), post(recover))
+        .route(&format!("{ep}/send-example"), post(send_example))
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct EndpointSecretOut {
+    pub key: String,
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointSecretRotateIn {
+    /// The new secret; generated when absent.
+    pub key: Option<String>,
+    /// How long the previous secret keeps signing (default 24 h, at most 7 days).
+    pub grace_period_seconds: Option<u32>,
+}
+
+type EndpointPath = Path<(String, String)>;
+
+#[utoipa::path(get, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}/secret", operation_id = "v1.endpoint.get-secret",
+    tag = "Endpoint", params(("app_id" = String, Path), ("endpoint_id" = String, Path)),
+    responses((status = 200, body = EndpointSecretOut)))]
+pub async fn get_secret(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path((app_id, endpoint_id)): EndpointPath,
+) -> ApiResult<Json<EndpointSecretOut>> {
+    let (_, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
+    Ok(Json(EndpointSecretOut {
+        key: endpoint.secrets.current,
+    }))
+}
+
+/// Replaces the signing secret; the previous one keeps signing for the grace period, so
+/// receivers see two signatures until they switch.
+#[utoipa::path(post, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}/secret/rotate", operation_id = "v1.endpoint.rotate-secret",
+    tag = "Endpoint", request_body = EndpointSecretRotateIn, params(("app_id" = String, Path), ("endpoint_id" = String, Path)),
+    responses((status = 204)))]
+pub async fn rotate_secret(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path((app_id, endpoint_id)): EndpointPath,
+    body: JsonBody<EndpointSecretRotateIn>,
+) -> ApiResult<StatusCode> {
+    let (_, mut endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
+    let new_secret = match &body.value.key {
+        Some(given) => SigningKey::parse_endpoint_secret(given)
+            .map_err(|e| ApiError::invalid("key", e.to_string()))?
+            .to_secret_string(),
+        None => SigningKey::generate().to_secret_string(),
+    };
+    let grace = match body.value.grace_period_seconds {
+        None => state.settings.secret_rotation_overlap,
+        Some(secs) if secs <= 7 * 24 * 3600 => Duration::from_secs(secs.into()),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "gracePeriodSeconds",
+                "must be at most 604800",
+            ));
+        }
+    };
+    let now = now_ms();
+    let old = std::mem::replace(&mut endpoint.secrets.current, new_secret);
+    endpoint.secrets.previous.retain(|p| p.expires_at > now);
+    endpoint.secrets.previous.push(PreviousSecret {
+        key: old,
+        expires_at: now + grace.as_millis() as i64,
+    });
+    endpoint.updated_at = now;
+    save(&state, &endpoint).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct EndpointHeadersOut {
+    pub headers: BTreeMap<String, String>,
+    /// Names of headers whose values are kept secret.
+    pub sensitive: Vec<String>,
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+pub struct EndpointHeadersIn {
+    pub headers: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+pub struct EndpointHeadersPatchIn {
+    /// A `null` value removes the header.
+    #[schema(value_type = BTreeMap<String, Option<String>>)]
+    pub headers: BTreeMap<String, Option<String>>,
+}
+
+#[utoipa::path(get, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}/headers", operation_id = "v1.endpoint.get-headers",
+    tag = "Endpoint", params(("app_id" = String, Path), ("endpoint_id" = String, Path)),
+    responses((status = 200, body = EndpointHeadersOut)))]
+pub async fn get_headers(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path((app_id, endpoint_id)): EndpointPath,
+) -> ApiResult<Json<EndpointHeadersOut>> {
+    let (_, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
+    let (sensitive, headers): (BTreeMap<_, _>, BTreeMap<_, _>) = endpoint
+        .headers
+        .into_iter()
+        .partition(|(name, _)| is_sensitive_header(name));
+    Ok(Json(EndpointHeadersOut {
+        headers,
+        sensitive: sensitive.into_keys().collect(),
+    }))
+}
+
+#[utoipa::path(put, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}/headers", operation_id = "v1.endpoint.update-headers",
+    tag = "Endpoint", request_body = EndpointHeadersIn, params(("app_id" = String, Path), ("endpoint_id" = String, Path)),
+    responses((status = 204)))]
+pub async fn update_headers(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path((app_id, endpoint_id)): EndpointPath,
+    body: JsonBody<EndpointHeadersIn>,
+) -> ApiResult<StatusCode> {
+    let (_, mut endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
+    let mut p = Problems::default();
+    check_headers(&mut p, "headers", &body.value.headers);
+    p.finish()?;
+    endpoint.headers = body.value.headers;
+    endpoint.updated_at = now_ms();
+    save(&state, &endpoint).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(patch, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}/headers", operation_id = "v1.endpoint.patch-headers",
+    tag = "Endpoint", request_body = EndpointHeadersPatchIn, params(("app_id" = String, Path), ("endpoint_id" = String, Path)),
+    responses((status = 204)))]
+pub async fn patch_headers(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path((app_id, endpoint_id)): EndpointPath,
+    body: JsonBody<EndpointHeadersPatchIn>,
+) -> ApiResult<StatusCode> {
+    let (_, mut endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
+    for (name, value) in body.value.headers {
+        match value {
+            Some(value) => endpoint.headers.insert(name, value),
+            None => endpoint.headers.remove(&name),
+        };
+    }
+    let mut p = Problems::default();
+    check_headers(&mut p, "headers", &endpoint.headers);
+    p.finish()?;
+    endpoint.updated_at = now_ms();
+    save(&state, &endpoint).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct EndpointStats {
+    pub success: u64,
+    pub pending: u64,
+    pub sending: u64,
+    pub fail: u64,
+    pub canceled: u64,
+}
+
+#[utoipa::path(get, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}/stats", operation_id = "v1.endpoint.get-stats",
+    tag = "Endpoint", params(("app_id" = String, Path), ("endpoint_id" = String, Path),
+        ("since" = Option<String>, Query), ("until" = Option<String>, Query)),
+    responses((status = 200, body = EndpointStats)))]
+pub async fn get_stats(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path((app_id, endpoint_id)): EndpointPath,
+    query: QueryMap,
+) -> ApiResult<Json<EndpointStats>> {
+    let (_, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
+    let s = state
+        .store
+        .endpoint_stats(&endpoint.id, query.time("since")?, query.time("until")?)
+        .await?;
+    Ok(Json(EndpointStats {
+        success: s.success,
+        pending: s.pending,
+        sending: s.sending,
+        fail: s.fail,
+        canceled: s.canceled,
+    }))
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+pub struct RecoverIn {
+    /// RFC 3339 start of the range (message time).
+    pub since: String,
+    /// RFC 3339 end of the range (default: now).
+    pub until: Option<String>,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoverOut {
+    pub id: String,
+    pub status: String,
+    pub task: String,
+    pub updated_at: String,
+    /// Herald extension: how many dead letters were put back in the queue.
+    pub recovered: u64,
+}
+
+/// Puts every dead letter of the endpoint whose message falls in the range back through the
+/// normal pipeline (as manual attempts with a fresh retry budget).
+#[utoipa::path(post, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}/recover", operation_id = "v1.endpoint.recover",
+    tag = "Endpoint", request_body = RecoverIn, params(("app_id" = String, Path), ("endpoint_id" = String, Path)),
+    responses((status = 202, body = RecoverOut)))]
+pub async fn recover(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path((app_id, endpoint_id)): EndpointPath,
+    body: JsonBody<RecoverIn>,
+) -> ApiResult<(StatusCode, Json<RecoverOut>)> {
+    let (_, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
+    let time = |field: &str, raw: &str| {
+        crate::clock::parse_rfc3339(raw)
+            .ok_or_else(|| ApiError::invalid(field, "is not an RFC 3339 time"))
+    };
+    let since = time("since", &body.value.since)?;
+    let until = match &body.value.until {
+        Some(raw) => time("until", raw)?,
+        None => i64::MAX,
+    };
+    let recovered = state
+        .store
+        .requeue(Requeue::Recover {
+            endpoint: endpoint.id.clone(),
+            since,
+            until,
+        })
+        .await?;
+    state.dispatcher.poke();
+    let out = RecoverOut {
+        id: TaskId::generate().to_string(),
+        status: "running".into(),
+        task: "endpoint.recover".into(),
+        updated_at: to_rfc3339(now_ms()),
+        recovered,
+    };
+    Ok((StatusCode::ACCEPTED, Json(out)))
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventExampleIn {
+    pub event_type: String,
+}
+
+/// Sends one example message of an event type to this endpoint only. The payload is the
+/// event type's first schema example when it has one.
+#[utoipa::path(post, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}/send-example", operation_id = "v1.endpoint.send-example",
+    tag = "Endpoint", request_body = EventExampleIn, params(("app_id" = String, Path), ("endpoint_id" = String, Path)),
+    responses((status = 200, body = MessageOut)))]
+pub async fn send_example(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path((app_id, endpoint_id)): EndpointPath,
+    body: JsonBody<EventExampleIn>,
+) -> ApiResult<Json<MessageOut>> {
+    let (app, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
+    let event_type = body.value.event_type;
+    let mut p = Problems::default();
+    p.slug("eventType", &event_type, 256);
+    p.finish()?;
+    let example = state
+        .store
+        .event_type(&event_type)
+        .await?
+        .and_then(|et| et.schemas)
+        .and_then(|schemas| first_example(&schemas))
+        .unwrap_or_else(|| serde_json::json!({"example": true, "eventType": event_type}));
+    let message = Message {
+        id: MessageId::generate(),
+        app_id: app.id.clone(),
+        event_type,
+        event_id: None,
+        channels: None,
+        payload: Some(example.to_string().into()),
+        created_at: now_ms(),
+    };
+    match state
+        .ingestor
+        .ingest(message.clone(), Route::Only(&endpoint.id), None)
+        .await?
+    {
+        IngestResult::Created { .. } => Ok(Json(MessageOut::new(&message, true))),
+        other => Err(ApiError::Internal(anyhow::anyhow!(
+            "unexpected ingest result {other:?}"
+        ))),
+    }
+}
+
+/// The first `examples[0]` found in an event type's schemas (keyed by version).
+fn first_example(schemas: &serde_json::Value) -> Option<serde_json::Value> {
+    schemas
+        .as_object()?
+        .values()
+        .find_map(|schema| schema.get("examples")?.get(0).cloned())
+}

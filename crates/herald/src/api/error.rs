@@ -1,0 +1,151 @@
+//! API errors: the caller's mistakes map to 4xx with a stable machine-readable body
+//! (`{"code","detail"}`, or Svix's 422 `{"detail":[{loc,msg,type}]}`); anything unexpected
+//! is a 5xx whose body reveals nothing (the cause goes to the log).
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use crate::store::StoreError;
+
+/// One problem with a request field, in Svix's 422 format.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct ValidationItem {
+    pub loc: Vec<String>,
+    pub msg: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+impl ValidationItem {
+    /// A `value_error` at `body.<path>` (path segments separated by dots).
+    pub fn body(path: &str, msg: impl Into<String>) -> Self {
+        let mut loc = vec!["body".to_owned()];
+        loc.extend(path.split('.').filter(|s| !s.is_empty()).map(str::to_owned));
+        Self {
+            loc,
+            msg: msg.into(),
+            kind: "value_error".into(),
+        }
+    }
+
+    /// A problem with a query parameter.
+    pub fn query(name: &str, msg: impl Into<String>) -> Self {
+        Self {
+            loc: vec!["query".into(), name.into()],
+            msg: msg.into(),
+            kind: "value_error".into(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("authentication required")]
+    Unauthorized,
+    #[error("forbidden: {0}")]
+    Forbidden(&'static str),
+    #[error("{0} not found")]
+    NotFound(&'static str),
+    #[error("conflict: {0}")]
+    Conflict(String),
+    #[error("invalid request")]
+    Validation(Vec<ValidationItem>),
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    #[error("payload too large: {0}")]
+    PayloadTooLarge(String),
+    #[error("service unavailable: {0}")]
+    Unavailable(String),
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct HttpErrorOut {
+    pub code: String,
+    pub detail: String,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct HttpValidationError {
+    pub detail: Vec<ValidationItem>,
+}
+
+impl ApiError {
+    pub fn invalid(path: &str, msg: impl Into<String>) -> Self {
+        Self::Validation(vec![ValidationItem::body(path, msg)])
+    }
+
+    fn status(&self) -> StatusCode {
+        match self {
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::Conflict(_) => StatusCode::CONFLICT,
+            Self::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Conflict(what) => Self::Conflict(what.to_owned()),
+            StoreError::Unavailable(why) => Self::Unavailable(why),
+            StoreError::Other(e) => Self::Internal(e),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let (code, detail) = match self {
+            Self::Validation(items) => {
+                return (status, Json(HttpValidationError { detail: items })).into_response();
+            }
+            Self::Unauthorized => (
+                "authentication_failed",
+                "a valid bearer token is required".to_owned(),
+            ),
+            Self::Forbidden(why) => ("forbidden", why.to_owned()),
+            Self::NotFound(what) => ("not_found", format!("{what} not found")),
+            Self::Conflict(why) => ("conflict", why),
+            Self::BadRequest(why) => ("bad_request", why),
+            Self::PayloadTooLarge(why) => ("payload_too_large", why),
+            Self::Unavailable(why) => {
+                tracing::warn!(reason = %why, "answering 503: storage unavailable");
+                (
+                    "unavailable",
+                    "storage is temporarily unavailable; retry later".to_owned(),
+                )
+            }
+            Self::Internal(e) => {
+                tracing::error!(error = ?e, "internal error while handling a request");
+                ("internal", "internal server error".to_owned())
+            }
+        };
+        let mut response = (
+            status,
+            Json(HttpErrorOut {
+                code: code.into(),
+                detail,
+            }),
+        )
+            .into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;

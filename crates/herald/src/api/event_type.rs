@@ -1,0 +1,264 @@
+//! `/api/v1/event-type`: the catalogue of event types (global, not per application).
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::get;
+use serde::{Deserialize, Serialize};
+
+use super::AppState;
+use super::auth::Principal;
+use super::error::{ApiError, ApiResult};
+use super::extract::{JsonBody, QueryMap};
+use super::list::{ListResponse, Page};
+use super::validate::{Problems, double_option};
+use crate::clock::{now_ms, to_rfc3339};
+use crate::store::EventType;
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventTypeIn {
+    pub name: String,
+    pub description: String,
+    pub archived: Option<bool>,
+    pub deprecated: Option<bool>,
+    #[schema(value_type = Option<Object>)]
+    pub schemas: Option<serde_json::Value>,
+    pub feature_flag: Option<String>,
+}
+
+/// Body of PUT: like `EventTypeIn`, the name comes from the path.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventTypeUpdate {
+    pub description: String,
+    pub archived: Option<bool>,
+    pub deprecated: Option<bool>,
+    #[schema(value_type = Option<Object>)]
+    pub schemas: Option<serde_json::Value>,
+    pub feature_flag: Option<String>,
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventTypePatch {
+    pub description: Option<String>,
+    pub archived: Option<bool>,
+    pub deprecated: Option<bool>,
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<Object>)]
+    pub schemas: Option<Option<serde_json::Value>>,
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<String>)]
+    pub feature_flag: Option<Option<String>>,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventTypeOut {
+    pub name: String,
+    pub description: String,
+    pub archived: bool,
+    pub deprecated: bool,
+    #[schema(value_type = Option<Object>)]
+    pub schemas: Option<serde_json::Value>,
+    pub feature_flag: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+impl EventTypeOut {
+    fn new(et: EventType, with_schemas: bool) -> Self {
+        Self {
+            name: et.name,
+            description: et.description,
+            archived: et.archived,
+            deprecated: et.deprecated,
+            schemas: et.schemas.filter(|_| with_schemas),
+            feature_flag: et.feature_flag,
+            created_at: to_rfc3339(et.created_at),
+            updated_at: to_rfc3339(et.updated_at),
+        }
+    }
+}
+
+pub fn router() -> axum::Router<AppState> {
+    axum::Router::new()
+        .route(
+            "/api/v1/event-type",
+            get(list_event_types).post(create_event_type),
+        )
+        .route(
+            "/api/v1/event-type/{event_type_name}",
+            get(get_event_type)
+                .put(upsert_event_type)
+                .patch(patch_event_type)
+                .delete(delete_event_type),
+        )
+}
+
+fn check(et: &EventType) -> ApiResult<()> {
+    let mut p = Problems::default();
+    p.slug("name", &et.name, 256);
+    if let Some(flag) = &et.feature_flag {
+        p.slug("featureFlag", flag, 256);
+    }
+    p.check(
+        et.schemas.as_ref().is_none_or(|s| s.is_object()),
+        "schemas",
+        "must be an object keyed by version",
+    );
+    p.finish()
+}
+
+#[utoipa::path(get, path = "/api/v1/event-type", operation_id = "v1.event-type.list", tag = "Event Type",
+    params(("limit" = Option<usize>, Query), ("iterator" = Option<String>, Query), ("order" = Option<String>, Query),
+        ("include_archived" = Option<bool>, Query), ("with_content" = Option<bool>, Query)),
+    responses((status = 200, body = ListResponse<EventTypeOut>)))]
+pub async fn list_event_types(
+    State(state): State<AppState>,
+    _principal: Principal,
+    query: QueryMap,
+) -> ApiResult<Json<ListResponse<EventTypeOut>>> {
+    let page = Page::from_query(&query, false)?;
+    let with_content = query.flag("with_content", false)?;
+    let found = state
+        .store
+        .list_event_types(&page.query(), query.flag("include_archived", false)?)
+        .await?;
+    Ok(Json(page.finish(
+        found,
+        |et| et.name.clone(),
+        |et| EventTypeOut::new(et, with_content),
+    )))
+}
+
+#[utoipa::path(post, path = "/api/v1/event-type", operation_id = "v1.event-type.create", tag = "Event Type",
+    request_body = EventTypeIn, responses((status = 201, body = EventTypeOut), (status = 409, body = super::error::HttpErrorOut)))]
+pub async fn create_event_type(
+    State(state): State<AppState>,
+    principal: Principal,
+    body: JsonBody<EventTypeIn>,
+) -> ApiResult<(StatusCode, Json<EventTypeOut>)> {
+    principal.require_admin()?;
+    let input = body.value;
+    let now = now_ms();
+    let et = EventType {
+        name: input.name,
+        description: input.description,
+        archived: input.archived.unwrap_or(false),
+        deprecated: input.deprecated.unwrap_or(false),
+        schemas: input.schemas,
+        feature_flag: input.feature_flag,
+        created_at: now,
+        updated_at: now,
+    };
+    check(&et)?;
+    state.store.insert_event_type(&et).await?;
+    Ok((StatusCode::CREATED, Json(EventTypeOut::new(et, true))))
+}
+
+#[utoipa::path(get, path = "/api/v1/event-type/{event_type_name}", operation_id = "v1.event-type.get", tag = "Event Type",
+    params(("event_type_name" = String, Path)), responses((status = 200, body = EventTypeOut)))]
+pub async fn get_event_type(
+    State(state): State<AppState>,
+    _principal: Principal,
+    Path(name): Path<String>,
+) -> ApiResult<Json<EventTypeOut>> {
+    let et = state
+        .store
+        .event_type(&name)
+        .await?
+        .ok_or(ApiError::NotFound("event type"))?;
+    Ok(Json(EventTypeOut::new(et, true)))
+}
+
+#[utoipa::path(put, path = "/api/v1/event-type/{event_type_name}", operation_id = "v1.event-type.update", tag = "Event Type",
+    request_body = EventTypeUpdate, params(("event_type_name" = String, Path)),
+    responses((status = 200, body = EventTypeOut), (status = 201, body = EventTypeOut)))]
+pub async fn upsert_event_type(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(name): Path<String>,
+    body: JsonBody<EventTypeUpdate>,
+) -> ApiResult<(StatusCode, Json<EventTypeOut>)> {
+    principal.require_admin()?;
+    let input = body.value;
+    let now = now_ms();
+    let existing = state.store.event_type(&name).await?;
+    let et = EventType {
+        name,
+        description: input.description,
+        archived: input.archived.unwrap_or(false),
+        deprecated: input.deprecated.unwrap_or(false),
+        schemas: input.schemas,
+        feature_flag: input.feature_flag,
+        created_at: existing.map_or(now, |e| e.created_at),
+        updated_at: now,
+    };
+    check(&et)?;
+    let created = state.store.upsert_event_type(&et).await?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(EventTypeOut::new(et, true))))
+}
+
+#[utoipa::path(patch, path = "/api/v1/event-type/{event_type_name}", operation_id = "patch_event_type", tag = "Event Type",
+    request_body = EventTypePatch, params(("event_type_name" = String, Path)), responses((status = 200, body = EventTypeOut)))]
+pub async fn patch_event_type(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(name): Path<String>,
+    body: JsonBody<EventTypePatch>,
+) -> ApiResult<Json<EventTypeOut>> {
+    principal.require_admin()?;
+    let mut et = state
+        .store
+        .event_type(&name)
+        .await?
+        .ok_or(ApiError::NotFound("event type"))?;
+    let patch = body.value;
+    if let Some(description) = patch.description {
+        et.description = description;
+    }
+    if let Some(archived) = patch.archived {
+        et.archived = archived;
+    }
+    if let Some(deprecated) = patch.deprecated {
+        et.deprecated = deprecated;
+    }
+    if let Some(schemas) = patch.schemas {
+        et.schemas = schemas;
+    }
+    if let Some(flag) = patch.feature_flag {
+        et.feature_flag = flag;
+    }
+    et.updated_at = now_ms();
+    check(&et)?;
+    state.store.upsert_event_type(&et).await?;
+    Ok(Json(EventTypeOut::new(et, true)))
+}
+
+/// Archives an event type (or removes it with `expunge=true`).
+#[utoipa::path(delete, path = "/api/v1/event-type/{event_type_name}", operation_id = "v1.event-type.delete", tag = "Event Type",
+    params(("event_type_name" = String, Path), ("expunge" = Option<bool>, Query)), responses((status = 204)))]
+pub async fn delete_event_type(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(name): Path<String>,
+    query: QueryMap,
+) -> ApiResult<StatusCode> {
+    principal.require_admin()?;
+    if state
+        .store
+        .delete_event_type(&name, query.flag("expunge", false)?)
+        .await?
+    {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::NotFound("event type"))
+    }
+}

@@ -1,0 +1,52 @@
+//! Herald's OpenAPI document, generated from the handlers and types themselves: the Svix
+//! operations plus Herald's extensions. Served at `/api/v1/openapi.json`.
+
+use axum::Json;
+use utoipa::OpenApi;
+
+use super::{application, attempt, auth, endpoint, endpoint_ops, event_type, health, message};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Herald API", description = "Svix-compatible webhook delivery API, with Herald's extensions."),
+    paths(
+        application::list_apps, application::create_app, application::get_app, application::upsert_app,
+        application::patch_app, application::delete_app,
+        endpoint::list_endpoints, endpoint::create_endpoint, endpoint::get_endpoint, endpoint::upsert_endpoint,
+        endpoint::patch_endpoint, endpoint::delete_endpoint,
+        endpoint_ops::get_secret, endpoint_ops::rotate_secret, endpoint_ops::get_headers, endpoint_ops::update_headers,
+        endpoint_ops::patch_headers, endpoint_ops::get_stats, endpoint_ops::recover, endpoint_ops::send_example,
+        message::list_messages, message::create_message, message::get_message, message::expunge_content,
+        attempt::list_by_endpoint, attempt::list_by_msg, attempt::list_attempted_messages,
+        attempt::list_attempted_destinations, attempt::get_attempt, attempt::expunge_attempt_content, attempt::resend,
+        auth::app_portal_access, auth::logout,
+        event_type::list_event_types, event_type::create_event_type, event_type::get_event_type,
+        event_type::upsert_event_type, event_type::patch_event_type, event_type::delete_event_type,
+        health::health, health::health_head, health::ping, health::ping_head,
+    ),
+    modifiers(&BearerAuth)
+)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{
+            HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme,
+        };
+        let components = doc.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "HTTPBearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+        doc.security = Some(vec![SecurityRequirement::new(
+            "HTTPBearer",
+            Vec::<String>::new(),
+        )]);
+    }
+}
+
+pub async fn serve() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}

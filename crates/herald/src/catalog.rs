@@ -1,0 +1,282 @@
+//! The in-memory view of applications and endpoints that ingest and delivery read on every
+//! message: routing (which endpoints a message goes to) and ready-to-use delivery targets
+//! (parsed URL, decoded signing keys, resolved settings). Nothing on the hot path reads
+//! endpoint settings from the database; API writes invalidate what they change.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use url::Url;
+
+use crate::clock::Millis;
+use crate::endpoint_settings::{Defaults, EffectiveSettings};
+use crate::ids::{AppId, EndpointId};
+use crate::signing::SigningKey;
+use crate::store::{App, Endpoint, Store, StoreResult};
+
+/// An endpoint prepared for delivery.
+#[derive(Debug)]
+pub struct Target {
+    pub endpoint: Endpoint,
+    /// `None` when the stored URL no longer parses (every attempt then fails as internal).
+    pub url: Option<Url>,
+    pub settings: EffectiveSettings,
+    /// The current key first, then earlier keys with the time their overlap ends.
+    keys: Vec<(SigningKey, Option<Millis>)>,
+}
+
+impl Target {
+    pub fn new(endpoint: Endpoint, defaults: &Defaults) -> Self {
+        let mut keys = Vec::new();
+        if let Ok(key) = SigningKey::decode(&endpoint.secrets.current) {
+            keys.push((key, None));
+        }
+        for previous in &endpoint.secrets.previous {
+            if let Ok(key) = SigningKey::decode(&previous.key) {
+                keys.push((key, Some(previous.expires_at)));
+            }
+        }
+        Self {
+            url: Url::parse(&endpoint.url).ok(),
+            settings: endpoint.delivery.resolve(defaults),
+            keys,
+            endpoint,
+        }
+    }
+
+    /// The keys that sign at `now`: the current one and those still inside their overlap.
+    pub fn signing_keys(&self, now: Millis) -> impl Iterator<Item = &SigningKey> {
+        self.keys
+            .iter()
+            .filter(move |(_, until)| until.is_none_or(|t| t > now))
+            .map(|(key, _)| key)
+    }
+
+    /// Whether a message with this event type and these channels goes to this endpoint.
+    pub fn accepts(&self, event_type: &str, channels: Option<&[String]>) -> bool {
+        routes_to(&self.endpoint, event_type, channels)
+    }
+}
+
+/// The routing rule: enabled endpoints whose event-type filter (if any) names the event type
+/// and whose channel filter (if any) shares a channel with the message.
+pub fn routes_to(endpoint: &Endpoint, event_type: &str, channels: Option<&[String]>) -> bool {
+    if endpoint.disabled {
+        return false;
+    }
+    let type_ok = match &endpoint.event_types {
+        Some(types) if !types.is_empty() => types.iter().any(|t| t == event_type),
+        _ => true,
+    };
+    let channel_ok = match &endpoint.channels {
+        Some(wanted) if !wanted.is_empty() => {
+            channels.is_some_and(|given| given.iter().any(|c| wanted.contains(c)))
+        }
+        _ => true,
+    };
+    type_ok && channel_ok
+}
+
+pub struct Catalog {
+    store: Arc<dyn Store>,
+    defaults: Defaults,
+    /// Bumped by every invalidation, so a load that raced with a change is not cached.
+    generation: AtomicU64,
+    apps: RwLock<HashMap<String, Arc<App>>>,
+    routes: RwLock<HashMap<AppId, Arc<[Arc<Target>]>>>,
+    targets: RwLock<HashMap<EndpointId, Arc<Target>>>,
+}
+
+impl Catalog {
+    pub fn new(store: Arc<dyn Store>, defaults: Defaults) -> Self {
+        Self {
+            store,
+            defaults,
+            generation: AtomicU64::new(0),
+            apps: RwLock::default(),
+            routes: RwLock::default(),
+            targets: RwLock::default(),
+        }
+    }
+
+    pub fn defaults(&self) -> &Defaults {
+        &self.defaults
+    }
+
+    /// An application by id or uid.
+    pub async fn app(&self, id_or_uid: &str) -> StoreResult<Option<Arc<App>>> {
+        if let Some(app) = read(&self.apps).get(id_or_uid) {
+            return Ok(Some(app.clone()));
+        }
+        let generation = self.generation.load(Ordering::Acquire);
+        let Some(app) = self.store.app(id_or_uid).await? else {
+            return Ok(None);
+        };
+        let app = Arc::new(app);
+        if self.generation.load(Ordering::Acquire) == generation {
+            let mut apps = write(&self.apps);
+            apps.insert(app.id.to_string(), app.clone());
+            if let Some(uid) = &app.uid {
+                apps.insert(uid.clone(), app.clone());
+            }
+        }
+        Ok(Some(app))
+    }
+
+    /// Every endpoint of an application, prepared for delivery.
+    pub async fn targets_of(&self, app: &AppId) -> StoreResult<Arc<[Arc<Target>]>> {
+        if let Some(found) = read(&self.routes).get(app) {
+            return Ok(found.clone());
+        }
+        let generation = self.generation.load(Ordering::Acquire);
+        let endpoints = self.store.app_endpoints(app).await?;
+        let targets: Arc<[Arc<Target>]> = endpoints
+            .into_iter()
+            .map(|e| Arc::new(Target::new(e, &self.defaults)))
+            .collect();
+        if self.generation.load(Ordering::Acquire) == generation {
+            write(&self.routes).insert(app.clone(), targets.clone());
+            let mut by_id = write(&self.targets);
+            for target in targets.iter() {
+                by_id.insert(target.endpoint.id.clone(), target.clone());
+            }
+        }
+        Ok(targets)
+    }
+
+    /// One endpoint, prepared for delivery.
+    pub async fn target(&self, id: &EndpointId) -> StoreResult<Option<Arc<Target>>> {
+        if let Some(found) = read(&self.targets).get(id) {
+            return Ok(Some(found.clone()));
+        }
+        let generation = self.generation.load(Ordering::Acquire);
+        let Some(endpoint) = self.store.endpoint_by_id(id).await? else {
+            return Ok(None);
+        };
+        let target = Arc::new(Target::new(endpoint, &self.defaults));
+        if self.generation.load(Ordering::Acquire) == generation {
+            write(&self.targets).insert(id.clone(), target.clone());
+        }
+        Ok(Some(target))
+    }
+
+    /// Forgets an application (and its routing) after it changed.
+    pub fn invalidate_app(&self, app: &App) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        let mut apps = write(&self.apps);
+        apps.retain(|_, cached| cached.id != app.id);
+        drop(apps);
+        self.invalidate_routes(&app.id);
+    }
+
+    /// Forgets an endpoint after it changed.
+    pub fn invalidate_endpoint(&self, app: &AppId, endpoint: &EndpointId) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        write(&self.targets).remove(endpoint);
+        self.invalidate_routes(app);
+    }
+
+    fn invalidate_routes(&self, app: &AppId) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        if let Some(targets) = write(&self.routes).remove(app) {
+            let mut by_id = write(&self.targets);
+            for target in targets.iter() {
+                by_id.remove(&target.endpoint.id);
+            }
+        }
+    }
+}
+
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Secrets;
+
+    fn endpoint(
+        event_types: Option<&[&str]>,
+        channels: Option<&[&str]>,
+        disabled: bool,
+    ) -> Endpoint {
+        let list = |v: Option<&[&str]>| v.map(|v| v.iter().map(|s| s.to_string()).collect());
+        Endpoint {
+            id: EndpointId::generate(),
+            app_id: AppId::generate(),
+            uid: None,
+            url: "https://example.com/".into(),
+            description: String::new(),
+            disabled,
+            event_types: list(event_types),
+            channels: list(channels),
+            metadata: Default::default(),
+            throttle_rate: None,
+            headers: Default::default(),
+            secrets: Secrets {
+                current: SigningKey::generate().to_secret_string(),
+                previous: vec![],
+            },
+            delivery: Default::default(),
+            created_at: 0,
+            updated_at: 0,
+        }
+    }
+
+    fn chans(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn an_endpoint_without_filters_receives_everything_enabled() {
+        let e = endpoint(None, None, false);
+        assert!(routes_to(&e, "user.created", None));
+        assert!(routes_to(&e, "x", Some(&chans(&["a"]))));
+        assert!(!routes_to(
+            &endpoint(None, None, true),
+            "user.created",
+            None
+        ));
+    }
+
+    #[test]
+    fn event_type_filters_select_by_name() {
+        let e = endpoint(Some(&["invoice.paid", "invoice.failed"]), None, false);
+        assert!(routes_to(&e, "invoice.paid", None));
+        assert!(!routes_to(&e, "invoice.created", None));
+    }
+
+    #[test]
+    fn channel_filters_need_a_shared_channel() {
+        let e = endpoint(None, Some(&["project_1", "project_2"]), false);
+        assert!(routes_to(&e, "t", Some(&chans(&["project_2", "other"]))));
+        assert!(!routes_to(&e, "t", Some(&chans(&["other"]))));
+        assert!(
+            !routes_to(&e, "t", None),
+            "a message without channels skips channel-filtered endpoints"
+        );
+    }
+
+    #[test]
+    fn previous_keys_sign_only_until_their_overlap_ends() {
+        let mut e = endpoint(None, None, false);
+        let old = SigningKey::generate();
+        e.secrets.previous.push(crate::store::PreviousSecret {
+            key: old.to_secret_string(),
+            expires_at: 1000,
+        });
+        let defaults = Defaults {
+            timeout: std::time::Duration::from_secs(1),
+            retry: Default::default(),
+        };
+        let target = Target::new(e, &defaults);
+        assert_eq!(target.signing_keys(999).count(), 2);
+        assert_eq!(target.signing_keys(1000).count(), 1);
+    }
+}

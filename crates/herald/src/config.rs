@@ -1,0 +1,458 @@
+//! Configuration in two stages: raw values (embedded defaults, overlaid by an optional TOML
+//! file and `HERALD_*` environment variables, then flags), and one validated [`Config`] that
+//! is passed explicitly to whatever needs it.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use ipnet::IpNet;
+use serde::Deserialize;
+use toml::Value;
+
+use crate::retry::RetryPolicy;
+
+/// The commented default configuration, embedded in the binary.
+pub const DEFAULT_TOML: &str = include_str!("config/default.toml");
+
+/// Short environment variable names and the key each sets.
+const ENV_ALIASES: &[(&str, &str)] = &[
+    ("HERALD_LISTEN", "server.listen"),
+    ("HERALD_DATA_DIR", "server.data_dir"),
+    ("HERALD_ADMIN_TOKEN", "auth.admin_token"),
+    ("HERALD_ALLOWED_NETWORKS", "delivery.allowed_networks"),
+];
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub auth: AuthConfig,
+    pub delivery: DeliveryConfig,
+    pub queue: QueueConfig,
+    pub store: StoreConfig,
+    pub log: LogConfig,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub max_payload_bytes: usize,
+    pub public_url: Option<String>,
+}
+
+#[derive(Clone)]
+pub struct AuthConfig {
+    pub admin_token: Option<String>,
+    pub portal_token_ttl: Duration,
+}
+
+impl std::fmt::Debug for AuthConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthConfig")
+            .field(
+                "admin_token",
+                &self.admin_token.as_ref().map(|_| "<redacted>"),
+            )
+            .field("portal_token_ttl", &self.portal_token_ttl)
+            .finish()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct DeliveryConfig {
+    pub timeout: Duration,
+    pub max_in_flight: usize,
+    pub response_read_limit: usize,
+    pub response_store_limit: usize,
+    pub allowed_networks: Vec<IpNet>,
+    pub secret_rotation_overlap: Duration,
+    pub user_agent: String,
+    pub default_retry: RetryPolicy,
+}
+
+#[derive(Debug, Clone)]
+pub struct QueueConfig {
+    pub memory_limit: usize,
+    pub poll_interval: Duration,
+    pub retry_horizon: Duration,
+    pub shutdown_grace: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    pub read_connections: usize,
+    pub write_batch_max: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct LogConfig {
+    pub json: bool,
+    pub level: String,
+}
+
+/// Raw values as written in TOML; unknown keys are an error so typos do not pass silently.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    server: RawServer,
+    auth: RawAuth,
+    delivery: RawDelivery,
+    queue: RawQueue,
+    store: RawStore,
+    log: RawLog,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    listen: String,
+    data_dir: PathBuf,
+    max_payload_bytes: usize,
+    public_url: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAuth {
+    admin_token: String,
+    portal_token_ttl_secs: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDelivery {
+    timeout_ms: u64,
+    max_in_flight: usize,
+    response_read_limit: usize,
+    response_store_limit: usize,
+    allowed_networks: Vec<String>,
+    secret_rotation_overlap_secs: u64,
+    user_agent: String,
+    default_retry: RetryPolicy,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawQueue {
+    memory_limit: usize,
+    poll_interval_ms: u64,
+    retry_horizon_ms: u64,
+    shutdown_grace_ms: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStore {
+    read_connections: usize,
+    write_batch_max: usize,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLog {
+    format: String,
+    level: String,
+}
+
+/// Where configuration values come from, lowest precedence first.
+#[derive(Debug, Default)]
+pub struct Sources {
+    /// An optional TOML file.
+    pub file: Option<PathBuf>,
+    /// Environment variables (pass `std::env::vars()`; tests pass their own).
+    pub env: Vec<(String, String)>,
+    /// `key.path = value` overrides from command-line flags.
+    pub overrides: Vec<(String, Value)>,
+}
+
+impl Config {
+    /// The embedded defaults alone (used by tests, which then adjust fields directly).
+    pub fn defaults() -> Self {
+        Self::load(&Sources::default()).expect("the embedded default configuration is valid")
+    }
+
+    /// Layers defaults, file, environment and overrides, then validates.
+    pub fn load(sources: &Sources) -> anyhow::Result<Self> {
+        let mut merged: Value =
+            toml::from_str(DEFAULT_TOML).context("embedded default configuration")?;
+        if let Some(path) = &sources.file {
+            merge(&mut merged, read_file(path)?);
+        }
+        for (key, value) in env_overrides(&sources.env)? {
+            set_path(&mut merged, &key, value)?;
+        }
+        for (key, value) in &sources.overrides {
+            set_path(&mut merged, key, value.clone())?;
+        }
+        let raw: Raw = merged.try_into().context("invalid configuration")?;
+        raw.validate()
+    }
+}
+
+fn read_file(path: &Path) -> anyhow::Result<Value> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading config file {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("parsing config file {}", path.display()))
+}
+
+/// Deep-merges `over` into `base` (tables merge, everything else replaces).
+fn merge(base: &mut Value, over: Value) {
+    match (base, over) {
+        (Value::Table(base), Value::Table(over)) => {
+            for (key, value) in over {
+                match base.get_mut(&key) {
+                    Some(existing) => merge(existing, value),
+                    None => {
+                        base.insert(key, value);
+                    }
+                }
+            }
+        }
+        (base, over) => *base = over,
+    }
+}
+
+fn set_path(root: &mut Value, dotted: &str, value: Value) -> anyhow::Result<()> {
+    let mut node = root;
+    let mut parts = dotted.split('.').peekable();
+    while let Some(part) = parts.next() {
+        let Value::Table(table) = node else {
+            bail!("configuration key {dotted} does not name a table")
+        };
+        if parts.peek().is_none() {
+            let merged = match table.remove(part) {
+                Some(mut existing @ Value::Table(_)) => {
+                    merge(&mut existing, value);
+                    existing
+                }
+                _ => value,
+            };
+            table.insert(part.to_owned(), merged);
+            return Ok(());
+        }
+        node = table
+            .entry(part.to_owned())
+            .or_insert_with(|| Value::Table(Default::default()));
+    }
+    Ok(())
+}
+
+/// Turns `HERALD_*` variables into (key path, value) pairs.
+fn env_overrides(env: &[(String, String)]) -> anyhow::Result<Vec<(String, Value)>> {
+    let mut out = Vec::new();
+    for (name, raw) in env {
+        if let Some((_, key)) = ENV_ALIASES.iter().find(|(alias, _)| alias == name) {
+            let value = if *key == "delivery.allowed_networks" {
+                let list = raw.split(',').map(str::trim).filter(|s| !s.is_empty());
+                Value::Array(list.map(|s| Value::String(s.to_owned())).collect())
+            } else {
+                Value::String(raw.clone())
+            };
+            out.push((key.to_string(), value));
+        } else if let Some(rest) = name.strip_prefix("HERALD_")
+            && rest.contains("__")
+        {
+            let key = rest
+                .split("__")
+                .map(str::to_ascii_lowercase)
+                .collect::<Vec<_>>()
+                .join(".");
+            out.push((key, parse_env_value(raw)));
+        }
+    }
+    Ok(out)
+}
+
+/// Reads an environment value as a TOML literal when it is one (numbers, booleans, arrays,
+/// inline tables), else as a plain string.
+fn parse_env_value(raw: &str) -> Value {
+    toml::from_str::<toml::Table>(&format!("v = {raw}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| Value::String(raw.to_owned()))
+}
+
+impl Raw {
+    fn validate(self) -> anyhow::Result<Config> {
+        let listen: SocketAddr = self.server.listen.parse().with_context(|| {
+            format!(
+                "server.listen: {:?} is not an address:port",
+                self.server.listen
+            )
+        })?;
+        if self.server.max_payload_bytes == 0 {
+            bail!("server.max_payload_bytes must be positive");
+        }
+        let allowed_networks = self
+            .delivery
+            .allowed_networks
+            .iter()
+            .map(|s| parse_network(s))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        if let Some((field, msg)) = self.delivery.default_retry.problems().into_iter().next() {
+            bail!("delivery.default_retry.{field}: {msg}");
+        }
+        let positive = [
+            ("delivery.timeout_ms", self.delivery.timeout_ms as usize),
+            ("delivery.max_in_flight", self.delivery.max_in_flight),
+            ("queue.memory_limit", self.queue.memory_limit),
+            (
+                "queue.poll_interval_ms",
+                self.queue.poll_interval_ms as usize,
+            ),
+            ("store.read_connections", self.store.read_connections),
+            ("store.write_batch_max", self.store.write_batch_max),
+        ];
+        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            bail!("{name} must be positive");
+        }
+        let json = match self.log.format.as_str() {
+            "text" => false,
+            "json" => true,
+            other => bail!("log.format must be \"text\" or \"json\", not {other:?}"),
+        };
+        Ok(Config {
+            server: ServerConfig {
+                listen,
+                data_dir: self.server.data_dir,
+                max_payload_bytes: self.server.max_payload_bytes,
+                public_url: non_empty(self.server.public_url),
+            },
+            auth: AuthConfig {
+                admin_token: non_empty(self.auth.admin_token),
+                portal_token_ttl: Duration::from_secs(self.auth.portal_token_ttl_secs),
+            },
+            delivery: DeliveryConfig {
+                timeout: Duration::from_millis(self.delivery.timeout_ms),
+                max_in_flight: self.delivery.max_in_flight,
+                response_read_limit: self.delivery.response_read_limit,
+                response_store_limit: self
+                    .delivery
+                    .response_store_limit
+                    .min(self.delivery.response_read_limit),
+                allowed_networks,
+                secret_rotation_overlap: Duration::from_secs(
+                    self.delivery.secret_rotation_overlap_secs,
+                ),
+                user_agent: self.delivery.user_agent,
+                default_retry: self.delivery.default_retry,
+            },
+            queue: QueueConfig {
+                memory_limit: self.queue.memory_limit,
+                poll_interval: Duration::from_millis(self.queue.poll_interval_ms),
+                retry_horizon: Duration::from_millis(self.queue.retry_horizon_ms),
+                shutdown_grace: Duration::from_millis(self.queue.shutdown_grace_ms),
+            },
+            store: StoreConfig {
+                read_connections: self.store.read_connections,
+                write_batch_max: self.store.write_batch_max,
+            },
+            log: LogConfig {
+                json,
+                level: self.log.level,
+            },
+        })
+    }
+}
+
+fn non_empty(s: String) -> Option<String> {
+    (!s.trim().is_empty()).then_some(s)
+}
+
+/// Accepts a CIDR or a bare address (taken as a single-host network).
+fn parse_network(s: &str) -> anyhow::Result<IpNet> {
+    s.parse::<IpNet>()
+        .or_else(|_| s.parse::<std::net::IpAddr>().map(IpNet::from))
+        .with_context(|| format!("delivery.allowed_networks: {s:?} is not a CIDR"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn embedded_defaults_match_the_documented_values() {
+        let config = Config::defaults();
+        assert_eq!(config.server.listen.to_string(), "127.0.0.1:8071");
+        assert_eq!(config.server.data_dir, PathBuf::from("./herald-data"));
+        assert_eq!(config.server.max_payload_bytes, 256 * 1024);
+        assert_eq!(config.delivery.timeout, Duration::from_secs(10));
+        assert_eq!(config.delivery.default_retry, RetryPolicy::default());
+        assert!(config.auth.admin_token.is_none());
+        assert!(config.delivery.allowed_networks.is_empty());
+    }
+
+    #[test]
+    fn environment_overrides_defaults_with_short_and_long_names() {
+        let sources = Sources {
+            env: env(&[
+                ("HERALD_LISTEN", "0.0.0.0:9000"),
+                ("HERALD_ALLOWED_NETWORKS", "127.0.0.1/32, 10.0.0.0/8"),
+                ("HERALD_DELIVERY__TIMEOUT_MS", "2500"),
+                ("HERALD_LOG__FORMAT", "json"),
+                ("HERALD_UNRELATED", "ignored"),
+            ]),
+            ..Default::default()
+        };
+        let config = Config::load(&sources).unwrap();
+        assert_eq!(config.server.listen.to_string(), "0.0.0.0:9000");
+        assert_eq!(config.delivery.allowed_networks.len(), 2);
+        assert_eq!(config.delivery.timeout, Duration::from_millis(2500));
+        assert!(config.log.json);
+    }
+
+    #[test]
+    fn file_then_env_then_flags_take_precedence_in_that_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("herald.toml");
+        std::fs::write(
+            &path,
+            "[server]\nlisten = \"127.0.0.1:1111\"\nmax_payload_bytes = 1000\n",
+        )
+        .unwrap();
+        let sources = Sources {
+            file: Some(path),
+            env: env(&[("HERALD_LISTEN", "127.0.0.1:2222")]),
+            overrides: vec![("server.data_dir".into(), Value::String("/tmp/x".into()))],
+        };
+        let config = Config::load(&sources).unwrap();
+        assert_eq!(config.server.listen.port(), 2222);
+        assert_eq!(config.server.max_payload_bytes, 1000);
+        assert_eq!(config.server.data_dir, PathBuf::from("/tmp/x"));
+    }
+
+    #[test]
+    fn invalid_values_and_unknown_keys_are_refused_with_the_key_named() {
+        let bad = |pairs: &[(&str, &str)]| {
+            let sources = Sources {
+                env: env(pairs),
+                ..Default::default()
+            };
+            format!("{:#}", Config::load(&sources).unwrap_err())
+        };
+        assert!(bad(&[("HERALD_LISTEN", "nope")]).contains("server.listen"));
+        assert!(bad(&[("HERALD_ALLOWED_NETWORKS", "10.0.0.0/99")]).contains("allowed_networks"));
+        assert!(bad(&[("HERALD_DELIVERY__TIMEOUT_MSS", "1")]).contains("timeout_mss"));
+        assert!(bad(&[("HERALD_LOG__FORMAT", "xml")]).contains("log.format"));
+    }
+
+    #[test]
+    fn admin_token_debug_output_is_redacted() {
+        let sources = Sources {
+            env: env(&[("HERALD_ADMIN_TOKEN", "sekrit")]),
+            ..Default::default()
+        };
+        let config = Config::load(&sources).unwrap();
+        assert_eq!(config.auth.admin_token.as_deref(), Some("sekrit"));
+        assert!(!format!("{config:?}").contains("sekrit"));
+    }
+}

@@ -1,0 +1,173 @@
+//! One attempt of one delivery, start to finish: find the endpoint, send, decide what the
+//! result means, record it (only while still holding the claim), and either schedule the
+//! retry in memory or let the delivery go.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::{Dispatcher, Job};
+use crate::catalog::Target;
+use crate::clock::now_ms;
+use crate::deliver::{Outgoing, Sent};
+use crate::ids::AttemptId;
+use crate::outcome::{AttemptResult, Decision, Failure, decide, error_class};
+use crate::store::{Attempt, NextState, OutcomeRecord, Trigger};
+
+/// How long an unreachable store is retried before an outcome is given up on (the
+/// delivery is then attempted again later: at-least-once, never lost).
+const RECORD_RETRY_DELAYS_MS: &[u64] = &[50, 200, 1000, 2000, 5000, 5000, 10_000, 10_000, 30_000];
+
+impl Dispatcher {
+    pub(super) async fn process(self: Arc<Self>, job: Job, permit: OwnedSemaphorePermit) {
+        let target = self.catalog.target(&job.endpoint_id).await;
+        let sent = match &target {
+            Ok(Some(target)) if !target.endpoint.disabled => Some(self.send(target, &job).await),
+            _ => None,
+        };
+        drop(permit);
+        self.lanes().finished(job.app());
+        self.wake_pump.notify_one();
+
+        let (next, attempt) = match (target, sent) {
+            (Ok(Some(target)), Some(sent)) => self.judge(&target, &job, sent),
+            // Disabled after the message was accepted: a dead letter, recoverable later.
+            (Ok(Some(_)), None) => (NextState::Dead, None),
+            (Ok(None), _) => (NextState::Canceled, None),
+            (Err(e), _) => {
+                tracing::warn!(error = %e, "loading the endpoint failed; trying the delivery again shortly");
+                self.retry_later(job, Duration::from_secs(1));
+                return;
+            }
+        };
+        self.conclude(job, next, attempt).await;
+    }
+
+    async fn send(&self, target: &Target, job: &Job) -> Sent {
+        let Some(payload) = job.message.payload.clone() else {
+            return Sent::failed(
+                Failure::Internal,
+                "the message payload was expunged",
+                Duration::ZERO,
+            );
+        };
+        let out = Outgoing {
+            target,
+            message: &job.message,
+            payload: &payload,
+            attempt_no: job.attempts + 1,
+            now: now_ms(),
+        };
+        // A panic inside one attempt is our own failure for that delivery, nothing more.
+        AssertUnwindSafe(self.deliverer.send(out))
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|_| {
+                Sent::failed(Failure::Internal, "the attempt panicked", Duration::ZERO)
+            })
+    }
+
+    /// Turns an attempt's result into the delivery's next state and the attempt record.
+    fn judge(&self, target: &Target, job: &Job, sent: Sent) -> (NextState, Option<Attempt>) {
+        let attempts = job.attempts + 1;
+        let decision = decide(
+            &target.settings.retry_rules(),
+            attempts,
+            &sent.result,
+            &mut rand::rng(),
+        );
+        let now = now_ms();
+        let next = match decision {
+            Decision::Delivered => NextState::Delivered,
+            Decision::Dead(_) => NextState::Dead,
+            Decision::Retry { after } => NextState::Retry {
+                at: now + after.as_millis() as i64,
+                keep: after <= self.config.queue.retry_horizon,
+            },
+        };
+        let status_code = match sent.result {
+            AttemptResult::Response { status, .. } => status,
+            AttemptResult::Failed(_) => 0,
+        };
+        let attempt = Attempt {
+            id: AttemptId::generate(),
+            msg_id: job.message.id.clone(),
+            endpoint_id: job.endpoint_id.clone(),
+            app_id: job.message.app_id.clone(),
+            created_at: now,
+            url: target.endpoint.url.clone(),
+            status_code,
+            duration_ms: sent.duration.as_millis() as u64,
+            delivered: decision == Decision::Delivered,
+            error_class: error_class(&sent.result).map(str::to_owned),
+            error: sent.error,
+            response: sent.body,
+            trigger: job.trigger,
+            attempt_no: attempts,
+        };
+        (next, Some(attempt))
+    }
+
+    async fn conclude(&self, mut job: Job, next: NextState, attempt: Option<Attempt>) {
+        let attempts = if attempt.is_some() {
+            job.attempts + 1
+        } else {
+            job.attempts
+        };
+        let record = OutcomeRecord {
+            delivery_id: job.delivery_id,
+            attempt,
+            attempts,
+            next,
+        };
+        let applied = self.record(record).await;
+        match (applied, next) {
+            (true, NextState::Retry { at, keep: true }) => {
+                job.attempts = attempts;
+                job.trigger = Trigger::Scheduled;
+                self.lanes().add_timer(job, at);
+                self.wake_pump.notify_one();
+            }
+            _ => {
+                self.lanes().forget(1);
+                self.wake_loader.notify_one();
+            }
+        }
+    }
+
+    /// Records an outcome, retrying while the store is unreachable. Returns whether it was
+    /// recorded (false also when the claim was lost to another process).
+    async fn record(&self, record: OutcomeRecord) -> bool {
+        for delay in RECORD_RETRY_DELAYS_MS.iter().copied().chain([0]) {
+            match self.store.record_outcome(&self.owner, record.clone()).await {
+                Ok(applied) => {
+                    if !applied {
+                        tracing::info!(
+                            delivery = record.delivery_id,
+                            "claim lost; outcome not recorded"
+                        );
+                    }
+                    return applied;
+                }
+                Err(e) if delay > 0 => {
+                    tracing::warn!(error = %e, delivery = record.delivery_id, "recording an outcome failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(delay)).await;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, delivery = record.delivery_id, "giving up recording an outcome")
+                }
+            }
+        }
+        false
+    }
+
+    /// Puts a job back without consuming an attempt.
+    fn retry_later(&self, job: Job, after: Duration) {
+        self.lanes()
+            .add_timer(job, now_ms() + after.as_millis() as i64);
+        self.wake_pump.notify_one();
+    }
+}

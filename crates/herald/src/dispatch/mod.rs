@@ -1,0 +1,177 @@
+//! The dispatcher decides what to send next and keeps every accepted delivery moving.
+//!
+//! Freshly ingested deliveries arrive straight from ingest (no polling on the hot path);
+//! the [`loader`] claims everything else from the store: work left by a crashed or
+//! stopped process, retries due later than the in-memory horizon, manual requeues. The
+//! pump takes the next job from the fair [`lanes`] whenever a global slot is free and
+//! spawns its [`attempt`].
+
+mod attempt;
+mod lanes;
+mod loader;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::{Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use lanes::Job;
+use lanes::Lanes;
+
+use crate::catalog::Catalog;
+use crate::clock::{Millis, now_ms};
+use crate::config::QueueConfig;
+use crate::deliver::Deliverer;
+use crate::store::Store;
+
+/// Settings the dispatcher runs with.
+#[derive(Debug, Clone)]
+pub struct DispatchConfig {
+    pub queue: QueueConfig,
+    /// Attempts in flight at once across all applications.
+    pub max_in_flight: usize,
+    /// Attempts in flight at once per application.
+    pub app_max_in_flight: u32,
+}
+
+pub struct Dispatcher {
+    /// Identifies this process's claims in the store.
+    owner: String,
+    store: Arc<dyn Store>,
+    catalog: Arc<Catalog>,
+    deliverer: Deliverer,
+    config: DispatchConfig,
+    lanes: Mutex<Lanes>,
+    slots: Arc<Semaphore>,
+    wake_pump: Notify,
+    wake_loader: Notify,
+    attempts: TaskTracker,
+}
+
+impl Dispatcher {
+    pub fn new(
+        owner: String,
+        store: Arc<dyn Store>,
+        catalog: Arc<Catalog>,
+        deliverer: Deliverer,
+        config: DispatchConfig,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            owner,
+            store,
+            catalog,
+            deliverer,
+            lanes: Mutex::new(Lanes::new(
+                config.queue.memory_limit,
+                config.app_max_in_flight,
+            )),
+            slots: Arc::new(Semaphore::new(config.max_in_flight)),
+            wake_pump: Notify::new(),
+            wake_loader: Notify::new(),
+            attempts: TaskTracker::new(),
+            config,
+        })
+    }
+
+    /// The owner name this process claims deliveries under.
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// Reserves memory for `n` deliveries about to be ingested; when this returns false
+    /// they are committed unclaimed and the loader picks them up as room frees.
+    pub fn try_reserve(&self, n: usize) -> bool {
+        self.lanes().try_reserve(n)
+    }
+
+    /// Returns a reservation that will not be used (the ingest failed).
+    pub fn unreserve(&self, n: usize) {
+        self.lanes().forget(n);
+        self.wake_loader.notify_one();
+    }
+
+    /// Hands over reserved, committed and claimed deliveries for immediate attempts.
+    pub fn submit(&self, jobs: impl IntoIterator<Item = Job>) {
+        let mut lanes = self.lanes();
+        for job in jobs {
+            lanes.add_ready(job);
+        }
+        drop(lanes);
+        self.wake_pump.notify_one();
+    }
+
+    /// Asks the loader to look for claimable work now (after a manual requeue).
+    pub fn poke(&self) {
+        self.wake_loader.notify_one();
+    }
+
+    /// Runs the pump and the loader until `shutdown`, then lets in-flight attempts finish
+    /// within the grace period and gives every held delivery back to the store.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let loader = tokio::spawn(loader::run(self.clone(), shutdown.clone()));
+        self.clone().pump(shutdown).await;
+        let _ = loader.await;
+        self.attempts.close();
+        let grace = self.config.queue.shutdown_grace;
+        if tokio::time::timeout(grace, self.attempts.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                ?grace,
+                "attempts still in flight after the grace period; their deliveries will be retried"
+            );
+        }
+        let waiting = self.lanes().drain_waiting().len();
+        match self.store.release_owner(&self.owner).await {
+            Ok(released) => {
+                tracing::info!(waiting, released, "dispatcher stopped; deliveries released")
+            }
+            Err(e) => tracing::error!(error = %e, "releasing deliveries at shutdown failed"),
+        }
+    }
+
+    async fn pump(self: Arc<Self>, shutdown: CancellationToken) {
+        loop {
+            let permit = tokio::select! {
+                permit = self.slots.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
+                _ = shutdown.cancelled() => return,
+            };
+            let job = loop {
+                let (job, next_due) = {
+                    let mut lanes = self.lanes();
+                    lanes.promote(now_ms());
+                    (lanes.pop(), lanes.next_due())
+                };
+                if let Some(job) = job {
+                    break job;
+                }
+                tokio::select! {
+                    _ = self.wake_pump.notified() => {}
+                    _ = sleep_until_ms(next_due) => {}
+                    _ = shutdown.cancelled() => return,
+                }
+            };
+            let this = self.clone();
+            self.attempts
+                .spawn(async move { this.process(job, permit).await });
+        }
+    }
+
+    fn lanes(&self) -> MutexGuard<'_, Lanes> {
+        self.lanes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Sleeps until a wall-clock time in milliseconds, or forever when there is none.
+async fn sleep_until_ms(due: Option<Millis>) {
+    match due {
+        Some(due) => {
+            let wait = (due - now_ms()).max(0) as u64;
+            tokio::time::sleep(Duration::from_millis(wait)).await
+        }
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,27 @@
+//! Herald: a self-hosted webhook and postback delivery service that speaks the Svix API.
+//!
+//! The flow of a message: [`api`] accepts it, [`ingest`] commits it with one delivery per
+//! matching endpoint ([`catalog`] knows the routes) through the [`store`], and hands the
+//! deliveries to the [`dispatch`]er, which picks fairly among applications and runs each
+//! attempt through [`deliver`] (signed by [`signing`], guarded by [`ssrf`]). [`outcome`]
+//! and [`retry`] decide what an attempt's result means and when to try again.
+
+pub mod api;
+pub mod catalog;
+pub mod clock;
+pub mod config;
+pub mod deliver;
+pub mod dispatch;
+pub mod endpoint_settings;
+pub mod ids;
+pub mod ingest;
+pub mod outcome;
+pub mod retry;
+pub mod server;
+pub mod signing;
+pub mod ssrf;
+pub mod store;
+pub mod telemetry;
+
+pub use config::Config;
+pub use server::Server;

@@ -1,0 +1,101 @@
+//! The `herald` command: `serve` runs the API and the delivery workers.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use herald::config::{DEFAULT_TOML, Sources};
+use herald::{Config, Server, telemetry};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Parser)]
+#[command(
+    name = "herald",
+    version,
+    about = "Webhook delivery that speaks the Svix API"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the API and the delivery workers.
+    Serve {
+        /// A TOML file overriding the defaults.
+        #[arg(long, env = "HERALD_CONFIG")]
+        config: Option<PathBuf>,
+        /// Address to listen on (default 127.0.0.1:8071).
+        #[arg(long)]
+        listen: Option<String>,
+        /// Data directory for the embedded database (default ./herald-data).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+    /// Print the commented default configuration.
+    DefaultConfig,
+    /// Print Herald's OpenAPI document.
+    Openapi,
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Serve {
+            config,
+            listen,
+            data_dir,
+        } => {
+            let mut overrides = Vec::new();
+            if let Some(listen) = listen {
+                overrides.push(("server.listen".to_owned(), toml::Value::String(listen)));
+            }
+            if let Some(dir) = data_dir {
+                overrides.push((
+                    "server.data_dir".to_owned(),
+                    toml::Value::String(dir.display().to_string()),
+                ));
+            }
+            let sources = Sources {
+                file: config,
+                env: std::env::vars().collect(),
+                overrides,
+            };
+            let config = Config::load(&sources)?;
+            telemetry::init(&config.log);
+            let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+            runtime.block_on(serve(config))
+        }
+        Command::DefaultConfig => {
+            print!("{DEFAULT_TOML}");
+            Ok(())
+        }
+        Command::Openapi => {
+            use utoipa::OpenApi;
+            println!(
+                "{}",
+                herald::api::openapi::ApiDoc::openapi().to_pretty_json()?
+            );
+            Ok(())
+        }
+    }
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    let server = Server::build(config).await?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(stop_on_signal(shutdown.clone()));
+    server.run_until_stopped(shutdown).await
+}
+
+/// Cancels `shutdown` on SIGTERM or SIGINT.
+async fn stop_on_signal(shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::info!("shutting down: finishing in-flight attempts");
+    shutdown.cancel();
+}

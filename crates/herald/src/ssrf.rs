@@ -1,0 +1,362 @@
+//! The destination guard: which URLs may be registered and which addresses Herald may
+//! connect to. Judgement is on parsed values (the `url` crate's host, `IpAddr`s from the
+//! resolver), never on raw strings, and the connection later goes only to the addresses
+//! judged here (see `deliver::connector`), so DNS rebinding has no window.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use ipnet::IpNet;
+use url::{Host, Url};
+
+/// Longest endpoint URL accepted.
+pub const MAX_URL_LEN: usize = 2048;
+
+/// Host names that are refused whatever they resolve to (compared lowercase, without a
+/// trailing dot).
+const DENIED_NAMES: &[&str] = &["localhost", "metadata.google.internal"];
+
+/// Networks the operator opened up (`HERALD_ALLOWED_NETWORKS`), the only way back in.
+#[derive(Debug, Clone, Default)]
+pub struct Guard {
+    allowed: Vec<IpNet>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UrlProblem {
+    #[error("URL is longer than {MAX_URL_LEN} bytes")]
+    TooLong,
+    #[error("URL contains whitespace, a control character or a backslash")]
+    ForbiddenCharacter,
+    #[error("URL is not valid: {0}")]
+    Unparsable(String),
+    #[error("only http and https URLs are allowed")]
+    Scheme,
+    #[error("URLs must not carry a user name or password")]
+    Userinfo,
+    #[error("URL has no host")]
+    NoHost,
+    #[error("port {0} is not allowed (use 80, 443 or a port of 1024 or above)")]
+    Port(u16),
+    #[error("destination {0} is not allowed (private, loopback or special-purpose)")]
+    Blocked(String),
+}
+
+impl Guard {
+    pub fn new(allowed: Vec<IpNet>) -> Self {
+        Self { allowed }
+    }
+
+    /// Whether Herald may connect to `ip`.
+    pub fn ip_allowed(&self, ip: IpAddr) -> bool {
+        let ip = canonical(ip);
+        self.allowed.iter().any(|net| net.contains(&ip)) || !forbidden(ip)
+    }
+
+    /// Parses and judges an endpoint URL at registration. Names are not resolved here (they
+    /// are judged again, resolved, at every connection), but IP literals and denied names
+    /// are refused at once.
+    pub fn check_url(&self, raw: &str) -> Result<Url, UrlProblem> {
+        if raw.len() > MAX_URL_LEN {
+            return Err(UrlProblem::TooLong);
+        }
+        if raw
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || c == '\\')
+        {
+            return Err(UrlProblem::ForbiddenCharacter);
+        }
+        let url = Url::parse(raw).map_err(|e| UrlProblem::Unparsable(e.to_string()))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(UrlProblem::Scheme);
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(UrlProblem::Userinfo);
+        }
+        if let Some(port) = url.port()
+            && port < 1024
+            && port != 80
+            && port != 443
+        {
+            return Err(UrlProblem::Port(port));
+        }
+        self.check_host(url.host().ok_or(UrlProblem::NoHost)?)?;
+        Ok(url)
+    }
+
+    /// Judges a parsed host: IP literals by address, names against the deny list.
+    pub fn check_host(&self, host: Host<&str>) -> Result<(), UrlProblem> {
+        match host {
+            Host::Ipv4(ip) => self.check_ip(IpAddr::V4(ip)),
+            Host::Ipv6(ip) => self.check_ip(IpAddr::V6(ip)),
+            Host::Domain(name) => {
+                if name_denied(name) {
+                    Err(UrlProblem::Blocked(name.to_owned()))
+                } else {
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    pub fn check_ip(&self, ip: IpAddr) -> Result<(), UrlProblem> {
+        if self.ip_allowed(ip) {
+            Ok(())
+        } else {
+            Err(UrlProblem::Blocked(ip.to_string()))
+        }
+    }
+}
+
+/// `localhost`, `*.localhost` and cloud metadata names, however they are spelled.
+pub fn name_denied(name: &str) -> bool {
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    DENIED_NAMES.contains(&name.as_str()) || name.ends_with(".localhost")
+}
+
+/// Unwraps IPv4-mapped IPv6 (`::ffff:a.b.c.d`) so it is judged as the IPv4 it reaches.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => ip,
+        },
+        v4 => v4,
+    }
+}
+
+/// Whether an address is in a special-purpose range no webhook may reach.
+pub fn forbidden(ip: IpAddr) -> bool {
+    match canonical(ip) {
+        IpAddr::V4(v4) => forbidden_v4(v4),
+        IpAddr::V6(v6) => forbidden_v6(v6),
+    }
+}
+
+fn forbidden_v4(ip: Ipv4Addr) -> bool {
+    let [a, b, c, _] = ip.octets();
+    a == 0 // "this network", 0.0.0.0/8
+        || a == 10 // private
+        || (a == 100 && (64..128).contains(&b)) // CGNAT 100.64.0.0/10
+        || a == 127 // loopback
+        || (a == 169 && b == 254) // link-local, cloud metadata
+        || (a == 172 && (16..32).contains(&b)) // private
+        || (a == 192 && b == 0 && c == 0) // IETF protocol assignments
+        || (a == 192 && b == 0 && c == 2) // TEST-NET-1
+        || (a == 192 && b == 88 && c == 99) // 6to4 relay anycast
+        || (a == 192 && b == 168) // private
+        || (a == 198 && (18..20).contains(&b)) // benchmarking 198.18.0.0/15
+        || (a == 198 && b == 51 && c == 100) // TEST-NET-2
+        || (a == 203 && b == 0 && c == 113) // TEST-NET-3
+        || a >= 224 // multicast 224/4, reserved 240/4, broadcast
+}
+
+fn forbidden_v6(ip: Ipv6Addr) -> bool {
+    let s = ip.segments();
+    // NAT64 well-known prefix 64:ff9b::/96: judge the IPv4 it translates to.
+    if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+        let [a, b] = s[6].to_be_bytes();
+        let [c, d] = s[7].to_be_bytes();
+        return forbidden_v4(Ipv4Addr::new(a, b, c, d));
+    }
+    // Only global unicast (2000::/3) can be public. Everything else — unspecified,
+    // loopback, IPv4-compatible and -translated forms, local-use NAT64, discard-only,
+    // ULA (fc00::/7, including fd00:ec2::254), link-local, site-local, multicast — is refused.
+    if s[0] & 0xe000 != 0x2000 {
+        return true;
+    }
+    (s[0] == 0x2001 && s[1] < 0x0200) // IETF protocol assignments 2001::/23 (Teredo, benchmarking, ORCHID)
+        || (s[0] == 0x2001 && s[1] == 0x0db8) // documentation
+        || s[0] == 0x2002 // 6to4
+        || (s[0] & 0xfff0) == 0x3ff0 // documentation 3fff::/20 (and the rest of 3ff0::/12, unassigned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn special_purpose_ipv4_ranges_are_forbidden() {
+        for s in [
+            "0.0.0.0",
+            "0.1.2.3",
+            "10.0.0.1",
+            "100.64.0.1",
+            "100.127.255.255",
+            "127.0.0.1",
+            "127.0.0.2",
+            "169.254.169.254",
+            "172.16.0.1",
+            "172.31.255.255",
+            "192.0.0.8",
+            "192.0.2.1",
+            "192.88.99.1",
+            "192.168.1.1",
+            "198.18.0.1",
+            "198.19.255.255",
+            "198.51.100.7",
+            "203.0.113.9",
+            "224.0.0.1",
+            "239.255.255.250",
+            "240.0.0.1",
+            "255.255.255.255",
+        ] {
+            assert!(forbidden(ip(s)), "{s} must be forbidden");
+        }
+    }
+
+    #[test]
+    fn public_ipv4_addresses_are_allowed() {
+        for s in [
+            "8.8.8.8",
+            "1.1.1.1",
+            "100.63.255.255",
+            "100.128.0.0",
+            "172.15.0.1",
+            "172.32.0.1",
+            "198.20.0.1",
+            "223.255.255.255",
+        ] {
+            assert!(!forbidden(ip(s)), "{s} must be allowed");
+        }
+    }
+
+    #[test]
+    fn special_purpose_ipv6_ranges_and_transition_forms_are_forbidden() {
+        for s in [
+            "::",
+            "::1",
+            "::127.0.0.1",
+            "::ffff:127.0.0.1",
+            "::ffff:10.0.0.1",
+            "::ffff:0:7f00:1",
+            "64:ff9b::7f00:1",
+            "64:ff9b::a9fe:a9fe",
+            "64:ff9b:1::1",
+            "100::1",
+            "2001::1",
+            "2001:2::1",
+            "2001:db8::1",
+            "2002:7f00:1::",
+            "3fff::1",
+            "fc00::1",
+            "fd00:ec2::254",
+            "fe80::1",
+            "fec0::1",
+            "ff02::1",
+        ] {
+            assert!(forbidden(ip(s)), "{s} must be forbidden");
+        }
+    }
+
+    #[test]
+    fn public_ipv6_and_its_embeddings_of_public_ipv4_are_allowed() {
+        for s in [
+            "2606:4700:4700::1111",
+            "2a00:1450:4001::1",
+            "::ffff:8.8.8.8",
+            "64:ff9b::808:808",
+        ] {
+            assert!(!forbidden(ip(s)), "{s} must be allowed");
+        }
+    }
+
+    #[test]
+    fn forbidden_is_the_same_for_ipv4_and_its_mapped_and_nat64_forms() {
+        for v4 in [
+            "127.0.0.1",
+            "8.8.8.8",
+            "10.1.2.3",
+            "169.254.169.254",
+            "1.2.3.4",
+            "224.1.1.1",
+        ] {
+            let v4: Ipv4Addr = v4.parse().unwrap();
+            let [a, b, c, d] = v4.octets();
+            let nat64 = Ipv6Addr::new(
+                0x64,
+                0xff9b,
+                0,
+                0,
+                0,
+                0,
+                u16::from_be_bytes([a, b]),
+                u16::from_be_bytes([c, d]),
+            );
+            let expected = forbidden(IpAddr::V4(v4));
+            assert_eq!(
+                forbidden(IpAddr::V6(v4.to_ipv6_mapped())),
+                expected,
+                "{v4} mapped"
+            );
+            assert_eq!(forbidden(IpAddr::V6(nat64)), expected, "{v4} nat64");
+        }
+    }
+
+    #[test]
+    fn allowed_networks_open_a_forbidden_range() {
+        let guard = Guard::new(vec!["127.0.0.1/32".parse().unwrap()]);
+        assert!(guard.ip_allowed(ip("127.0.0.1")));
+        assert!(guard.ip_allowed(ip("::ffff:127.0.0.1")));
+        assert!(!guard.ip_allowed(ip("127.0.0.2")));
+        assert!(!guard.ip_allowed(ip("10.0.0.1")));
+    }
+
+    #[test]
+    fn registration_refuses_hostile_urls() {
+        let guard = Guard::default();
+        let cases = [
+            ("http://127.0.0.1:9999/hook", "blocked"),
+            ("http://2130706433:9999/", "blocked"),
+            ("http://127.1:9999/", "blocked"),
+            ("http://0:9999/", "blocked"),
+            ("http://[::ffff:127.0.0.1]:9999/", "blocked"),
+            ("http://[::127.0.0.1]:9999/", "blocked"),
+            ("http://localhost:9999/", "blocked"),
+            ("http://LOCALHOST.:9999/", "blocked"),
+            ("http://api.localhost:9999/", "blocked"),
+            (
+                "http://metadata.google.internal/computeMetadata/v1/",
+                "blocked",
+            ),
+            ("file:///etc/passwd", "scheme"),
+            ("gopher://127.0.0.1:6379/_FLUSHALL", "scheme"),
+            ("https://hooks.example.com@127.0.0.1:9999/", "userinfo"),
+            ("http://hooks.example.com\\@127.0.0.1:9999/", "char"),
+            ("http://hooks.example.com/\r\nX-Injected: 1", "char"),
+            ("http://hooks.example.com:65536/", "parse"),
+            ("http://hooks.example.com:22/", "port"),
+            ("http://[fe80::1%25eth0]/", "parse"),
+        ];
+        for (url, why) in cases {
+            let err = guard.check_url(url).expect_err(url);
+            let ok = match why {
+                "blocked" => matches!(err, UrlProblem::Blocked(_)),
+                "scheme" => err == UrlProblem::Scheme,
+                "userinfo" => err == UrlProblem::Userinfo,
+                "char" => err == UrlProblem::ForbiddenCharacter,
+                "parse" => matches!(err, UrlProblem::Unparsable(_)),
+                "port" => err == UrlProblem::Port(22),
+                _ => unreachable!(),
+            };
+            assert!(ok, "{url}: got {err:?}, wanted {why}");
+        }
+        let long = format!("https://hooks.example.com/{}", "a".repeat(MAX_URL_LEN));
+        assert_eq!(guard.check_url(&long), Err(UrlProblem::TooLong));
+    }
+
+    #[test]
+    fn registration_accepts_ordinary_urls() {
+        let guard = Guard::default();
+        for url in [
+            "https://hooks.example.com/webhook",
+            "http://example.com:8080/x?y=1",
+            "https://[2606:4700::1]/",
+        ] {
+            assert!(guard.check_url(url).is_ok(), "{url}");
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! Storage: one interface, implemented once per database. Everything durable goes through
+//! the [`Store`] trait; nothing else in Herald speaks SQL.
+//!
+//! The interface is split by domain: [`CatalogStore`] (applications, endpoints, event
+//! types), [`MessageStore`] (ingest and the history of messages and attempts),
+//! [`QueueStore`] (claiming work, recording outcomes) and [`AccessStore`] (tokens and
+//! idempotency records). Backends live in submodules (`sqlite`).
+
+mod model;
+pub mod sqlite;
+
+use async_trait::async_trait;
+
+pub use model::*;
+
+use crate::clock::Millis;
+use crate::ids::{AppId, EndpointId, MessageId};
+
+/// Storage failures. Callers distinguish conflicts (the caller's mistake) from the rest.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A uniqueness rule was violated (uid, event id, event type name).
+    #[error("conflict: {0}")]
+    Conflict(&'static str),
+    /// The database cannot be reached or refused the operation (disk full, locked, down).
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+    /// Anything else: a bug or corrupted data.
+    #[error(transparent)]
+    Other(#[from] anyhow::Error),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Applications, endpoints and event types.
+#[async_trait]
+pub trait CatalogStore: Send + Sync {
+    async fn insert_app(&self, app: &App) -> StoreResult<()>;
+    /// Finds an application by id or by uid.
+    async fn app(&self, id_or_uid: &str) -> StoreResult<Option<App>>;
+    async fn list_apps(&self, page: &PageQuery) -> StoreResult<Vec<App>>;
+    async fn update_app(&self, app: &App) -> StoreResult<()>;
+    /// Deletes an application with its endpoints, messages, deliveries and attempts.
+    async fn delete_app(&self, id: &AppId) -> StoreResult<()>;
+
+    async fn insert_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()>;
+    /// Finds an endpoint of `app` by id or by uid.
+    async fn endpoint(&self, app: &AppId, id_or_uid: &str) -> StoreResult<Option<Endpoint>>;
+    async fn endpoint_by_id(&self, id: &EndpointId) -> StoreResult<Option<Endpoint>>;
+    async fn list_endpoints(&self, app: &AppId, page: &PageQuery) -> StoreResult<Vec<Endpoint>>;
+    /// Every endpoint of an application (for routing).
+    async fn app_endpoints(&self, app: &AppId) -> StoreResult<Vec<Endpoint>>;
+    async fn update_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()>;
+    /// Deletes an endpoint; its pending deliveries are cancelled.
+    async fn delete_endpoint(&self, app: &AppId, id: &EndpointId) -> StoreResult<()>;
+
+    /// Inserts or replaces an event type; returns whether it was created.
+    async fn upsert_event_type(&self, event_type: &EventType) -> StoreResult<bool>;
+    async fn insert_event_type(&self, event_type: &EventType) -> StoreResult<()>;
+    async fn event_type(&self, name: &str) -> StoreResult<Option<EventType>>;
+    async fn list_event_types(
+        &self,
+        page: &PageQuery,
+        include_archived: bool,
+    ) -> StoreResult<Vec<EventType>>;
+    /// Archives an event type, or removes it when `expunge`; returns whether it existed.
+    async fn delete_event_type(&self, name: &str, expunge: bool) -> StoreResult<bool>;
+}
+
+/// Ingest and the record of messages, deliveries and attempts.
+#[async_trait]
+pub trait MessageStore: Send + Sync {
+    /// Commits a message with its deliveries (and its idempotency record) in one transaction.
+    async fn ingest(&self, new: NewMessage) -> StoreResult<IngestResult>;
+    /// A message of `app` by id or by `eventId`.
+    async fn message(&self, app: &AppId, id_or_event_id: &str) -> StoreResult<Option<Message>>;
+    async fn list_messages(
+        &self,
+        app: &AppId,
+        filter: &MessageFilter,
+        page: &PageQuery,
+    ) -> StoreResult<Vec<Message>>;
+    /// Removes a message's payload, keeping its metadata; returns whether it existed.
+    async fn expunge_message(&self, app: &AppId, id: &MessageId) -> StoreResult<bool>;
+
+    async fn list_attempts(
+        &self,
+        filter: &AttemptFilter,
+        page: &PageQuery,
+    ) -> StoreResult<Vec<Attempt>>;
+    async fn attempt(&self, app: &AppId, msg: &MessageId, id: &str)
+    -> StoreResult<Option<Attempt>>;
+    async fn expunge_attempt(&self, app: &AppId, msg: &MessageId, id: &str) -> StoreResult<bool>;
+    /// The messages sent to an endpoint with that endpoint's delivery state, newest first.
+    async fn endpoint_messages(
+        &self,
+        endpoint: &EndpointId,
+        filter: &MessageFilter,
+        status: Option<DeliveryStatus>,
+        page: &PageQuery,
+    ) -> StoreResult<Vec<(Message, DeliveryView)>>;
+    /// The deliveries of one message (one per destination endpoint).
+    async fn message_deliveries(
+        &self,
+        msg: &MessageId,
+        page: &PageQuery,
+    ) -> StoreResult<Vec<DeliveryView>>;
+    async fn endpoint_stats(
+        &self,
+        endpoint: &EndpointId,
+        since: Option<Millis>,
+        until: Option<Millis>,
+    ) -> StoreResult<EndpointStats>;
+}
+
+/// The work queue: claiming deliveries, recording outcomes, requeueing.
+#[async_trait]
+pub trait QueueStore: Send + Sync {
+    /// Claims up to `limit` unowned pending deliveries due at or before `due_before`.
+    async fn claim(
+        &self,
+        owner: &str,
+        due_before: Millis,
+        limit: usize,
+    ) -> StoreResult<Vec<ClaimedDelivery>>;
+    /// Records one attempt and the delivery's next state, only if `owner` still holds the
+    /// delivery; returns whether it did.
+    async fn record_outcome(&self, owner: &str, outcome: OutcomeRecord) -> StoreResult<bool>;
+    /// Gives deliveries back to the queue (graceful shutdown, memory pressure).
+    async fn release(&self, owner: &str, deliveries: Vec<i64>) -> StoreResult<()>;
+    /// Gives back every delivery `owner` still holds (end of a graceful shutdown).
+    async fn release_owner(&self, owner: &str) -> StoreResult<u64>;
+    /// Drops every claim: used at start-up by a backend that only one process can open.
+    async fn release_all(&self) -> StoreResult<u64>;
+    /// Puts deliveries back to pending for a manual retry; returns how many.
+    async fn requeue(&self, request: Requeue) -> StoreResult<u64>;
+    /// Counts of deliveries by state (for health and shutdown checks).
+    async fn queue_counts(&self) -> StoreResult<QueueCounts>;
+}
+
+/// Access tokens and idempotency records.
+#[async_trait]
+pub trait AccessStore: Send + Sync {
+    async fn insert_token(&self, token: &PortalToken) -> StoreResult<()>;
+    async fn token(&self, hash: &str) -> StoreResult<Option<PortalToken>>;
+    async fn revoke_token(&self, hash: &str) -> StoreResult<()>;
+    async fn idempotent_response(
+        &self,
+        scope: &str,
+        key: &str,
+    ) -> StoreResult<Option<StoredResponse>>;
+    async fn save_idempotent_response(
+        &self,
+        scope: &str,
+        key: &str,
+        response: &StoredResponse,
+    ) -> StoreResult<()>;
+}
+
+/// Everything Herald needs from a database.
+pub trait Store: CatalogStore + MessageStore + QueueStore + AccessStore + 'static {}
+
+impl<T: CatalogStore + MessageStore + QueueStore + AccessStore + 'static> Store for T {}

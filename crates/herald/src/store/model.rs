@@ -1,0 +1,374 @@
+//! The records the store keeps, independent of any database.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Millis;
+use crate::endpoint_settings::DeliverySettings;
+use crate::ids::{AppId, AttemptId, EndpointId, MessageId};
+
+pub type Metadata = BTreeMap<String, String>;
+
+/// One of our user's customers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct App {
+    pub id: AppId,
+    pub uid: Option<String>,
+    pub name: String,
+    pub metadata: Metadata,
+    pub throttle_rate: Option<u16>,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+}
+
+/// An endpoint's signing secrets: the current one, and earlier ones that keep signing until
+/// their overlap after a rotation ends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Secrets {
+    pub current: String,
+    #[serde(default)]
+    pub previous: Vec<PreviousSecret>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreviousSecret {
+    pub key: String,
+    pub expires_at: Millis,
+}
+
+/// A URL of an application that receives messages, with its filters and settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Endpoint {
+    pub id: EndpointId,
+    pub app_id: AppId,
+    pub uid: Option<String>,
+    pub url: String,
+    pub description: String,
+    pub disabled: bool,
+    pub event_types: Option<Vec<String>>,
+    pub channels: Option<Vec<String>>,
+    pub metadata: Metadata,
+    pub throttle_rate: Option<u16>,
+    pub headers: BTreeMap<String, String>,
+    pub secrets: Secrets,
+    pub delivery: DeliverySettings,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventType {
+    pub name: String,
+    pub description: String,
+    pub archived: bool,
+    pub deprecated: bool,
+    pub schemas: Option<serde_json::Value>,
+    pub feature_flag: Option<String>,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+}
+
+/// An event as accepted. `payload` is the JSON text exactly as received (it is what gets
+/// signed and sent); `None` once expunged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message {
+    pub id: MessageId,
+    pub app_id: AppId,
+    pub event_type: String,
+    pub event_id: Option<String>,
+    pub channels: Option<Vec<String>>,
+    pub payload: Option<Arc<str>>,
+    pub created_at: Millis,
+}
+
+/// A message to commit, with one delivery per matching endpoint.
+#[derive(Debug, Clone)]
+pub struct NewMessage {
+    pub message: Message,
+    pub endpoints: Vec<EndpointId>,
+    /// Claim the deliveries for this owner at once (the caller will dispatch them from
+    /// memory); `None` leaves them for whoever claims next.
+    pub owner: Option<String>,
+    /// Stored in the same transaction, so a retried request can never create a second
+    /// message.
+    pub idempotency: Option<IdempotencyRecord>,
+}
+
+#[derive(Debug, Clone)]
+pub struct IdempotencyRecord {
+    pub scope: String,
+    pub key: String,
+    pub response: StoredResponse,
+}
+
+/// A response kept for an idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredResponse {
+    /// Hash of the request (method, path, body) that produced it.
+    pub fingerprint: String,
+    pub status: u16,
+    pub body: String,
+    pub created_at: Millis,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum IngestResult {
+    /// Committed; the delivery ids are in the order of `NewMessage::endpoints`.
+    Created { deliveries: Vec<i64> },
+    /// The idempotency key was used before: here is the first response.
+    Replayed(StoredResponse),
+    /// Another message of this application already has this `eventId`.
+    DuplicateEventId,
+}
+
+/// Where a delivery stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeliveryState {
+    /// Waiting for its first attempt or a retry.
+    Pending,
+    Delivered,
+    /// A dead letter: failed permanently or ran out of attempts.
+    Dead,
+    /// Its endpoint was deleted before it was delivered.
+    Canceled,
+}
+
+impl DeliveryState {
+    pub fn code(self) -> i64 {
+        match self {
+            Self::Pending => 0,
+            Self::Delivered => 1,
+            Self::Dead => 2,
+            Self::Canceled => 3,
+        }
+    }
+
+    pub fn from_code(code: i64) -> Self {
+        match code {
+            1 => Self::Delivered,
+            2 => Self::Dead,
+            3 => Self::Canceled,
+            _ => Self::Pending,
+        }
+    }
+}
+
+/// The Svix message status: success 0, pending 1, fail 2, sending 3 (retrying after a
+/// failed attempt).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeliveryStatus {
+    Success,
+    Pending,
+    Fail,
+    Sending,
+}
+
+impl DeliveryStatus {
+    pub fn code(self) -> u8 {
+        match self {
+            Self::Success => 0,
+            Self::Pending => 1,
+            Self::Fail => 2,
+            Self::Sending => 3,
+        }
+    }
+
+    pub fn from_code(code: i64) -> Option<Self> {
+        Some(match code {
+            0 => Self::Success,
+            1 => Self::Pending,
+            2 => Self::Fail,
+            3 => Self::Sending,
+            _ => return None,
+        })
+    }
+
+    pub fn text(self) -> &'static str {
+        match self {
+            Self::Success => "success",
+            Self::Pending => "pending",
+            Self::Fail => "fail",
+            Self::Sending => "sending",
+        }
+    }
+
+    pub fn of(state: DeliveryState, attempts: u32) -> Self {
+        match state {
+            DeliveryState::Delivered => Self::Success,
+            DeliveryState::Dead | DeliveryState::Canceled => Self::Fail,
+            DeliveryState::Pending if attempts == 0 => Self::Pending,
+            DeliveryState::Pending => Self::Sending,
+        }
+    }
+}
+
+/// A delivery as the API shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeliveryView {
+    pub endpoint_id: EndpointId,
+    pub state: DeliveryState,
+    pub attempts: u32,
+    pub next_at: Option<Millis>,
+}
+
+impl DeliveryView {
+    pub fn status(&self) -> DeliveryStatus {
+        DeliveryStatus::of(self.state, self.attempts)
+    }
+}
+
+/// What started an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    Scheduled,
+    Manual,
+}
+
+impl Trigger {
+    pub fn code(self) -> u8 {
+        match self {
+            Self::Scheduled => 0,
+            Self::Manual => 1,
+        }
+    }
+
+    pub fn from_code(code: i64) -> Self {
+        if code == 1 {
+            Self::Manual
+        } else {
+            Self::Scheduled
+        }
+    }
+}
+
+/// One HTTP try, as recorded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attempt {
+    pub id: AttemptId,
+    pub msg_id: MessageId,
+    pub endpoint_id: EndpointId,
+    pub app_id: AppId,
+    pub created_at: Millis,
+    pub url: String,
+    /// 0 when no response arrived.
+    pub status_code: u16,
+    pub duration_ms: u64,
+    pub delivered: bool,
+    pub error_class: Option<String>,
+    pub error: Option<String>,
+    /// The first bytes of the response body (truncated).
+    pub response: String,
+    pub trigger: Trigger,
+    /// 1 for the first attempt of a delivery's current round.
+    pub attempt_no: u32,
+}
+
+/// A claimed delivery with what is needed to attempt it (no second read).
+#[derive(Debug, Clone)]
+pub struct ClaimedDelivery {
+    pub delivery_id: i64,
+    pub endpoint_id: EndpointId,
+    pub message: Arc<Message>,
+    pub attempts: u32,
+    pub next_at: Millis,
+    pub trigger: Trigger,
+}
+
+/// The state a delivery moves to after an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NextState {
+    Delivered,
+    /// Retry at this time; `keep` keeps the claim (the retry waits in memory).
+    Retry {
+        at: Millis,
+        keep: bool,
+    },
+    Dead,
+    /// The endpoint is gone: no attempt is recorded.
+    Canceled,
+}
+
+#[derive(Debug, Clone)]
+pub struct OutcomeRecord {
+    pub delivery_id: i64,
+    /// The attempt to append (absent when nothing was sent, e.g. a cancelled delivery).
+    pub attempt: Option<Attempt>,
+    pub attempts: u32,
+    pub next: NextState,
+}
+
+/// A manual retry request.
+#[derive(Debug, Clone)]
+pub enum Requeue {
+    /// Svix `resend`: one message to one endpoint, whatever its state.
+    Resend {
+        app: AppId,
+        msg: MessageId,
+        endpoint: EndpointId,
+    },
+    /// Svix `recover`: every dead letter of an endpoint created in the time range.
+    Recover {
+        endpoint: EndpointId,
+        since: Millis,
+        until: Millis,
+    },
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EndpointStats {
+    pub success: u64,
+    pub pending: u64,
+    pub sending: u64,
+    pub fail: u64,
+    pub canceled: u64,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueCounts {
+    pub pending: u64,
+    pub claimed: u64,
+    pub delivered: u64,
+    pub dead: u64,
+}
+
+/// Keyset pagination: ids are time-sortable, so "after this id" is the iterator.
+#[derive(Debug, Clone, Default)]
+pub struct PageQuery {
+    pub limit: usize,
+    pub iterator: Option<String>,
+    pub descending: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct MessageFilter {
+    pub channel: Option<String>,
+    pub event_types: Vec<String>,
+    pub before: Option<Millis>,
+    pub after: Option<Millis>,
+}
+
+#[derive(Debug, Clone)]
+pub struct AttemptFilter {
+    pub app: AppId,
+    pub msg: Option<MessageId>,
+    pub endpoint: Option<EndpointId>,
+    /// Svix status: 0 success, 2 fail (attempts are never pending).
+    pub status: Option<DeliveryStatus>,
+    /// 0 for "no response", else 100, 200, … 500.
+    pub status_code_class: Option<u16>,
+    pub messages: MessageFilter,
+    pub with_content: bool,
+}
+
+/// An app-portal access token (only its hash is stored).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PortalToken {
+    pub hash: String,
+    pub app_id: AppId,
+    pub expires_at: Millis,
+    pub created_at: Millis,
+}

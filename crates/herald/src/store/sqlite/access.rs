@@ -1,0 +1,77 @@
+//! App-portal tokens and idempotency records on SQLite.
+
+use async_trait::async_trait;
+use rusqlite::{OptionalExtension, params};
+
+use super::SqliteStore;
+use super::messages::{save_response, stored_response};
+use crate::ids::AppId;
+use crate::store::{AccessStore, PortalToken, StoreResult, StoredResponse};
+
+#[async_trait]
+impl AccessStore for SqliteStore {
+    async fn insert_token(&self, token: &PortalToken) -> StoreResult<()> {
+        let token = token.clone();
+        self.writer
+            .write(move |conn| {
+                conn.execute(
+                    "INSERT INTO portal_token (hash, app_id, expires_at, created_at) VALUES (?, ?, ?, ?)",
+                    params![token.hash, token.app_id.as_str(), token.expires_at, token.created_at],
+                )?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn token(&self, hash: &str) -> StoreResult<Option<PortalToken>> {
+        let hash = hash.to_owned();
+        self.readers
+            .read(move |conn| {
+                Ok(conn
+                    .prepare_cached("SELECT hash, app_id, expires_at, created_at FROM portal_token WHERE hash = ?")?
+                    .query_row([&hash], |r| {
+                        Ok(PortalToken {
+                            hash: r.get(0)?,
+                            app_id: AppId::from_trusted(r.get(1)?),
+                            expires_at: r.get(2)?,
+                            created_at: r.get(3)?,
+                        })
+                    })
+                    .optional()?)
+            })
+            .await
+    }
+
+    async fn revoke_token(&self, hash: &str) -> StoreResult<()> {
+        let hash = hash.to_owned();
+        self.writer
+            .write(move |conn| {
+                conn.execute("DELETE FROM portal_token WHERE hash = ?", [&hash])?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn idempotent_response(
+        &self,
+        scope: &str,
+        key: &str,
+    ) -> StoreResult<Option<StoredResponse>> {
+        let (scope, key) = (scope.to_owned(), key.to_owned());
+        self.readers
+            .read(move |conn| stored_response(conn, &scope, &key))
+            .await
+    }
+
+    async fn save_idempotent_response(
+        &self,
+        scope: &str,
+        key: &str,
+        response: &StoredResponse,
+    ) -> StoreResult<()> {
+        let (scope, key, response) = (scope.to_owned(), key.to_owned(), response.clone());
+        self.writer
+            .write(move |conn| save_response(conn, &scope, &key, &response))
+            .await
+    }
+}

@@ -1,0 +1,340 @@
+//! Applications, endpoints and event types on SQLite.
+
+use async_trait::async_trait;
+use rusqlite::types::Value;
+use rusqlite::{OptionalExtension, params, params_from_iter};
+
+use super::rows::{self, APP_COLUMNS, ENDPOINT_COLUMNS, EVENT_TYPE_COLUMNS, Query, to_json};
+use super::{SqliteStore, is_unique_violation};
+use crate::ids::{AppId, EndpointId};
+use crate::store::{
+    App, CatalogStore, DeliveryState, Endpoint, EventType, PageQuery, StoreError, StoreResult,
+};
+
+fn conflict(what: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
+    move |e| {
+        if is_unique_violation(&e) {
+            StoreError::Conflict(what)
+        } else {
+            e.into()
+        }
+    }
+}
+
+#[async_trait]
+impl CatalogStore for SqliteStore {
+    async fn insert_app(&self, app: &App) -> StoreResult<()> {
+        let app = app.clone();
+        self.writer
+            .write(move |conn| {
+                conn.prepare_cached(&format!(
+                    "INSERT INTO app ({APP_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
+                ))?
+                .execute(params![
+                    app.id.as_str(),
+                    app.uid,
+                    app.name,
+                    to_json(&app.metadata),
+                    app.throttle_rate,
+                    app.created_at,
+                    app.updated_at
+                ])
+                .map_err(conflict("an application with this uid already exists"))?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn app(&self, id_or_uid: &str) -> StoreResult<Option<App>> {
+        let key = id_or_uid.to_owned();
+        self.readers
+            .read(move |conn| {
+                let by_id = conn
+                    .prepare_cached(&format!("SELECT {APP_COLUMNS} FROM app WHERE id = ?"))?
+                    .query_row([&key], rows::app)
+                    .optional()?;
+                match by_id {
+                    Some(app) => Ok(Some(app)),
+                    None => Ok(conn
+                        .prepare_cached(&format!("SELECT {APP_COLUMNS} FROM app WHERE uid = ?"))?
+                        .query_row([&key], rows::app)
+                        .optional()?),
+                }
+            })
+            .await
+    }
+
+    async fn list_apps(&self, page: &PageQuery) -> StoreResult<Vec<App>> {
+        let page = page.clone();
+        self.readers
+            .read(move |conn| {
+                let mut q = Query::default();
+                let tail = q.page("id", &page);
+                let sql = format!("SELECT {APP_COLUMNS} FROM app{}{tail}", q.where_clause());
+                let mut stmt = conn.prepare_cached(&sql)?;
+                let apps = stmt
+                    .query_map(params_from_iter(q.params), rows::app)?
+                    .collect::<Result<_, _>>()?;
+                Ok(apps)
+            })
+            .await
+    }
+
+    async fn update_app(&self, app: &App) -> StoreResult<()> {
+        let app = app.clone();
+        self.writer
+            .write(move |conn| {
+                conn.prepare_cached(
+                    "UPDATE app SET uid = ?, name = ?, metadata = ?, throttle_rate = ?, updated_at = ? WHERE id = ?",
+                )?
+                .execute(params![
+                    app.uid,
+                    app.name,
+                    to_json(&app.metadata),
+                    app.throttle_rate,
+                    app.updated_at,
+                    app.id.as_str()
+                ])
+                .map_err(conflict("an application with this uid already exists"))?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn delete_app(&self, id: &AppId) -> StoreResult<()> {
+        let id = id.clone();
+        self.writer
+            .write(move |conn| {
+                for table in ["attempt", "delivery", "message", "endpoint", "portal_token"] {
+                    conn.execute(
+                        &format!("DELETE FROM {table} WHERE app_id = ?"),
+                        [id.as_str()],
+                    )?;
+                }
+                conn.execute("DELETE FROM app WHERE id = ?", [id.as_str()])?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn insert_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()> {
+        let values = rows::endpoint_values(endpoint);
+        self.writer
+            .write(move |conn| {
+                let marks = vec!["?"; values.len()].join(", ");
+                conn.prepare_cached(&format!(
+                    "INSERT INTO endpoint ({ENDPOINT_COLUMNS}) VALUES ({marks})"
+                ))?
+                .execute(params_from_iter(values))
+                .map_err(conflict("an endpoint with this uid already exists"))?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn endpoint(&self, app: &AppId, id_or_uid: &str) -> StoreResult<Option<Endpoint>> {
+        let (app, key) = (app.clone(), id_or_uid.to_owned());
+        self.readers
+            .read(move |conn| {
+                let sql = format!("SELECT {ENDPOINT_COLUMNS} FROM endpoint WHERE app_id = ? AND (id = ? OR uid = ?)");
+                let mut stmt = conn.prepare_cached(&sql)?;
+                let mut found: Vec<Endpoint> =
+                    stmt.query_map(params![app.as_str(), key, key], rows::endpoint)?.collect::<Result<_, _>>()?;
+                // An id match wins over a uid that happens to look like another endpoint's id.
+                found.sort_by_key(|e| e.id.as_str() != key);
+                Ok(found.into_iter().next())
+            })
+            .await
+    }
+
+    async fn endpoint_by_id(&self, id: &EndpointId) -> StoreResult<Option<Endpoint>> {
+        let id = id.clone();
+        self.readers
+            .read(move |conn| {
+                Ok(conn
+                    .prepare_cached(&format!(
+                        "SELECT {ENDPOINT_COLUMNS} FROM endpoint WHERE id = ?"
+                    ))?
+                    .query_row([id.as_str()], rows::endpoint)
+                    .optional()?)
+            })
+            .await
+    }
+
+    async fn list_endpoints(&self, app: &AppId, page: &PageQuery) -> StoreResult<Vec<Endpoint>> {
+        let (app, page) = (app.clone(), page.clone());
+        self.readers
+            .read(move |conn| {
+                let mut q = Query::default();
+                q.and("app_id = ?", [Value::Text(app.to_string())]);
+                let tail = q.page("id", &page);
+                let sql = format!(
+                    "SELECT {ENDPOINT_COLUMNS} FROM endpoint{}{tail}",
+                    q.where_clause()
+                );
+                let mut stmt = conn.prepare_cached(&sql)?;
+                let found = stmt
+                    .query_map(params_from_iter(q.params), rows::endpoint)?
+                    .collect::<Result<_, _>>()?;
+                Ok(found)
+            })
+            .await
+    }
+
+    async fn app_endpoints(&self, app: &AppId) -> StoreResult<Vec<Endpoint>> {
+        let app = app.clone();
+        self.readers
+            .read(move |conn| {
+                let sql =
+                    format!("SELECT {ENDPOINT_COLUMNS} FROM endpoint WHERE app_id = ? ORDER BY id");
+                let mut stmt = conn.prepare_cached(&sql)?;
+                let found = stmt
+                    .query_map([app.as_str()], rows::endpoint)?
+                    .collect::<Result<_, _>>()?;
+                Ok(found)
+            })
+            .await
+    }
+
+    async fn update_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()> {
+        let values = rows::endpoint_values(endpoint);
+        self.writer
+            .write(move |conn| {
+                // Same column order as ENDPOINT_COLUMNS; id and app_id are the key.
+                let assignments = ENDPOINT_COLUMNS
+                    .split(", ")
+                    .map(str::trim)
+                    .skip(2)
+                    .map(|c| format!("{c} = ?"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let mut params: Vec<Value> = values[2..].to_vec();
+                params.push(values[0].clone());
+                conn.prepare_cached(&format!("UPDATE endpoint SET {assignments} WHERE id = ?"))?
+                    .execute(params_from_iter(params))
+                    .map_err(conflict("an endpoint with this uid already exists"))?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn delete_endpoint(&self, app: &AppId, id: &EndpointId) -> StoreResult<()> {
+        let (app, id) = (app.clone(), id.clone());
+        self.writer
+            .write(move |conn| {
+                conn.execute(
+                    "UPDATE delivery SET state = ?, owner = NULL WHERE endpoint_id = ? AND state = ?",
+                    params![DeliveryState::Canceled.code(), id.as_str(), DeliveryState::Pending.code()],
+                )?;
+                conn.execute("DELETE FROM endpoint WHERE app_id = ? AND id = ?", [app.as_str(), id.as_str()])?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn upsert_event_type(&self, et: &EventType) -> StoreResult<bool> {
+        let et = et.clone();
+        self.writer
+            .write(move |conn| {
+                let existed: bool = conn
+                    .prepare_cached("SELECT 1 FROM event_type WHERE name = ?")?
+                    .query_row([&et.name], |_| Ok(()))
+                    .optional()?
+                    .is_some();
+                conn.prepare_cached(&format!(
+                    "INSERT INTO event_type ({EVENT_TYPE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                     ON CONFLICT (name) DO UPDATE SET description = excluded.description,
+                        archived = excluded.archived, deprecated = excluded.deprecated,
+                        schemas = excluded.schemas, feature_flag = excluded.feature_flag,
+                        updated_at = excluded.updated_at"
+                ))?
+                .execute(event_type_params(&et))?;
+                Ok(!existed)
+            })
+            .await
+    }
+
+    async fn insert_event_type(&self, et: &EventType) -> StoreResult<()> {
+        let et = et.clone();
+        self.writer
+            .write(move |conn| {
+                conn.prepare_cached(&format!(
+                    "INSERT INTO event_type ({EVENT_TYPE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                ))?
+                .execute(event_type_params(&et))
+                .map_err(conflict("an event type with this name already exists"))?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn event_type(&self, name: &str) -> StoreResult<Option<EventType>> {
+        let name = name.to_owned();
+        self.readers
+            .read(move |conn| {
+                Ok(conn
+                    .prepare_cached(&format!(
+                        "SELECT {EVENT_TYPE_COLUMNS} FROM event_type WHERE name = ?"
+                    ))?
+                    .query_row([&name], rows::event_type)
+                    .optional()?)
+            })
+            .await
+    }
+
+    async fn list_event_types(
+        &self,
+        page: &PageQuery,
+        include_archived: bool,
+    ) -> StoreResult<Vec<EventType>> {
+        let page = page.clone();
+        self.readers
+            .read(move |conn| {
+                let mut q = Query::default();
+                if !include_archived {
+                    q.and("archived = 0", []);
+                }
+                let tail = q.page("name", &page);
+                let sql = format!(
+                    "SELECT {EVENT_TYPE_COLUMNS} FROM event_type{}{tail}",
+                    q.where_clause()
+                );
+                let mut stmt = conn.prepare_cached(&sql)?;
+                let found = stmt
+                    .query_map(params_from_iter(q.params), rows::event_type)?
+                    .collect::<Result<_, _>>()?;
+                Ok(found)
+            })
+            .await
+    }
+
+    async fn delete_event_type(&self, name: &str, expunge: bool) -> StoreResult<bool> {
+        let name = name.to_owned();
+        self.writer
+            .write(move |conn| {
+                let changed = if expunge {
+                    conn.execute("DELETE FROM event_type WHERE name = ?", [&name])?
+                } else {
+                    conn.execute(
+                        "UPDATE event_type SET archived = 1, updated_at = ? WHERE name = ?",
+                        params![crate::clock::now_ms(), name],
+                    )?
+                };
+                Ok(changed > 0)
+            })
+            .await
+    }
+}
+
+fn event_type_params(et: &EventType) -> rusqlite::ParamsFromIter<Vec<Value>> {
+    params_from_iter(vec![
+        Value::Text(et.name.clone()),
+        Value::Text(et.description.clone()),
+        Value::Integer(et.archived.into()),
+        Value::Integer(et.deprecated.into()),
+        rows::opt_json_value(&et.schemas).map_or(Value::Null, Value::Text),
+        et.feature_flag.clone().map_or(Value::Null, Value::Text),
+        Value::Integer(et.created_at),
+        Value::Integer(et.updated_at),
+    ])
+}

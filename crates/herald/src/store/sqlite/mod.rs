@@ -1,0 +1,105 @@
+//! The embedded SQLite backend: WAL with `synchronous=FULL`, one writer thread doing group
+//! commit ([`writer`]), a small pool of read-only connections for API queries
+//! ([`readers`]). Queries are grouped by domain in the sibling files.
+
+mod access;
+mod catalog;
+mod messages;
+mod queue;
+mod readers;
+mod rows;
+mod writer;
+
+use std::path::Path;
+
+use anyhow::Context;
+use rusqlite::{Connection, OpenFlags};
+
+use crate::config::StoreConfig;
+use crate::store::StoreError;
+use readers::Readers;
+use writer::Writer;
+
+const SCHEMA: &str = include_str!("schema.sql");
+const SCHEMA_VERSION: i64 = 1;
+
+pub struct SqliteStore {
+    writer: Writer,
+    readers: Readers,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `path` and brings its schema up to date.
+    pub fn open(path: &Path, config: &StoreConfig) -> anyhow::Result<Self> {
+        let conn = Connection::open(path).with_context(|| format!("opening {}", path.display()))?;
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL;
+             PRAGMA synchronous = FULL;
+             PRAGMA foreign_keys = ON;
+             PRAGMA busy_timeout = 10000;
+             PRAGMA cache_size = -65536;",
+        )?;
+        migrate(&conn)?;
+        let mut readers = Vec::with_capacity(config.read_connections);
+        for _ in 0..config.read_connections {
+            let reader = Connection::open_with_flags(
+                path,
+                OpenFlags::SQLITE_OPEN_READ_ONLY
+                    | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                    | OpenFlags::SQLITE_OPEN_URI,
+            )?;
+            reader.execute_batch("PRAGMA busy_timeout = 10000; PRAGMA cache_size = -16384;")?;
+            readers.push(reader);
+        }
+        Ok(Self {
+            writer: Writer::start(conn, config.write_batch_max),
+            readers: Readers::new(readers),
+        })
+    }
+}
+
+fn migrate(conn: &Connection) -> anyhow::Result<()> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    match version {
+        0 => {
+            conn.execute_batch(&format!(
+                "BEGIN; {SCHEMA}; PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+            ))
+            .context("creating the schema")?;
+            Ok(())
+        }
+        SCHEMA_VERSION => Ok(()),
+        newer => anyhow::bail!(
+            "the database has schema version {newer}; this Herald knows up to {SCHEMA_VERSION}"
+        ),
+    }
+}
+
+/// Maps SQLite failures: resource problems (disk full, I/O, locks) are `Unavailable`, so
+/// the API answers 503 instead of pretending the request was wrong.
+fn map_err(e: rusqlite::Error) -> StoreError {
+    use rusqlite::ErrorCode::*;
+    match e.sqlite_error_code() {
+        Some(
+            DiskFull | SystemIoFailure | DatabaseBusy | DatabaseLocked | CannotOpen | ReadOnly
+            | OutOfMemory,
+        ) => StoreError::Unavailable(e.to_string()),
+        _ => StoreError::Other(e.into()),
+    }
+}
+
+/// Whether an error is a uniqueness violation.
+fn is_unique_violation(e: &rusqlite::Error) -> bool {
+    matches!(
+        e,
+        rusqlite::Error::SqliteFailure(f, _)
+            if f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
+                || f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY
+    )
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        map_err(e)
+    }
+}

@@ -1,0 +1,242 @@
+//! The work queue on SQLite: claims, outcomes, releases and manual requeues.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::SqliteStore;
+use super::messages::insert_attempt;
+use super::rows::{self, MESSAGE_COLUMNS};
+use crate::clock::{Millis, now_ms};
+use crate::ids::{EndpointId, MessageId};
+use crate::store::{
+    ClaimedDelivery, DeliveryState, Message, NextState, OutcomeRecord, QueueCounts, QueueStore,
+    Requeue, StoreResult, Trigger,
+};
+
+#[async_trait]
+impl QueueStore for SqliteStore {
+    async fn claim(
+        &self,
+        owner: &str,
+        due_before: Millis,
+        limit: usize,
+    ) -> StoreResult<Vec<ClaimedDelivery>> {
+        let owner = owner.to_owned();
+        self.writer
+            .write(move |conn| claim(conn, &owner, due_before, limit))
+            .await
+    }
+
+    async fn record_outcome(&self, owner: &str, outcome: OutcomeRecord) -> StoreResult<bool> {
+        let owner = owner.to_owned();
+        self.writer
+            .write(move |conn| record_outcome(conn, &owner, &outcome))
+            .await
+    }
+
+    async fn release(&self, owner: &str, deliveries: Vec<i64>) -> StoreResult<()> {
+        let owner = owner.to_owned();
+        self.writer
+            .write(move |conn| {
+                let mut stmt = conn.prepare_cached(
+                    "UPDATE delivery SET owner = NULL WHERE id = ? AND owner = ?",
+                )?;
+                for id in deliveries {
+                    stmt.execute(params![id, owner])?;
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    async fn release_owner(&self, owner: &str) -> StoreResult<u64> {
+        let owner = owner.to_owned();
+        self.writer
+            .write(move |conn| {
+                Ok(
+                    conn.execute("UPDATE delivery SET owner = NULL WHERE owner = ?", [&owner])?
+                        as u64,
+                )
+            })
+            .await
+    }
+
+    async fn release_all(&self) -> StoreResult<u64> {
+        self.writer
+            .write(|conn| {
+                Ok(conn.execute(
+                    "UPDATE delivery SET owner = NULL WHERE owner IS NOT NULL",
+                    [],
+                )? as u64)
+            })
+            .await
+    }
+
+    async fn requeue(&self, request: Requeue) -> StoreResult<u64> {
+        self.writer.write(move |conn| requeue(conn, &request)).await
+    }
+
+    async fn queue_counts(&self) -> StoreResult<QueueCounts> {
+        self.readers
+            .read(|conn| {
+                let mut counts = QueueCounts::default();
+                let mut stmt = conn.prepare_cached(
+                    "SELECT state, owner IS NOT NULL, count(*) FROM delivery GROUP BY 1, 2",
+                )?;
+                let mut rows = stmt.query([])?;
+                while let Some(row) = rows.next()? {
+                    let (state, owned, count): (i64, bool, u64) =
+                        (row.get(0)?, row.get(1)?, row.get(2)?);
+                    match DeliveryState::from_code(state) {
+                        DeliveryState::Pending if owned => counts.claimed += count,
+                        DeliveryState::Pending => counts.pending += count,
+                        DeliveryState::Delivered => counts.delivered += count,
+                        DeliveryState::Dead => counts.dead += count,
+                        DeliveryState::Canceled => {}
+                    }
+                }
+                Ok(counts)
+            })
+            .await
+    }
+}
+
+fn claim(
+    conn: &Connection,
+    owner: &str,
+    due_before: Millis,
+    limit: usize,
+) -> StoreResult<Vec<ClaimedDelivery>> {
+    let mut stmt = conn.prepare_cached(
+        "UPDATE delivery SET owner = ?1 WHERE id IN (
+             SELECT id FROM delivery WHERE state = 0 AND owner IS NULL AND next_at <= ?2 ORDER BY next_at LIMIT ?3)
+         RETURNING id, msg_id, endpoint_id, attempts, next_at, trigger",
+    )?;
+    let claimed: Vec<(i64, String, String, u32, Millis, i64)> = stmt
+        .query_map(params![owner, due_before, limit as i64], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
+        })?
+        .collect::<Result<_, _>>()?;
+    let mut messages: HashMap<String, Option<Arc<Message>>> = HashMap::new();
+    let mut load = conn.prepare_cached(&format!(
+        "SELECT {MESSAGE_COLUMNS} FROM message m WHERE m.id = ?"
+    ))?;
+    let mut out = Vec::with_capacity(claimed.len());
+    for (delivery_id, msg_id, endpoint_id, attempts, next_at, trigger) in claimed {
+        if !messages.contains_key(&msg_id) {
+            let found = load
+                .query_row([&msg_id], |row| rows::message(row, true))
+                .optional()?;
+            messages.insert(msg_id.clone(), found.map(Arc::new));
+        }
+        let Some(message) = messages[&msg_id].clone() else {
+            // The message is gone (its application was deleted): nothing to send.
+            conn.execute(
+                "UPDATE delivery SET state = 3, owner = NULL WHERE id = ?",
+                [delivery_id],
+            )?;
+            continue;
+        };
+        out.push(ClaimedDelivery {
+            delivery_id,
+            endpoint_id: EndpointId::from_trusted(endpoint_id),
+            message,
+            attempts,
+            next_at,
+            trigger: Trigger::from_code(trigger),
+        });
+    }
+    Ok(out)
+}
+
+fn record_outcome(conn: &Connection, owner: &str, outcome: &OutcomeRecord) -> StoreResult<bool> {
+    let now = now_ms();
+    let (state, next_at, keep) = match outcome.next {
+        NextState::Delivered => (DeliveryState::Delivered, now, false),
+        NextState::Retry { at, keep } => (DeliveryState::Pending, at, keep),
+        NextState::Dead => (DeliveryState::Dead, now, false),
+        NextState::Canceled => (DeliveryState::Canceled, now, false),
+    };
+    let changed = conn
+        .prepare_cached(
+            "UPDATE delivery SET state = ?, attempts = ?, next_at = ?, trigger = 0,
+                owner = CASE WHEN ? THEN owner ELSE NULL END
+             WHERE id = ? AND owner = ?",
+        )?
+        .execute(params![
+            state.code(),
+            outcome.attempts,
+            next_at,
+            keep,
+            outcome.delivery_id,
+            owner
+        ])?;
+    if changed == 0 {
+        // Our claim was lost (released or taken over): the outcome is not ours to record.
+        return Ok(false);
+    }
+    if let Some(attempt) = &outcome.attempt {
+        insert_attempt(conn, outcome.delivery_id, attempt)?;
+    }
+    Ok(true)
+}
+
+fn requeue(conn: &Connection, request: &Requeue) -> StoreResult<u64> {
+    let now = now_ms();
+    match request {
+        Requeue::Resend { app, msg, endpoint } => {
+            let existing: Option<(i64, i64, Option<String>)> = conn
+                .prepare_cached(
+                    "SELECT id, state, owner FROM delivery WHERE msg_id = ? AND endpoint_id = ?",
+                )?
+                .query_row([msg.as_str(), endpoint.as_str()], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })
+                .optional()?;
+            match existing {
+                // Already pending and held by a dispatcher: it is about to be attempted anyway.
+                Some((_, 0, Some(_))) => Ok(0),
+                Some((id, _, _)) => Ok(conn.execute(
+                    "UPDATE delivery SET state = 0, attempts = 0, next_at = ?, trigger = 1, owner = NULL WHERE id = ?",
+                    params![now, id],
+                )? as u64),
+                None => insert_manual_delivery(conn, app.as_str(), msg, endpoint, now),
+            }
+        }
+        Requeue::Recover {
+            endpoint,
+            since,
+            until,
+        } => Ok(conn.execute(
+            "UPDATE delivery SET state = 0, attempts = 0, next_at = ?, trigger = 1, owner = NULL
+             WHERE endpoint_id = ? AND state = 2 AND created_at >= ? AND created_at < ?",
+            params![now, endpoint.as_str(), since, until],
+        )? as u64),
+    }
+}
+
+/// Resending a message to an endpoint it never went to (e.g. created later) makes a new
+/// delivery, provided the message belongs to the application.
+fn insert_manual_delivery(
+    conn: &Connection,
+    app: &str,
+    msg: &MessageId,
+    endpoint: &EndpointId,
+    now: Millis,
+) -> StoreResult<u64> {
+    Ok(conn.execute(
+        "INSERT INTO delivery (msg_id, endpoint_id, app_id, state, attempts, next_at, trigger, owner, created_at)
+         SELECT id, ?, app_id, 0, 0, ?, 1, NULL, created_at FROM message WHERE id = ? AND app_id = ?",
+        params![endpoint.as_str(), now, msg.as_str(), app],
+    )? as u64)
+}

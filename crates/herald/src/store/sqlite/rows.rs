@@ -1,0 +1,231 @@
+//! Turning rows into records and records into column values, plus the shared pieces of
+//! query building (pagination, message filters).
+
+use std::sync::Arc;
+
+use rusqlite::Row;
+use rusqlite::types::Value;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::ids::{AppId, AttemptId, EndpointId, MessageId};
+use crate::store::{
+    App, Attempt, DeliveryState, DeliveryView, Endpoint, EventType, Message, MessageFilter,
+    PageQuery, Trigger,
+};
+
+pub fn to_json<T: Serialize + ?Sized>(value: &T) -> String {
+    serde_json::to_string(value).expect("records always serialize")
+}
+
+fn from_json<T: DeserializeOwned>(row: &Row<'_>, idx: usize) -> rusqlite::Result<T> {
+    let text: String = row.get(idx)?;
+    serde_json::from_str(&text).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Text, Box::new(e))
+    })
+}
+
+fn opt_json<T: DeserializeOwned>(row: &Row<'_>, idx: usize) -> rusqlite::Result<Option<T>> {
+    match row.get::<_, Option<String>>(idx)? {
+        None => Ok(None),
+        Some(text) => serde_json::from_str(&text).map(Some).map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Text, Box::new(e))
+        }),
+    }
+}
+
+pub fn opt_json_value<T: Serialize>(value: &Option<T>) -> Option<String> {
+    value.as_ref().map(|v| to_json(v))
+}
+
+pub const APP_COLUMNS: &str = "id, uid, name, metadata, throttle_rate, created_at, updated_at";
+
+pub fn app(row: &Row<'_>) -> rusqlite::Result<App> {
+    Ok(App {
+        id: AppId::from_trusted(row.get(0)?),
+        uid: row.get(1)?,
+        name: row.get(2)?,
+        metadata: from_json(row, 3)?,
+        throttle_rate: row.get(4)?,
+        created_at: row.get(5)?,
+        updated_at: row.get(6)?,
+    })
+}
+
+pub const ENDPOINT_COLUMNS: &str = "id, app_id, uid, url, description, disabled, event_types, channels, metadata, \
+     throttle_rate, headers, secrets, delivery, created_at, updated_at";
+
+pub fn endpoint(row: &Row<'_>) -> rusqlite::Result<Endpoint> {
+    Ok(Endpoint {
+        id: EndpointId::from_trusted(row.get(0)?),
+        app_id: AppId::from_trusted(row.get(1)?),
+        uid: row.get(2)?,
+        url: row.get(3)?,
+        description: row.get(4)?,
+        disabled: row.get(5)?,
+        event_types: opt_json(row, 6)?,
+        channels: opt_json(row, 7)?,
+        metadata: from_json(row, 8)?,
+        throttle_rate: row.get(9)?,
+        headers: from_json(row, 10)?,
+        secrets: from_json(row, 11)?,
+        delivery: from_json(row, 12)?,
+        created_at: row.get(13)?,
+        updated_at: row.get(14)?,
+    })
+}
+
+/// Column values of an endpoint, in `ENDPOINT_COLUMNS` order.
+pub fn endpoint_values(e: &Endpoint) -> Vec<Value> {
+    vec![
+        Value::Text(e.id.to_string()),
+        Value::Text(e.app_id.to_string()),
+        e.uid.clone().map_or(Value::Null, Value::Text),
+        Value::Text(e.url.clone()),
+        Value::Text(e.description.clone()),
+        Value::Integer(e.disabled.into()),
+        opt_json_value(&e.event_types).map_or(Value::Null, Value::Text),
+        opt_json_value(&e.channels).map_or(Value::Null, Value::Text),
+        Value::Text(to_json(&e.metadata)),
+        e.throttle_rate
+            .map_or(Value::Null, |v| Value::Integer(v.into())),
+        Value::Text(to_json(&e.headers)),
+        Value::Text(to_json(&e.secrets)),
+        Value::Text(to_json(&e.delivery)),
+        Value::Integer(e.created_at),
+        Value::Integer(e.updated_at),
+    ]
+}
+
+pub const EVENT_TYPE_COLUMNS: &str =
+    "name, description, archived, deprecated, schemas, feature_flag, created_at, updated_at";
+
+pub fn event_type(row: &Row<'_>) -> rusqlite::Result<EventType> {
+    Ok(EventType {
+        name: row.get(0)?,
+        description: row.get(1)?,
+        archived: row.get(2)?,
+        deprecated: row.get(3)?,
+        schemas: opt_json(row, 4)?,
+        feature_flag: row.get(5)?,
+        created_at: row.get(6)?,
+        updated_at: row.get(7)?,
+    })
+}
+
+pub const MESSAGE_COLUMNS: &str =
+    "m.id, m.app_id, m.event_type, m.event_id, m.channels, m.payload, m.created_at";
+
+/// A message; the payload is left out (`None`) unless `with_payload`.
+pub fn message(row: &Row<'_>, with_payload: bool) -> rusqlite::Result<Message> {
+    let payload = if with_payload {
+        row.get::<_, Option<String>>(5)?.map(Arc::from)
+    } else {
+        None
+    };
+    Ok(Message {
+        id: MessageId::from_trusted(row.get(0)?),
+        app_id: AppId::from_trusted(row.get(1)?),
+        event_type: row.get(2)?,
+        event_id: row.get(3)?,
+        channels: opt_json(row, 4)?,
+        payload,
+        created_at: row.get(6)?,
+    })
+}
+
+pub const ATTEMPT_COLUMNS: &str = "a.id, a.msg_id, a.endpoint_id, a.app_id, a.created_at, a.url, a.status_code, \
+     a.duration_ms, a.delivered, a.error_class, a.error, a.response, a.trigger, a.attempt_no";
+
+pub fn attempt(row: &Row<'_>, with_content: bool) -> rusqlite::Result<Attempt> {
+    Ok(Attempt {
+        id: AttemptId::from_trusted(row.get(0)?),
+        msg_id: MessageId::from_trusted(row.get(1)?),
+        endpoint_id: EndpointId::from_trusted(row.get(2)?),
+        app_id: AppId::from_trusted(row.get(3)?),
+        created_at: row.get(4)?,
+        url: row.get(5)?,
+        status_code: row.get(6)?,
+        duration_ms: row.get(7)?,
+        delivered: row.get(8)?,
+        error_class: row.get(9)?,
+        error: row.get(10)?,
+        response: if with_content {
+            row.get(11)?
+        } else {
+            String::new()
+        },
+        trigger: Trigger::from_code(row.get(12)?),
+        attempt_no: row.get(13)?,
+    })
+}
+
+/// Reads `d.endpoint_id, d.state, d.attempts, d.next_at` starting at column `at`.
+pub fn delivery_view(row: &Row<'_>, at: usize) -> rusqlite::Result<DeliveryView> {
+    let state = DeliveryState::from_code(row.get(at + 1)?);
+    let next_at: i64 = row.get(at + 3)?;
+    Ok(DeliveryView {
+        endpoint_id: EndpointId::from_trusted(row.get(at)?),
+        state,
+        attempts: row.get(at + 2)?,
+        next_at: (state == DeliveryState::Pending).then_some(next_at),
+    })
+}
+
+/// Accumulates a WHERE clause and its parameters.
+#[derive(Default)]
+pub struct Query {
+    pub conditions: Vec<String>,
+    pub params: Vec<Value>,
+}
+
+impl Query {
+    pub fn and(&mut self, condition: impl Into<String>, params: impl IntoIterator<Item = Value>) {
+        self.conditions.push(condition.into());
+        self.params.extend(params);
+    }
+
+    /// Adds the keyset condition on `column` and returns the ORDER BY / LIMIT tail.
+    pub fn page(&mut self, column: &str, page: &PageQuery) -> String {
+        let (op, dir) = if page.descending {
+            ("<", "DESC")
+        } else {
+            (">", "ASC")
+        };
+        if let Some(iterator) = &page.iterator {
+            self.and(format!("{column} {op} ?"), [Value::Text(iterator.clone())]);
+        }
+        format!(" ORDER BY {column} {dir} LIMIT {}", page.limit)
+    }
+
+    /// Adds the standard message filters against the message alias `m`.
+    pub fn messages(&mut self, filter: &MessageFilter) {
+        if let Some(channel) = &filter.channel {
+            self.and(
+                "EXISTS (SELECT 1 FROM json_each(m.channels) WHERE json_each.value = ?)",
+                [Value::Text(channel.clone())],
+            );
+        }
+        if !filter.event_types.is_empty() {
+            let marks = vec!["?"; filter.event_types.len()].join(", ");
+            self.and(
+                format!("m.event_type IN ({marks})"),
+                filter.event_types.iter().map(|t| Value::Text(t.clone())),
+            );
+        }
+        if let Some(before) = filter.before {
+            self.and("m.created_at < ?", [Value::Integer(before)]);
+        }
+        if let Some(after) = filter.after {
+            self.and("m.created_at > ?", [Value::Integer(after)]);
+        }
+    }
+
+    pub fn where_clause(&self) -> String {
+        if self.conditions.is_empty() {
+            String::new()
+        } else {
+            format!(" WHERE {}", self.conditions.join(" AND "))
+        }
+    }
+}
