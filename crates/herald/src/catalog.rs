@@ -37,20 +37,12 @@ impl Target {
                 keys.push((key, Some(previous.expires_at)));
             }
         }
-        Self {
-            url: Url::parse(&endpoint.url).ok(),
-            settings: endpoint.delivery.resolve(defaults),
-            keys,
-            endpoint,
-        }
+        Self { url: Url::parse(&endpoint.url).ok(), settings: endpoint.delivery.resolve(defaults), keys, endpoint }
     }
 
     /// The keys that sign at `now`: the current one and those still inside their overlap.
     pub fn signing_keys(&self, now: Millis) -> impl Iterator<Item = &SigningKey> {
-        self.keys
-            .iter()
-            .filter(move |(_, until)| until.is_none_or(|t| t > now))
-            .map(|(key, _)| key)
+        self.keys.iter().filter(move |(_, until)| until.is_none_or(|t| t > now)).map(|(key, _)| key)
     }
 
     /// Whether a message with this event type and these channels goes to this endpoint.
@@ -70,9 +62,7 @@ pub fn routes_to(endpoint: &Endpoint, event_type: &str, channels: Option<&[Strin
         _ => true,
     };
     let channel_ok = match &endpoint.channels {
-        Some(wanted) if !wanted.is_empty() => {
-            channels.is_some_and(|given| given.iter().any(|c| wanted.contains(c)))
-        }
+        Some(wanted) if !wanted.is_empty() => channels.is_some_and(|given| given.iter().any(|c| wanted.contains(c))),
         _ => true,
     };
     type_ok && channel_ok
@@ -131,10 +121,8 @@ impl Catalog {
         }
         let generation = self.generation.load(Ordering::Acquire);
         let endpoints = self.store.app_endpoints(app).await?;
-        let targets: Arc<[Arc<Target>]> = endpoints
-            .into_iter()
-            .map(|e| Arc::new(Target::new(e, &self.defaults)))
-            .collect();
+        let targets: Arc<[Arc<Target>]> =
+            endpoints.into_iter().map(|e| Arc::new(Target::new(e, &self.defaults))).collect();
         if self.generation.load(Ordering::Acquire) == generation {
             write(&self.routes).insert(app.clone(), targets.clone());
             let mut by_id = write(&self.targets);
@@ -201,11 +189,7 @@ mod tests {
     use super::*;
     use crate::store::Secrets;
 
-    fn endpoint(
-        event_types: Option<&[&str]>,
-        channels: Option<&[&str]>,
-        disabled: bool,
-    ) -> Endpoint {
+    fn endpoint(event_types: Option<&[&str]>, channels: Option<&[&str]>, disabled: bool) -> Endpoint {
         let list = |v: Option<&[&str]>| v.map(|v| v.iter().map(|s| s.to_string()).collect());
         Endpoint {
             id: EndpointId::generate(),
@@ -219,10 +203,7 @@ mod tests {
             metadata: Default::default(),
             throttle_rate: None,
             headers: Default::default(),
-            secrets: Secrets {
-                current: SigningKey::generate().to_secret_string(),
-                previous: vec![],
-            },
+            secrets: Secrets { current: SigningKey::generate().to_secret_string(), previous: vec![] },
             delivery: Default::default(),
             created_at: 0,
             updated_at: 0,
@@ -238,11 +219,7 @@ mod tests {
         let e = endpoint(None, None, false);
         assert!(routes_to(&e, "user.created", None));
         assert!(routes_to(&e, "x", Some(&chans(&["a"]))));
-        assert!(!routes_to(
-            &endpoint(None, None, true),
-            "user.created",
-            None
-        ));
+        assert!(!routes_to(&endpoint(None, None, true), "user.created", None));
     }
 
     #[test]
@@ -257,24 +234,15 @@ mod tests {
         let e = endpoint(None, Some(&["project_1", "project_2"]), false);
         assert!(routes_to(&e, "t", Some(&chans(&["project_2", "other"]))));
         assert!(!routes_to(&e, "t", Some(&chans(&["other"]))));
-        assert!(
-            !routes_to(&e, "t", None),
-            "a message without channels skips channel-filtered endpoints"
-        );
+        assert!(!routes_to(&e, "t", None), "a message without channels skips channel-filtered endpoints");
     }
 
     #[test]
     fn previous_keys_sign_only_until_their_overlap_ends() {
         let mut e = endpoint(None, None, false);
         let old = SigningKey::generate();
-        e.secrets.previous.push(crate::store::PreviousSecret {
-            key: old.to_secret_string(),
-            expires_at: 1000,
-        });
-        let defaults = Defaults {
-            timeout: std::time::Duration::from_secs(1),
-            retry: Default::default(),
-        };
+        e.secrets.previous.push(crate::store::PreviousSecret { key: old.to_secret_string(), expires_at: 1000 });
+        let defaults = Defaults { timeout: std::time::Duration::from_secs(1), retry: Default::default() };
         let target = Target::new(e, &defaults);
         assert_eq!(target.signing_keys(999).count(), 2);
         assert_eq!(target.signing_keys(1000).count(), 1);

@@ -11,16 +11,12 @@ pub fn now_ms() -> Millis {
 
 /// `2024-01-02T03:04:05.678Z`.
 pub fn to_rfc3339(ms: Millis) -> String {
-    DateTime::<Utc>::from_timestamp_millis(ms)
-        .unwrap_or_default()
-        .to_rfc3339_opts(SecondsFormat::Millis, true)
+    DateTime::<Utc>::from_timestamp_millis(ms).unwrap_or_default().to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
 /// Parses an RFC 3339 timestamp (any offset) into milliseconds.
 pub fn parse_rfc3339(s: &str) -> Option<Millis> {
-    DateTime::parse_from_rfc3339(s.trim())
-        .ok()
-        .map(|t| t.timestamp_millis())
+    DateTime::parse_from_rfc3339(s.trim()).ok().map(|t| t.timestamp_millis())
 }
 
 #[cfg(test)]

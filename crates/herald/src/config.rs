@@ -51,10 +51,7 @@ pub struct AuthConfig {
 impl std::fmt::Debug for AuthConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AuthConfig")
-            .field(
-                "admin_token",
-                &self.admin_token.as_ref().map(|_| "<redacted>"),
-            )
+            .field("admin_token", &self.admin_token.as_ref().map(|_| "<redacted>"))
             .field("portal_token_ttl", &self.portal_token_ttl)
             .finish()
     }
@@ -175,8 +172,7 @@ impl Config {
 
     /// Layers defaults, file, environment and overrides, then validates.
     pub fn load(sources: &Sources) -> anyhow::Result<Self> {
-        let mut merged: Value =
-            toml::from_str(DEFAULT_TOML).context("embedded default configuration")?;
+        let mut merged: Value = toml::from_str(DEFAULT_TOML).context("embedded default configuration")?;
         if let Some(path) = &sources.file {
             merge(&mut merged, read_file(path)?);
         }
@@ -192,8 +188,7 @@ impl Config {
 }
 
 fn read_file(path: &Path) -> anyhow::Result<Value> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading config file {}", path.display()))?;
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading config file {}", path.display()))?;
     toml::from_str(&text).with_context(|| format!("parsing config file {}", path.display()))
 }
 
@@ -218,9 +213,7 @@ fn set_path(root: &mut Value, dotted: &str, value: Value) -> anyhow::Result<()> 
     let mut node = root;
     let mut parts = dotted.split('.').peekable();
     while let Some(part) = parts.next() {
-        let Value::Table(table) = node else {
-            bail!("configuration key {dotted} does not name a table")
-        };
+        let Value::Table(table) = node else { bail!("configuration key {dotted} does not name a table") };
         if parts.peek().is_none() {
             let merged = match table.remove(part) {
                 Some(mut existing @ Value::Table(_)) => {
@@ -232,9 +225,7 @@ fn set_path(root: &mut Value, dotted: &str, value: Value) -> anyhow::Result<()> 
             table.insert(part.to_owned(), merged);
             return Ok(());
         }
-        node = table
-            .entry(part.to_owned())
-            .or_insert_with(|| Value::Table(Default::default()));
+        node = table.entry(part.to_owned()).or_insert_with(|| Value::Table(Default::default()));
     }
     Ok(())
 }
@@ -254,11 +245,7 @@ fn env_overrides(env: &[(String, String)]) -> anyhow::Result<Vec<(String, Value)
         } else if let Some(rest) = name.strip_prefix("HERALD_")
             && rest.contains("__")
         {
-            let key = rest
-                .split("__")
-                .map(str::to_ascii_lowercase)
-                .collect::<Vec<_>>()
-                .join(".");
+            let key = rest.split("__").map(str::to_ascii_lowercase).collect::<Vec<_>>().join(".");
             out.push((key, parse_env_value(raw)));
         }
     }
@@ -276,21 +263,16 @@ fn parse_env_value(raw: &str) -> Value {
 
 impl Raw {
     fn validate(self) -> anyhow::Result<Config> {
-        let listen: SocketAddr = self.server.listen.parse().with_context(|| {
-            format!(
-                "server.listen: {:?} is not an address:port",
-                self.server.listen
-            )
-        })?;
+        let listen: SocketAddr = self
+            .server
+            .listen
+            .parse()
+            .with_context(|| format!("server.listen: {:?} is not an address:port", self.server.listen))?;
         if self.server.max_payload_bytes == 0 {
             bail!("server.max_payload_bytes must be positive");
         }
-        let allowed_networks = self
-            .delivery
-            .allowed_networks
-            .iter()
-            .map(|s| parse_network(s))
-            .collect::<anyhow::Result<Vec<_>>>()?;
+        let allowed_networks =
+            self.delivery.allowed_networks.iter().map(|s| parse_network(s)).collect::<anyhow::Result<Vec<_>>>()?;
         if let Some((field, msg)) = self.delivery.default_retry.problems().into_iter().next() {
             bail!("delivery.default_retry.{field}: {msg}");
         }
@@ -298,10 +280,7 @@ impl Raw {
             ("delivery.timeout_ms", self.delivery.timeout_ms as usize),
             ("delivery.max_in_flight", self.delivery.max_in_flight),
             ("queue.memory_limit", self.queue.memory_limit),
-            (
-                "queue.poll_interval_ms",
-                self.queue.poll_interval_ms as usize,
-            ),
+            ("queue.poll_interval_ms", self.queue.poll_interval_ms as usize),
             ("store.read_connections", self.store.read_connections),
             ("store.write_batch_max", self.store.write_batch_max),
         ];
@@ -328,14 +307,9 @@ impl Raw {
                 timeout: Duration::from_millis(self.delivery.timeout_ms),
                 max_in_flight: self.delivery.max_in_flight,
                 response_read_limit: self.delivery.response_read_limit,
-                response_store_limit: self
-                    .delivery
-                    .response_store_limit
-                    .min(self.delivery.response_read_limit),
+                response_store_limit: self.delivery.response_store_limit.min(self.delivery.response_read_limit),
                 allowed_networks,
-                secret_rotation_overlap: Duration::from_secs(
-                    self.delivery.secret_rotation_overlap_secs,
-                ),
+                secret_rotation_overlap: Duration::from_secs(self.delivery.secret_rotation_overlap_secs),
                 user_agent: self.delivery.user_agent,
                 default_retry: self.delivery.default_retry,
             },
@@ -349,10 +323,7 @@ impl Raw {
                 read_connections: self.store.read_connections,
                 write_batch_max: self.store.write_batch_max,
             },
-            log: LogConfig {
-                json,
-                level: self.log.level,
-            },
+            log: LogConfig { json, level: self.log.level },
         })
     }
 }
@@ -373,10 +344,7 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
     #[test]
@@ -414,11 +382,7 @@ mod tests {
     fn file_then_env_then_flags_take_precedence_in_that_order() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("herald.toml");
-        std::fs::write(
-            &path,
-            "[server]\nlisten = \"127.0.0.1:1111\"\nmax_payload_bytes = 1000\n",
-        )
-        .unwrap();
+        std::fs::write(&path, "[server]\nlisten = \"127.0.0.1:1111\"\nmax_payload_bytes = 1000\n").unwrap();
         let sources = Sources {
             file: Some(path),
             env: env(&[("HERALD_LISTEN", "127.0.0.1:2222")]),
@@ -433,10 +397,7 @@ mod tests {
     #[test]
     fn invalid_values_and_unknown_keys_are_refused_with_the_key_named() {
         let bad = |pairs: &[(&str, &str)]| {
-            let sources = Sources {
-                env: env(pairs),
-                ..Default::default()
-            };
+            let sources = Sources { env: env(pairs), ..Default::default() };
             format!("{:#}", Config::load(&sources).unwrap_err())
         };
         assert!(bad(&[("HERALD_LISTEN", "nope")]).contains("server.listen"));
@@ -447,10 +408,7 @@ mod tests {
 
     #[test]
     fn admin_token_debug_output_is_redacted() {
-        let sources = Sources {
-            env: env(&[("HERALD_ADMIN_TOKEN", "sekrit")]),
-            ..Default::default()
-        };
+        let sources = Sources { env: env(&[("HERALD_ADMIN_TOKEN", "sekrit")]), ..Default::default() };
         let config = Config::load(&sources).unwrap();
         assert_eq!(config.auth.admin_token.as_deref(), Some("sekrit"));
         assert!(!format!("{config:?}").contains("sekrit"));

@@ -43,10 +43,7 @@ impl EffectiveSettings {
     }
 
     pub fn retry_rules(&self) -> RetryRules {
-        RetryRules {
-            policy: self.retry.clone(),
-            retry_on: self.retry_on,
-        }
+        RetryRules { policy: self.retry.clone(), retry_on: self.retry_on }
     }
 }
 
@@ -64,10 +61,7 @@ impl DeliverySettings {
         if let Some(timeout) = self.timeout_ms
             && !(1..=MAX_TIMEOUT_MS).contains(&timeout)
         {
-            problems.push((
-                "timeoutMs".to_owned(),
-                format!("must be between 1 and {MAX_TIMEOUT_MS}"),
-            ));
+            problems.push(("timeoutMs".to_owned(), format!("must be between 1 and {MAX_TIMEOUT_MS}")));
         }
         if let Some(retry) = &self.retry {
             for (field, msg) in retry.problems() {
@@ -79,9 +73,7 @@ impl DeliverySettings {
 
     pub fn resolve(&self, defaults: &Defaults) -> EffectiveSettings {
         EffectiveSettings {
-            timeout_ms: self
-                .timeout_ms
-                .unwrap_or(defaults.timeout.as_millis() as u64),
+            timeout_ms: self.timeout_ms.unwrap_or(defaults.timeout.as_millis() as u64),
             retry: self.retry.clone().unwrap_or_else(|| defaults.retry.clone()),
             retry_on: self.retry_on.unwrap_or_default(),
         }
@@ -94,10 +86,7 @@ mod tests {
 
     #[test]
     fn unset_settings_resolve_to_the_server_defaults() {
-        let defaults = Defaults {
-            timeout: Duration::from_secs(10),
-            retry: RetryPolicy::default(),
-        };
+        let defaults = Defaults { timeout: Duration::from_secs(10), retry: RetryPolicy::default() };
         let effective = DeliverySettings::default().resolve(&defaults);
         assert_eq!(effective.timeout_ms, 10_000);
         assert_eq!(effective.retry, RetryPolicy::default());

@@ -7,9 +7,7 @@ use std::sync::Arc;
 use crate::catalog::Catalog;
 use crate::dispatch::{Dispatcher, Job};
 use crate::ids::EndpointId;
-use crate::store::{
-    IdempotencyRecord, IngestResult, Message, NewMessage, Store, StoreResult, Trigger,
-};
+use crate::store::{IdempotencyRecord, IngestResult, Message, NewMessage, Store, StoreResult, Trigger};
 
 pub struct Ingestor {
     store: Arc<dyn Store>,
@@ -27,11 +25,7 @@ pub enum Route<'a> {
 
 impl Ingestor {
     pub fn new(store: Arc<dyn Store>, catalog: Arc<Catalog>, dispatcher: Arc<Dispatcher>) -> Self {
-        Self {
-            store,
-            catalog,
-            dispatcher,
-        }
+        Self { store, catalog, dispatcher }
     }
 
     /// Commits `message` and its deliveries; returns once the commit is durable.
@@ -64,16 +58,13 @@ impl Ingestor {
             .await;
         match &result {
             Ok(IngestResult::Created { deliveries }) if in_memory => {
-                let jobs = deliveries
-                    .iter()
-                    .zip(endpoints)
-                    .map(|(delivery_id, endpoint_id)| Job {
-                        delivery_id: *delivery_id,
-                        endpoint_id,
-                        message: message.clone(),
-                        attempts: 0,
-                        trigger: Trigger::Scheduled,
-                    });
+                let jobs = deliveries.iter().zip(endpoints).map(|(delivery_id, endpoint_id)| Job {
+                    delivery_id: *delivery_id,
+                    endpoint_id,
+                    message: message.clone(),
+                    attempts: 0,
+                    trigger: Trigger::Scheduled,
+                });
                 self.dispatcher.submit(jobs);
             }
             Ok(IngestResult::Created { .. }) if count > 0 => self.dispatcher.poke(),

@@ -9,11 +9,7 @@ use herald::{Config, Server, telemetry};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]
-#[command(
-    name = "herald",
-    version,
-    about = "Webhook delivery that speaks the Svix API"
-)]
+#[command(name = "herald", version, about = "Webhook delivery that speaks the Svix API")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -41,26 +37,15 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Command::Serve {
-            config,
-            listen,
-            data_dir,
-        } => {
+        Command::Serve { config, listen, data_dir } => {
             let mut overrides = Vec::new();
             if let Some(listen) = listen {
                 overrides.push(("server.listen".to_owned(), toml::Value::String(listen)));
             }
             if let Some(dir) = data_dir {
-                overrides.push((
-                    "server.data_dir".to_owned(),
-                    toml::Value::String(dir.display().to_string()),
-                ));
+                overrides.push(("server.data_dir".to_owned(), toml::Value::String(dir.display().to_string())));
             }
-            let sources = Sources {
-                file: config,
-                env: std::env::vars().collect(),
-                overrides,
-            };
+            let sources = Sources { file: config, env: std::env::vars().collect(), overrides };
             let config = Config::load(&sources)?;
             telemetry::init(&config.log);
             let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
@@ -72,10 +57,7 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Openapi => {
             use utoipa::OpenApi;
-            println!(
-                "{}",
-                herald::api::openapi::ApiDoc::openapi().to_pretty_json()?
-            );
+            println!("{}", herald::api::openapi::ApiDoc::openapi().to_pretty_json()?);
             Ok(())
         }
     }

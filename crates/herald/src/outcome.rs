@@ -12,10 +12,7 @@ use crate::retry::RetryPolicy;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AttemptResult {
     /// The receiver answered with a status line.
-    Response {
-        status: u16,
-        retry_after: Option<Duration>,
-    },
+    Response { status: u16, retry_after: Option<Duration> },
     /// No usable answer.
     Failed(Failure),
 }
@@ -72,12 +69,8 @@ pub fn classify(result: &AttemptResult) -> OutcomeClass {
             _ => OutcomeClass::Permanent,
         },
         AttemptResult::Failed(failure) => match failure {
-            Failure::Timeout | Failure::Connection | Failure::DnsTemporary => {
-                OutcomeClass::Transient
-            }
-            Failure::DnsNotFound | Failure::Tls | Failure::BlockedDestination => {
-                OutcomeClass::Permanent
-            }
+            Failure::Timeout | Failure::Connection | Failure::DnsTemporary => OutcomeClass::Transient,
+            Failure::DnsNotFound | Failure::Tls | Failure::BlockedDestination => OutcomeClass::Permanent,
             Failure::Internal => OutcomeClass::Internal,
         },
     }
@@ -86,12 +79,8 @@ pub fn classify(result: &AttemptResult) -> OutcomeClass {
 /// The stable, machine-readable error class stored with a failed attempt.
 pub fn error_class(result: &AttemptResult) -> Option<&'static str> {
     match result {
-        AttemptResult::Response {
-            status: 200..=299, ..
-        } => None,
-        AttemptResult::Response {
-            status: 300..=399, ..
-        } => Some("redirect"),
+        AttemptResult::Response { status: 200..=299, .. } => None,
+        AttemptResult::Response { status: 300..=399, .. } => Some("redirect"),
         AttemptResult::Response { .. } => Some("http_status"),
         AttemptResult::Failed(failure) => Some(match failure {
             Failure::Timeout => "timeout",
@@ -130,12 +119,7 @@ pub struct RetryRules {
 }
 
 /// Decides the fate of a delivery after its `attempts_made`-th attempt (1 for the first).
-pub fn decide(
-    rules: &RetryRules,
-    attempts_made: u32,
-    result: &AttemptResult,
-    rng: &mut impl Rng,
-) -> Decision {
+pub fn decide(rules: &RetryRules, attempts_made: u32, result: &AttemptResult, rng: &mut impl Rng) -> Decision {
     let retryable = match (classify(result), rules.retry_on) {
         (OutcomeClass::Delivered, _) => return Decision::Delivered,
         (OutcomeClass::Internal, _) => true,
@@ -153,10 +137,7 @@ pub fn decide(
     }
     let jittered = rules.policy.delay(attempts_made.saturating_sub(1), rng);
     let after = match result {
-        AttemptResult::Response {
-            retry_after: Some(asked),
-            ..
-        } => {
+        AttemptResult::Response { retry_after: Some(asked), .. } => {
             let bounded = (*asked).min(Duration::from_millis(rules.policy.cap_ms()));
             jittered.max(bounded)
         }
@@ -172,20 +153,11 @@ mod tests {
     use rand::rngs::StdRng;
 
     fn status(code: u16) -> AttemptResult {
-        AttemptResult::Response {
-            status: code,
-            retry_after: None,
-        }
+        AttemptResult::Response { status: code, retry_after: None }
     }
 
     fn rules(retry_on: RetryOn) -> RetryRules {
-        RetryRules {
-            policy: RetryPolicy::Schedule {
-                delays_ms: vec![10, 20],
-                jitter_percent: 0,
-            },
-            retry_on,
-        }
+        RetryRules { policy: RetryPolicy::Schedule { delays_ms: vec![10, 20], jitter_percent: 0 }, retry_on }
     }
 
     #[test]
@@ -197,9 +169,7 @@ mod tests {
         for code in [408, 429, 500, 502, 503, 504, 505, 599, 301, 302, 307] {
             assert_eq!(classify(&status(code)), Transient, "{code}");
         }
-        for code in [
-            400, 401, 403, 404, 405, 409, 410, 413, 422, 451, 501, 100, 600, 0,
-        ] {
+        for code in [400, 401, 403, 404, 405, 409, 410, 413, 422, 451, 501, 100, 600, 0] {
             assert_eq!(classify(&status(code)), Permanent, "{code}");
         }
         let failed = |f| classify(&AttemptResult::Failed(f));
@@ -217,32 +187,16 @@ mod tests {
         assert_eq!(error_class(&status(200)), None);
         assert_eq!(error_class(&status(503)), Some("http_status"));
         assert_eq!(error_class(&status(302)), Some("redirect"));
-        assert_eq!(
-            error_class(&AttemptResult::Failed(Failure::BlockedDestination)),
-            Some("blocked_destination")
-        );
+        assert_eq!(error_class(&AttemptResult::Failed(Failure::BlockedDestination)), Some("blocked_destination"));
     }
 
     #[test]
     fn transient_failures_retry_until_attempts_run_out() {
         let mut rng = StdRng::seed_from_u64(1);
         let r = rules(RetryOn::Transient);
-        assert_eq!(
-            decide(&r, 1, &status(503), &mut rng),
-            Decision::Retry {
-                after: Duration::from_millis(10)
-            }
-        );
-        assert_eq!(
-            decide(&r, 2, &status(503), &mut rng),
-            Decision::Retry {
-                after: Duration::from_millis(20)
-            }
-        );
-        assert_eq!(
-            decide(&r, 3, &status(503), &mut rng),
-            Decision::Dead(DeadReason::Exhausted)
-        );
+        assert_eq!(decide(&r, 1, &status(503), &mut rng), Decision::Retry { after: Duration::from_millis(10) });
+        assert_eq!(decide(&r, 2, &status(503), &mut rng), Decision::Retry { after: Duration::from_millis(20) });
+        assert_eq!(decide(&r, 3, &status(503), &mut rng), Decision::Dead(DeadReason::Exhausted));
         assert_eq!(decide(&r, 1, &status(200), &mut rng), Decision::Delivered);
     }
 
@@ -250,16 +204,8 @@ mod tests {
     fn permanent_failures_die_after_one_attempt() {
         let mut rng = StdRng::seed_from_u64(1);
         let r = rules(RetryOn::Transient);
-        for result in [
-            status(410),
-            status(404),
-            status(501),
-            AttemptResult::Failed(Failure::BlockedDestination),
-        ] {
-            assert_eq!(
-                decide(&r, 1, &result, &mut rng),
-                Decision::Dead(DeadReason::Permanent)
-            );
+        for result in [status(410), status(404), status(501), AttemptResult::Failed(Failure::BlockedDestination)] {
+            assert_eq!(decide(&r, 1, &result, &mut rng), Decision::Dead(DeadReason::Permanent));
         }
     }
 
@@ -267,21 +213,9 @@ mod tests {
     fn rate_limit_only_retries_429_and_nothing_else() {
         let mut rng = StdRng::seed_from_u64(1);
         let r = rules(RetryOn::RateLimitOnly);
-        assert!(matches!(
-            decide(&r, 1, &status(429), &mut rng),
-            Decision::Retry { .. }
-        ));
-        for result in [
-            status(500),
-            status(503),
-            status(408),
-            AttemptResult::Failed(Failure::Timeout),
-        ] {
-            assert_eq!(
-                decide(&r, 1, &result, &mut rng),
-                Decision::Dead(DeadReason::Permanent),
-                "{result:?}"
-            );
+        assert!(matches!(decide(&r, 1, &status(429), &mut rng), Decision::Retry { .. }));
+        for result in [status(500), status(503), status(408), AttemptResult::Failed(Failure::Timeout)] {
+            assert_eq!(decide(&r, 1, &result, &mut rng), Decision::Dead(DeadReason::Permanent), "{result:?}");
         }
     }
 
@@ -290,35 +224,18 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(1);
         let r = rules(RetryOn::Transient);
         let poison = AttemptResult::Failed(Failure::Internal);
-        assert!(matches!(
-            decide(&r, 1, &poison, &mut rng),
-            Decision::Retry { .. }
-        ));
-        assert_eq!(
-            decide(&r, 3, &poison, &mut rng),
-            Decision::Dead(DeadReason::Exhausted)
-        );
+        assert!(matches!(decide(&r, 1, &poison, &mut rng), Decision::Retry { .. }));
+        assert_eq!(decide(&r, 3, &poison, &mut rng), Decision::Dead(DeadReason::Exhausted));
     }
 
     #[test]
     fn retry_after_is_honoured_but_bounded_by_the_policy_cap() {
         let mut rng = StdRng::seed_from_u64(1);
         let r = rules(RetryOn::Transient);
-        let asked = |secs| AttemptResult::Response {
-            status: 429,
-            retry_after: Some(Duration::from_secs(secs)),
-        };
+        let asked = |secs| AttemptResult::Response { status: 429, retry_after: Some(Duration::from_secs(secs)) };
         // The cap of a [10 ms, 20 ms] schedule is 20 ms: a 1 h Retry-After is clamped to it.
-        assert_eq!(
-            decide(&r, 1, &asked(3600), &mut rng),
-            Decision::Retry {
-                after: Duration::from_millis(20)
-            }
-        );
-        let roomy = RetryRules {
-            policy: RetryPolicy::default(),
-            retry_on: RetryOn::Transient,
-        };
+        assert_eq!(decide(&r, 1, &asked(3600), &mut rng), Decision::Retry { after: Duration::from_millis(20) });
+        let roomy = RetryRules { policy: RetryPolicy::default(), retry_on: RetryOn::Transient };
         match decide(&roomy, 1, &asked(120), &mut rng) {
             Decision::Retry { after } => assert!(after >= Duration::from_secs(120)),
             other => panic!("expected a retry, got {other:?}"),

@@ -71,9 +71,7 @@ impl RetryPolicy {
     /// Svix's own schedule (immediately, 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h), ±20 %.
     pub fn svix_preset() -> Self {
         Self::Schedule {
-            delays_ms: vec![
-                5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000,
-            ],
+            delays_ms: vec![5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000],
             jitter_percent: 20,
         }
     }
@@ -81,9 +79,7 @@ impl RetryPolicy {
     /// Attempts in all, the first included.
     pub fn max_attempts(&self) -> u32 {
         match self {
-            Self::Exponential { max_attempts, .. } | Self::Fixed { max_attempts, .. } => {
-                *max_attempts
-            }
+            Self::Exponential { max_attempts, .. } | Self::Fixed { max_attempts, .. } => *max_attempts,
             Self::Schedule { delays_ms, .. } => delays_ms.len() as u32 + 1,
         }
     }
@@ -92,15 +88,8 @@ impl RetryPolicy {
     pub fn cap_ms(&self) -> u64 {
         match self {
             Self::Exponential { max_delay_ms, .. } => *max_delay_ms,
-            Self::Fixed {
-                interval_ms,
-                jitter_ms,
-                ..
-            } => interval_ms.saturating_add(*jitter_ms),
-            Self::Schedule {
-                delays_ms,
-                jitter_percent,
-            } => {
+            Self::Fixed { interval_ms, jitter_ms, .. } => interval_ms.saturating_add(*jitter_ms),
+            Self::Schedule { delays_ms, jitter_percent } => {
                 let longest = delays_ms.iter().copied().max().unwrap_or(0);
                 longest.saturating_add(longest * u64::from(*jitter_percent) / 100)
             }
@@ -116,56 +105,21 @@ impl RetryPolicy {
             }
         };
         match self {
-            Self::Exponential {
-                base_ms,
-                max_delay_ms,
-                max_attempts,
-            } => {
+            Self::Exponential { base_ms, max_delay_ms, max_attempts } => {
                 check(*base_ms >= 1, "baseMs", "must be at least 1".into());
-                check(
-                    *base_ms <= MAX_DELAY_MS,
-                    "baseMs",
-                    format!("must be at most {MAX_DELAY_MS}"),
-                );
-                check(
-                    max_delay_ms >= base_ms,
-                    "maxDelayMs",
-                    "must be at least baseMs".into(),
-                );
-                check(
-                    *max_delay_ms <= MAX_DELAY_MS,
-                    "maxDelayMs",
-                    format!("must be at most {MAX_DELAY_MS}"),
-                );
+                check(*base_ms <= MAX_DELAY_MS, "baseMs", format!("must be at most {MAX_DELAY_MS}"));
+                check(max_delay_ms >= base_ms, "maxDelayMs", "must be at least baseMs".into());
+                check(*max_delay_ms <= MAX_DELAY_MS, "maxDelayMs", format!("must be at most {MAX_DELAY_MS}"));
                 check_attempts(*max_attempts, &mut check);
             }
-            Self::Fixed {
-                interval_ms,
-                jitter_ms,
-                max_attempts,
-            } => {
+            Self::Fixed { interval_ms, jitter_ms, max_attempts } => {
                 check(*interval_ms >= 1, "intervalMs", "must be at least 1".into());
-                check(
-                    *interval_ms <= MAX_DELAY_MS,
-                    "intervalMs",
-                    format!("must be at most {MAX_DELAY_MS}"),
-                );
-                check(
-                    jitter_ms <= interval_ms,
-                    "jitterMs",
-                    "must not exceed intervalMs".into(),
-                );
+                check(*interval_ms <= MAX_DELAY_MS, "intervalMs", format!("must be at most {MAX_DELAY_MS}"));
+                check(jitter_ms <= interval_ms, "jitterMs", "must not exceed intervalMs".into());
                 check_attempts(*max_attempts, &mut check);
             }
-            Self::Schedule {
-                delays_ms,
-                jitter_percent,
-            } => {
-                check(
-                    !delays_ms.is_empty(),
-                    "delaysMs",
-                    "must list at least one delay".into(),
-                );
+            Self::Schedule { delays_ms, jitter_percent } => {
+                check(!delays_ms.is_empty(), "delaysMs", "must list at least one delay".into());
                 check(
                     delays_ms.len() < MAX_ATTEMPTS as usize,
                     "delaysMs",
@@ -176,11 +130,7 @@ impl RetryPolicy {
                     "delaysMs",
                     format!("every delay must be at most {MAX_DELAY_MS}"),
                 );
-                check(
-                    *jitter_percent <= 100,
-                    "jitterPercent",
-                    "must be between 0 and 100".into(),
-                );
+                check(*jitter_percent <= 100, "jitterPercent", "must be between 0 and 100".into());
             }
         }
         problems
@@ -189,11 +139,7 @@ impl RetryPolicy {
     /// How long to wait before retry number `retry` (0 for the retry after the first attempt).
     pub fn delay(&self, retry: u32, rng: &mut impl Rng) -> Duration {
         let ms = match self {
-            Self::Exponential {
-                base_ms,
-                max_delay_ms,
-                ..
-            } => {
+            Self::Exponential { base_ms, max_delay_ms, .. } => {
                 let ceiling = base_ms
                     .checked_shl(retry.min(63))
                     .filter(|v| v >> retry.min(63) == *base_ms)
@@ -201,22 +147,11 @@ impl RetryPolicy {
                     .min(*max_delay_ms);
                 rng.random_range(0..=ceiling)
             }
-            Self::Fixed {
-                interval_ms,
-                jitter_ms,
-                ..
-            } => rng.random_range(
-                interval_ms.saturating_sub(*jitter_ms)..=interval_ms.saturating_add(*jitter_ms),
-            ),
-            Self::Schedule {
-                delays_ms,
-                jitter_percent,
-            } => {
-                let base = delays_ms
-                    .get(retry as usize)
-                    .or(delays_ms.last())
-                    .copied()
-                    .unwrap_or(0);
+            Self::Fixed { interval_ms, jitter_ms, .. } => {
+                rng.random_range(interval_ms.saturating_sub(*jitter_ms)..=interval_ms.saturating_add(*jitter_ms))
+            }
+            Self::Schedule { delays_ms, jitter_percent } => {
+                let base = delays_ms.get(retry as usize).or(delays_ms.last()).copied().unwrap_or(0);
                 let spread = base * u64::from(*jitter_percent) / 100;
                 rng.random_range(base.saturating_sub(spread)..=base.saturating_add(spread))
             }
@@ -226,11 +161,7 @@ impl RetryPolicy {
 }
 
 fn check_attempts(max_attempts: u32, check: &mut impl FnMut(bool, &'static str, String)) {
-    check(
-        (1..=MAX_ATTEMPTS).contains(&max_attempts),
-        "maxAttempts",
-        format!("must be between 1 and {MAX_ATTEMPTS}"),
-    );
+    check((1..=MAX_ATTEMPTS).contains(&max_attempts), "maxAttempts", format!("must be between 1 and {MAX_ATTEMPTS}"));
 }
 
 /// Parses a `Retry-After` value: delta-seconds or an HTTP date (relative to `now`).
@@ -239,10 +170,7 @@ pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     let value = value.trim();
     if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
         // Saturate instead of overflowing: "99999999999999999999999" means "a very long time".
-        let secs = value
-            .parse::<u64>()
-            .unwrap_or(u64::MAX)
-            .min(MAX_DELAY_MS / 1000);
+        let secs = value.parse::<u64>().unwrap_or(u64::MAX).min(MAX_DELAY_MS / 1000);
         return Some(Duration::from_secs(secs));
     }
     let date = httpdate::parse_http_date(value).ok()?;
@@ -279,11 +207,7 @@ mod tests {
 
     #[test]
     fn exponential_ceiling_never_overflows_on_huge_retry_numbers() {
-        let policy = RetryPolicy::Exponential {
-            base_ms: MAX_DELAY_MS,
-            max_delay_ms: MAX_DELAY_MS,
-            max_attempts: 100,
-        };
+        let policy = RetryPolicy::Exponential { base_ms: MAX_DELAY_MS, max_delay_ms: MAX_DELAY_MS, max_attempts: 100 };
         let mut rng = rng();
         for retry in [40, 63, 64, 1000, u32::MAX] {
             assert!(policy.delay(retry, &mut rng).as_millis() as u64 <= MAX_DELAY_MS);
@@ -292,15 +216,9 @@ mod tests {
 
     #[test]
     fn fixed_policy_stays_within_interval_plus_minus_jitter() {
-        let policy = RetryPolicy::Fixed {
-            interval_ms: 600_000,
-            jitter_ms: 30_000,
-            max_attempts: 7,
-        };
+        let policy = RetryPolicy::Fixed { interval_ms: 600_000, jitter_ms: 30_000, max_attempts: 7 };
         let mut rng = rng();
-        let delays: Vec<u64> = (0..1000)
-            .map(|i| policy.delay(i % 6, &mut rng).as_millis() as u64)
-            .collect();
+        let delays: Vec<u64> = (0..1000).map(|i| policy.delay(i % 6, &mut rng).as_millis() as u64).collect();
         assert!(delays.iter().all(|d| (570_000..=630_000).contains(d)));
         assert!(delays.iter().any(|d| *d < 590_000) && delays.iter().any(|d| *d > 610_000));
         assert_eq!(policy.max_attempts(), 7);
@@ -309,10 +227,7 @@ mod tests {
 
     #[test]
     fn schedule_policy_follows_its_delays_with_percent_jitter() {
-        let policy = RetryPolicy::Schedule {
-            delays_ms: vec![5000, 300_000],
-            jitter_percent: 20,
-        };
+        let policy = RetryPolicy::Schedule { delays_ms: vec![5000, 300_000], jitter_percent: 20 };
         assert_eq!(policy.max_attempts(), 3);
         let mut rng = rng();
         for _ in 0..200 {
@@ -321,10 +236,7 @@ mod tests {
             assert!((4000..=6000).contains(&first));
             assert!((240_000..=360_000).contains(&second));
         }
-        let exact = RetryPolicy::Schedule {
-            delays_ms: vec![10, 20],
-            jitter_percent: 0,
-        };
+        let exact = RetryPolicy::Schedule { delays_ms: vec![10, 20], jitter_percent: 0 };
         assert_eq!(exact.delay(1, &mut rng), Duration::from_millis(20));
     }
 
@@ -336,63 +248,40 @@ mod tests {
 
     #[test]
     fn invalid_policies_name_the_field() {
-        let bad = RetryPolicy::Fixed {
-            interval_ms: 10,
-            jitter_ms: 20,
-            max_attempts: 0,
-        };
+        let bad = RetryPolicy::Fixed { interval_ms: 10, jitter_ms: 20, max_attempts: 0 };
         let fields: Vec<_> = bad.problems().into_iter().map(|(f, _)| f).collect();
         assert_eq!(fields, vec!["jitterMs", "maxAttempts"]);
-        let bad = RetryPolicy::Exponential {
-            base_ms: 100,
-            max_delay_ms: 10,
-            max_attempts: 3,
-        };
+        let bad = RetryPolicy::Exponential { base_ms: 100, max_delay_ms: 10, max_attempts: 3 };
         assert_eq!(bad.problems()[0].0, "maxDelayMs");
-        let bad = RetryPolicy::Schedule {
-            delays_ms: vec![],
-            jitter_percent: 101,
-        };
+        let bad = RetryPolicy::Schedule { delays_ms: vec![], jitter_percent: 101 };
         assert_eq!(bad.problems().len(), 2);
     }
 
     #[test]
     fn policies_parse_from_their_documented_json() {
-        let parsed: RetryPolicy = serde_json::from_str(
-            r#"{"strategy":"exponential","baseMs":30000,"maxDelayMs":3600000,"maxAttempts":12}"#,
-        )
-        .unwrap();
+        let parsed: RetryPolicy =
+            serde_json::from_str(r#"{"strategy":"exponential","baseMs":30000,"maxDelayMs":3600000,"maxAttempts":12}"#)
+                .unwrap();
         assert_eq!(parsed, RetryPolicy::default());
-        let fixed: RetryPolicy = serde_json::from_str(
-            r#"{"strategy":"fixed","intervalMs":600000,"jitterMs":30000,"maxAttempts":7}"#,
-        )
-        .unwrap();
+        let fixed: RetryPolicy =
+            serde_json::from_str(r#"{"strategy":"fixed","intervalMs":600000,"jitterMs":30000,"maxAttempts":7}"#)
+                .unwrap();
         assert_eq!(fixed.max_attempts(), 7);
-        let schedule: RetryPolicy = serde_json::from_str(
-            r#"{"strategy":"schedule","delaysMs":[5000,300000,1800000],"jitterPercent":20}"#,
-        )
-        .unwrap();
+        let schedule: RetryPolicy =
+            serde_json::from_str(r#"{"strategy":"schedule","delaysMs":[5000,300000,1800000],"jitterPercent":20}"#)
+                .unwrap();
         assert_eq!(schedule.max_attempts(), 4);
-        assert!(
-            serde_json::from_str::<RetryPolicy>(r#"{"strategy":"fixed","intervalMs":1,"typo":1}"#)
-                .is_err()
-        );
+        assert!(serde_json::from_str::<RetryPolicy>(r#"{"strategy":"fixed","intervalMs":1,"typo":1}"#).is_err());
         assert!(serde_json::from_str::<RetryPolicy>(r#"{"strategy":"linear"}"#).is_err());
     }
 
     #[test]
     fn retry_after_accepts_delta_seconds_and_http_dates() {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
-        assert_eq!(
-            parse_retry_after("120", now),
-            Some(Duration::from_secs(120))
-        );
+        assert_eq!(parse_retry_after("120", now), Some(Duration::from_secs(120)));
         assert_eq!(parse_retry_after(" 0 ", now), Some(Duration::ZERO));
         let later = httpdate::fmt_http_date(now + Duration::from_secs(90));
-        assert_eq!(
-            parse_retry_after(&later, now),
-            Some(Duration::from_secs(90))
-        );
+        assert_eq!(parse_retry_after(&later, now), Some(Duration::from_secs(90)));
         let earlier = httpdate::fmt_http_date(now - Duration::from_secs(90));
         assert_eq!(parse_retry_after(&earlier, now), Some(Duration::ZERO));
     }
@@ -400,17 +289,7 @@ mod tests {
     #[test]
     fn retry_after_garbage_and_huge_values_never_panic() {
         let now = SystemTime::now();
-        for garbage in [
-            "",
-            "soon",
-            "-5",
-            "1.5",
-            "1e300",
-            "0x10",
-            "Wed, 99 Foo 2024",
-            "\u{0}",
-            "9 9",
-        ] {
+        for garbage in ["", "soon", "-5", "1.5", "1e300", "0x10", "Wed, 99 Foo 2024", "\u{0}", "9 9"] {
             assert_eq!(parse_retry_after(garbage, now), None, "{garbage:?}");
         }
         let huge = parse_retry_after("99999999999999999999999999999", now).unwrap();

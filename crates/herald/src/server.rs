@@ -41,15 +41,11 @@ pub struct Server {
 impl Server {
     pub async fn build(config: Config) -> anyhow::Result<Self> {
         let data_dir = &config.server.data_dir;
-        std::fs::create_dir_all(data_dir)
-            .with_context(|| format!("creating data directory {}", data_dir.display()))?;
+        std::fs::create_dir_all(data_dir).with_context(|| format!("creating data directory {}", data_dir.display()))?;
         let lock = lock_data_dir(data_dir)?;
         let admin_token = admin_token(&config, data_dir)?;
 
-        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(
-            &data_dir.join("herald.db"),
-            &config.store,
-        )?);
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&data_dir.join("herald.db"), &config.store)?);
         // Only this process can open the database, so every claim left in it belongs to a
         // process that is gone.
         let reclaimed = store.release_all().await?;
@@ -58,10 +54,7 @@ impl Server {
         }
 
         let guard = Arc::new(Guard::new(config.delivery.allowed_networks.clone()));
-        let defaults = Defaults {
-            timeout: config.delivery.timeout,
-            retry: config.delivery.default_retry.clone(),
-        };
+        let defaults = Defaults { timeout: config.delivery.timeout, retry: config.delivery.default_retry.clone() };
         let catalog = Arc::new(Catalog::new(store.clone(), defaults));
         let deliverer = Deliverer::new(
             guard.clone(),
@@ -83,11 +76,7 @@ impl Server {
                 app_max_in_flight: APP_MAX_IN_FLIGHT,
             },
         );
-        let ingestor = Arc::new(Ingestor::new(
-            store.clone(),
-            catalog.clone(),
-            dispatcher.clone(),
-        ));
+        let ingestor = Arc::new(Ingestor::new(store.clone(), catalog.clone(), dispatcher.clone()));
 
         let listener = TcpListener::bind(config.server.listen)
             .await
@@ -105,28 +94,17 @@ impl Server {
                 max_payload_bytes: config.server.max_payload_bytes,
             },
             settings: Arc::new(ApiSettings {
-                public_url: config
-                    .server
-                    .public_url
-                    .clone()
-                    .unwrap_or_else(|| format!("http://{local}")),
+                public_url: config.server.public_url.clone().unwrap_or_else(|| format!("http://{local}")),
                 portal_token_ttl: config.auth.portal_token_ttl,
                 secret_rotation_overlap: config.delivery.secret_rotation_overlap,
             }),
             key_locks: Default::default(),
         };
-        Ok(Self {
-            listener,
-            router: api::router(state),
-            dispatcher,
-            _lock: lock,
-        })
+        Ok(Self { listener, router: api::router(state), dispatcher, _lock: lock })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener
-            .local_addr()
-            .expect("a bound listener has an address")
+        self.listener.local_addr().expect("a bound listener has an address")
     }
 
     /// Serves until `shutdown` is cancelled, then stops taking requests, lets in-flight
@@ -151,10 +129,7 @@ fn lock_data_dir(data_dir: &Path) -> anyhow::Result<File> {
     match file.try_lock() {
         Ok(()) => Ok(file),
         Err(std::fs::TryLockError::WouldBlock) => {
-            bail!(
-                "another Herald process is using the data directory {}",
-                data_dir.display()
-            )
+            bail!("another Herald process is using the data directory {}", data_dir.display())
         }
         Err(std::fs::TryLockError::Error(e)) => Err(e).context("locking the data directory"),
     }
@@ -168,8 +143,7 @@ fn admin_token(config: &Config, data_dir: &Path) -> anyhow::Result<String> {
     }
     let path = data_dir.join("admin-token");
     if path.exists() {
-        let token = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
+        let token = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
         return Ok(token.trim().to_owned());
     }
     let token = format!("hrld_{}", random_token(32));
@@ -177,13 +151,8 @@ fn admin_token(config: &Config, data_dir: &Path) -> anyhow::Result<String> {
     options.write(true).create_new(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options
-        .open(&path)
-        .with_context(|| format!("creating {}", path.display()))?;
+    let mut file = options.open(&path).with_context(|| format!("creating {}", path.display()))?;
     writeln!(file, "{token}")?;
-    println!(
-        "Generated an admin token (stored in {}, shown only this once):\n\n    {token}\n",
-        path.display()
-    );
+    println!("Generated an admin token (stored in {}, shown only this once):\n\n    {token}\n", path.display());
     Ok(token)
 }

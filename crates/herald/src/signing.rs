@@ -66,18 +66,12 @@ impl SigningKey {
     /// `^(whsec_)?[a-zA-Z0-9+/=]{32,100}$` and 24 to 64 decoded bytes.
     pub fn parse_endpoint_secret(secret: &str) -> Result<Self, SecretError> {
         let body = secret.strip_prefix(SECRET_PREFIX).unwrap_or(secret);
-        let charset_ok = body
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='));
+        let charset_ok = body.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='));
         if !charset_ok || !(32..=100).contains(&body.len()) {
             return Err(SecretError::Invalid);
         }
         let key = Self::decode(body)?;
-        if (24..=64).contains(&key.0.len()) {
-            Ok(key)
-        } else {
-            Err(SecretError::Invalid)
-        }
+        if (24..=64).contains(&key.0.len()) { Ok(key) } else { Err(SecretError::Invalid) }
     }
 
     /// The canonical `whsec_…` form.
@@ -146,11 +140,7 @@ pub struct SignedHeaders<'a> {
 impl<'a> SignedHeaders<'a> {
     /// Picks the headers out of `(name, value)` pairs, names compared case-insensitively.
     pub fn from_pairs(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
-        let mut headers = Self {
-            id: None,
-            timestamp: None,
-            signature: None,
-        };
+        let mut headers = Self { id: None, timestamp: None, signature: None };
         for (name, value) in pairs {
             match name.to_ascii_lowercase().as_str() {
                 "webhook-id" => headers.id = Some(value),
@@ -178,12 +168,7 @@ impl<'a> SignedHeaders<'a> {
 }
 
 /// Verifies a symmetric (`v1`) signature as a receiver would, with `now` in unix seconds.
-pub fn verify(
-    key: &SigningKey,
-    headers: &SignedHeaders<'_>,
-    body: &[u8],
-    now: i64,
-) -> Result<(), VerifyError> {
+pub fn verify(key: &SigningKey, headers: &SignedHeaders<'_>, body: &[u8], now: i64) -> Result<(), VerifyError> {
     let (id, ts, signatures) = headers.checked(now)?;
     let expected = key.mac(id, ts, body);
     let matched = signatures
@@ -192,9 +177,7 @@ pub fn verify(
         .filter(|(version, _)| *version == "v1")
         .filter_map(|(_, value)| STANDARD.decode(value).ok())
         .any(|given| bool::from(given.as_slice().ct_eq(&expected)));
-    matched
-        .then_some(())
-        .ok_or(VerifyError::NoMatchingSignature)
+    matched.then_some(()).ok_or(VerifyError::NoMatchingSignature)
 }
 
 /// An ed25519 key pair for the asymmetric `v1a` scheme (`whsk_` secret, `whpk_` public key).
@@ -204,20 +187,13 @@ impl AsymmetricKey {
     /// Parses `whsk_<base64 of seed || public key>` (64 bytes).
     pub fn parse(secret: &str) -> Result<Self, SecretError> {
         let body = secret.strip_prefix("whsk_").ok_or(SecretError::Invalid)?;
-        let bytes = general_purpose::STANDARD
-            .decode(body)
-            .map_err(|_| SecretError::Invalid)?;
+        let bytes = general_purpose::STANDARD.decode(body).map_err(|_| SecretError::Invalid)?;
         let pair: [u8; 64] = bytes.try_into().map_err(|_| SecretError::Invalid)?;
-        ed25519_dalek::SigningKey::from_keypair_bytes(&pair)
-            .map(Self)
-            .map_err(|_| SecretError::Invalid)
+        ed25519_dalek::SigningKey::from_keypair_bytes(&pair).map(Self).map_err(|_| SecretError::Invalid)
     }
 
     pub fn public_key(&self) -> String {
-        format!(
-            "whpk_{}",
-            STANDARD.encode(self.0.verifying_key().as_bytes())
-        )
+        format!("whpk_{}", STANDARD.encode(self.0.verifying_key().as_bytes()))
     }
 
     pub fn sign(&self, msg_id: &str, timestamp: i64, body: &[u8]) -> String {
@@ -227,12 +203,7 @@ impl AsymmetricKey {
 }
 
 /// Verifies an asymmetric (`v1a`) signature against a `whpk_` public key.
-pub fn verify_v1a(
-    public_key: &str,
-    headers: &SignedHeaders<'_>,
-    body: &[u8],
-    now: i64,
-) -> Result<(), VerifyError> {
+pub fn verify_v1a(public_key: &str, headers: &SignedHeaders<'_>, body: &[u8], now: i64) -> Result<(), VerifyError> {
     let (id, ts, signatures) = headers.checked(now)?;
     let key = public_key
         .strip_prefix("whpk_")
@@ -248,9 +219,7 @@ pub fn verify_v1a(
         .filter_map(|(_, value)| STANDARD.decode(value).ok())
         .filter_map(|bytes| ed25519_dalek::Signature::from_slice(&bytes).ok())
         .any(|signature| key.verify(&content, &signature).is_ok());
-    matched
-        .then_some(())
-        .ok_or(VerifyError::NoMatchingSignature)
+    matched.then_some(()).ok_or(VerifyError::NoMatchingSignature)
 }
 
 fn signed_content(msg_id: &str, timestamp: i64, body: &[u8]) -> Vec<u8> {
@@ -275,18 +244,11 @@ mod tests {
     }
 
     fn str_of<'a>(v: &'a Value, field: &str) -> &'a str {
-        v[field]
-            .as_str()
-            .unwrap_or_else(|| panic!("{} lacks {field}", v["name"]))
+        v[field].as_str().unwrap_or_else(|| panic!("{} lacks {field}", v["name"]))
     }
 
     fn headers_of(v: &Value) -> Vec<(String, String)> {
-        v["headers"]
-            .as_object()
-            .unwrap()
-            .iter()
-            .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
-            .collect()
+        v["headers"].as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned())).collect()
     }
 
     #[test]
@@ -295,12 +257,7 @@ mod tests {
             let key = SigningKey::decode(str_of(&v, "secret")).unwrap();
             let ts = v["timestamp"].as_i64().unwrap();
             let sig = key.sign(str_of(&v, "msg_id"), ts, str_of(&v, "payload").as_bytes());
-            assert_eq!(
-                sig,
-                str_of(&v, "expected_signature"),
-                "vector {}",
-                v["name"]
-            );
+            assert_eq!(sig, str_of(&v, "expected_signature"), "vector {}", v["name"]);
         }
     }
 
@@ -309,17 +266,11 @@ mod tests {
         for v in vectors("verify") {
             let key = SigningKey::decode(str_of(&v, "secret")).unwrap();
             let pairs = headers_of(&v);
-            let headers =
-                SignedHeaders::from_pairs(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+            let headers = SignedHeaders::from_pairs(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())));
             let now = v["now"].as_i64().unwrap();
             let result = verify(&key, &headers, str_of(&v, "payload").as_bytes(), now);
             let expected_valid = v["expected_valid"].as_bool().unwrap();
-            assert_eq!(
-                result.is_ok(),
-                expected_valid,
-                "vector {}: {result:?}",
-                v["name"]
-            );
+            assert_eq!(result.is_ok(), expected_valid, "vector {}: {result:?}", v["name"]);
             if let Some(error) = v["expected_error"].as_str() {
                 let expected = match error {
                     "missing_required_headers" => VerifyError::MissingRequiredHeaders,
@@ -341,12 +292,7 @@ mod tests {
             assert_eq!(key.public_key(), str_of(&v, "public_key_whpk"));
             let ts = v["timestamp"].as_i64().unwrap();
             let sig = key.sign(str_of(&v, "msg_id"), ts, str_of(&v, "payload").as_bytes());
-            assert_eq!(
-                sig,
-                str_of(&v, "expected_signature"),
-                "vector {}",
-                v["name"]
-            );
+            assert_eq!(sig, str_of(&v, "expected_signature"), "vector {}", v["name"]);
         }
     }
 
@@ -354,37 +300,18 @@ mod tests {
     fn every_v1a_verify_vector_gives_the_expected_verdict() {
         for v in vectors("verify_v1a") {
             let pairs = headers_of(&v);
-            let headers =
-                SignedHeaders::from_pairs(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+            let headers = SignedHeaders::from_pairs(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())));
             let now = v["now"].as_i64().unwrap();
-            let result = verify_v1a(
-                str_of(&v, "public_key_whpk"),
-                &headers,
-                str_of(&v, "payload").as_bytes(),
-                now,
-            );
-            assert_eq!(
-                result.is_ok(),
-                v["expected_valid"].as_bool().unwrap(),
-                "vector {}",
-                v["name"]
-            );
+            let result = verify_v1a(str_of(&v, "public_key_whpk"), &headers, str_of(&v, "payload").as_bytes(), now);
+            assert_eq!(result.is_ok(), v["expected_valid"].as_bool().unwrap(), "vector {}", v["name"]);
         }
     }
 
     #[test]
     fn endpoint_secret_inputs_are_judged_like_the_vectors() {
-        for v in vectors("endpoint_secret_input")
-            .into_iter()
-            .chain(vectors("secret"))
-        {
+        for v in vectors("endpoint_secret_input").into_iter().chain(vectors("secret")) {
             let parsed = SigningKey::parse_endpoint_secret(str_of(&v, "secret"));
-            assert_eq!(
-                parsed.is_ok(),
-                v["expected_valid"].as_bool().unwrap(),
-                "vector {}",
-                v["name"]
-            );
+            assert_eq!(parsed.is_ok(), v["expected_valid"].as_bool().unwrap(), "vector {}", v["name"]);
             if let (Ok(key), Some(hex)) = (parsed, v["key_hex"].as_str()) {
                 let got: String = key.as_bytes().iter().map(|b| format!("{b:02x}")).collect();
                 assert_eq!(got, hex, "vector {}", v["name"]);
@@ -399,11 +326,7 @@ mod tests {
         let header = signature_header([&new, &old], "msg_1", 1_700_000_000, b"{}");
         assert_eq!(header.split(' ').count(), 2);
         for key in [&old, &new] {
-            let headers = SignedHeaders {
-                id: Some("msg_1"),
-                timestamp: Some("1700000000"),
-                signature: Some(&header),
-            };
+            let headers = SignedHeaders { id: Some("msg_1"), timestamp: Some("1700000000"), signature: Some(&header) };
             assert_eq!(verify(key, &headers, b"{}", 1_700_000_000), Ok(()));
         }
     }

@@ -59,10 +59,7 @@ impl Guard {
         if raw.len() > MAX_URL_LEN {
             return Err(UrlProblem::TooLong);
         }
-        if raw
-            .chars()
-            .any(|c| c.is_whitespace() || c.is_control() || c == '\\')
-        {
+        if raw.chars().any(|c| c.is_whitespace() || c.is_control() || c == '\\') {
             return Err(UrlProblem::ForbiddenCharacter);
         }
         let url = Url::parse(raw).map_err(|e| UrlProblem::Unparsable(e.to_string()))?;
@@ -99,11 +96,7 @@ impl Guard {
     }
 
     pub fn check_ip(&self, ip: IpAddr) -> Result<(), UrlProblem> {
-        if self.ip_allowed(ip) {
-            Ok(())
-        } else {
-            Err(UrlProblem::Blocked(ip.to_string()))
-        }
+        if self.ip_allowed(ip) { Ok(()) } else { Err(UrlProblem::Blocked(ip.to_string())) }
     }
 }
 
@@ -164,10 +157,10 @@ fn forbidden_v6(ip: Ipv6Addr) -> bool {
     if s[0] & 0xe000 != 0x2000 {
         return true;
     }
-    (s[0] == 0x2001 && s[1] < 0x0200) // IETF protocol assignments 2001::/23 (Teredo, benchmarking, ORCHID)
-        || (s[0] == 0x2001 && s[1] == 0x0db8) // documentation
-        || s[0] == 0x2002 // 6to4
-        || (s[0] & 0xfff0) == 0x3ff0 // documentation 3fff::/20 (and the rest of 3ff0::/12, unassigned)
+    let ietf_assignments = s[0] == 0x2001 && s[1] < 0x0200; // 2001::/23: Teredo, benchmarking, ORCHID
+    let documentation = (s[0] == 0x2001 && s[1] == 0x0db8) || (s[0] & 0xfff0) == 0x3ff0; // and 3fff::/20
+    let six_to_four = s[0] == 0x2002;
+    ietf_assignments || documentation || six_to_four
 }
 
 #[cfg(test)]
@@ -254,44 +247,19 @@ mod tests {
 
     #[test]
     fn public_ipv6_and_its_embeddings_of_public_ipv4_are_allowed() {
-        for s in [
-            "2606:4700:4700::1111",
-            "2a00:1450:4001::1",
-            "::ffff:8.8.8.8",
-            "64:ff9b::808:808",
-        ] {
+        for s in ["2606:4700:4700::1111", "2a00:1450:4001::1", "::ffff:8.8.8.8", "64:ff9b::808:808"] {
             assert!(!forbidden(ip(s)), "{s} must be allowed");
         }
     }
 
     #[test]
     fn forbidden_is_the_same_for_ipv4_and_its_mapped_and_nat64_forms() {
-        for v4 in [
-            "127.0.0.1",
-            "8.8.8.8",
-            "10.1.2.3",
-            "169.254.169.254",
-            "1.2.3.4",
-            "224.1.1.1",
-        ] {
+        for v4 in ["127.0.0.1", "8.8.8.8", "10.1.2.3", "169.254.169.254", "1.2.3.4", "224.1.1.1"] {
             let v4: Ipv4Addr = v4.parse().unwrap();
             let [a, b, c, d] = v4.octets();
-            let nat64 = Ipv6Addr::new(
-                0x64,
-                0xff9b,
-                0,
-                0,
-                0,
-                0,
-                u16::from_be_bytes([a, b]),
-                u16::from_be_bytes([c, d]),
-            );
+            let nat64 = Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, u16::from_be_bytes([a, b]), u16::from_be_bytes([c, d]));
             let expected = forbidden(IpAddr::V4(v4));
-            assert_eq!(
-                forbidden(IpAddr::V6(v4.to_ipv6_mapped())),
-                expected,
-                "{v4} mapped"
-            );
+            assert_eq!(forbidden(IpAddr::V6(v4.to_ipv6_mapped())), expected, "{v4} mapped");
             assert_eq!(forbidden(IpAddr::V6(nat64)), expected, "{v4} nat64");
         }
     }
@@ -318,10 +286,7 @@ mod tests {
             ("http://localhost:9999/", "blocked"),
             ("http://LOCALHOST.:9999/", "blocked"),
             ("http://api.localhost:9999/", "blocked"),
-            (
-                "http://metadata.google.internal/computeMetadata/v1/",
-                "blocked",
-            ),
+            ("http://metadata.google.internal/computeMetadata/v1/", "blocked"),
             ("file:///etc/passwd", "scheme"),
             ("gopher://127.0.0.1:6379/_FLUSHALL", "scheme"),
             ("https://hooks.example.com@127.0.0.1:9999/", "userinfo"),
@@ -351,11 +316,7 @@ mod tests {
     #[test]
     fn registration_accepts_ordinary_urls() {
         let guard = Guard::default();
-        for url in [
-            "https://hooks.example.com/webhook",
-            "http://example.com:8080/x?y=1",
-            "https://[2606:4700::1]/",
-        ] {
+        for url in ["https://hooks.example.com/webhook", "http://example.com:8080/x?y=1", "https://[2606:4700::1]/"] {
             assert!(guard.check_url(url).is_ok(), "{url}");
         }
     }

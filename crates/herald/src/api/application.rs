@@ -68,13 +68,7 @@ impl From<&App> for ApplicationOut {
 pub fn router() -> axum::Router<AppState> {
     axum::Router::new()
         .route("/api/v1/app", get(list_apps).post(create_app))
-        .route(
-            "/api/v1/app/{app_id}",
-            get(get_app)
-                .put(upsert_app)
-                .patch(patch_app)
-                .delete(delete_app),
-        )
+        .route("/api/v1/app/{app_id}", get(get_app).put(upsert_app).patch(patch_app).delete(delete_app))
 }
 
 fn check(name: &str, uid: Option<&str>, throttle_rate: Option<u16>) -> ApiResult<()> {
@@ -83,21 +77,13 @@ fn check(name: &str, uid: Option<&str>, throttle_rate: Option<u16>) -> ApiResult
     if let Some(uid) = uid {
         p.uid("uid", uid, AppId::PREFIX);
     }
-    p.check(
-        throttle_rate != Some(0),
-        "throttleRate",
-        "must be at least 1",
-    );
+    p.check(throttle_rate != Some(0), "throttleRate", "must be at least 1");
     p.finish()
 }
 
 /// Creates an application from `input`; `path_uid` is the uid to use when the input has
 /// none (upserts name the application in the path).
-pub async fn create_app_from(
-    state: &AppState,
-    input: ApplicationIn,
-    path_uid: Option<&str>,
-) -> ApiResult<App> {
+pub async fn create_app_from(state: &AppState, input: ApplicationIn, path_uid: Option<&str>) -> ApiResult<App> {
     let uid = input.uid.or_else(|| path_uid.map(str::to_owned));
     check(&input.name, uid.as_deref(), input.throttle_rate)?;
     let now = now_ms();
@@ -126,18 +112,9 @@ pub async fn list_apps(
     let page = Page::from_query(&query, false)?;
     let apps = match &principal {
         Principal::Admin => state.store.list_apps(&page.query()).await?,
-        Principal::App { app_id, .. } => state
-            .store
-            .app(app_id.as_str())
-            .await?
-            .into_iter()
-            .collect(),
+        Principal::App { app_id, .. } => state.store.app(app_id.as_str()).await?.into_iter().collect(),
     };
-    Ok(Json(page.finish(
-        apps,
-        |a| a.id.to_string(),
-        |a| ApplicationOut::from(&a),
-    )))
+    Ok(Json(page.finish(apps, |a| a.id.to_string(), |a| ApplicationOut::from(&a))))
 }
 
 /// Creates an application; with `get_if_exists=true` an existing uid returns it (200).
@@ -154,11 +131,7 @@ pub async fn create_app(
     principal.require_admin()?;
     if query.flag("get_if_exists", false)?
         && let Some(uid) = &body.value.uid
-        && let Some(existing) = state
-            .store
-            .app(uid)
-            .await?
-            .filter(|a| a.uid.as_deref() == Some(uid))
+        && let Some(existing) = state.store.app(uid).await?.filter(|a| a.uid.as_deref() == Some(uid))
     {
         return Ok((StatusCode::OK, Json(ApplicationOut::from(&existing))));
     }

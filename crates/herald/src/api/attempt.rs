@@ -44,11 +44,7 @@ pub struct MessageAttemptOut {
 
 impl From<Attempt> for MessageAttemptOut {
     fn from(a: Attempt) -> Self {
-        let status = if a.delivered {
-            DeliveryStatus::Success
-        } else {
-            DeliveryStatus::Fail
-        };
+        let status = if a.delivered { DeliveryStatus::Success } else { DeliveryStatus::Fail };
         Self {
             id: a.id.to_string(),
             msg_id: a.msg_id.to_string(),
@@ -97,55 +93,27 @@ pub struct MessageEndpointOut {
 
 fn status_fields(d: &DeliveryView) -> (u8, String, Option<String>) {
     let status = d.status();
-    (
-        status.code(),
-        status.text().to_owned(),
-        d.next_at.map(to_rfc3339),
-    )
+    (status.code(), status.text().to_owned(), d.next_at.map(to_rfc3339))
 }
 
 pub fn router() -> axum::Router<AppState> {
     axum::Router::new()
-        .route(
-            "/api/v1/app/{app_id}/attempt/endpoint/{endpoint_id}",
-            get(list_by_endpoint),
-        )
-        .route(
-            "/api/v1/app/{app_id}/attempt/msg/{msg_id}",
-            get(list_by_msg),
-        )
-        .route(
-            "/api/v1/app/{app_id}/endpoint/{endpoint_id}/msg",
-            get(list_attempted_messages),
-        )
-        .route(
-            "/api/v1/app/{app_id}/msg/{msg_id}/endpoint",
-            get(list_attempted_destinations),
-        )
-        .route(
-            "/api/v1/app/{app_id}/msg/{msg_id}/attempt/{attempt_id}",
-            get(get_attempt),
-        )
-        .route(
-            "/api/v1/app/{app_id}/msg/{msg_id}/attempt/{attempt_id}/content",
-            delete(expunge_attempt_content),
-        )
-        .route(
-            "/api/v1/app/{app_id}/msg/{msg_id}/endpoint/{endpoint_id}/resend",
-            post(resend),
-        )
+        .route("/api/v1/app/{app_id}/attempt/endpoint/{endpoint_id}", get(list_by_endpoint))
+        .route("/api/v1/app/{app_id}/attempt/msg/{msg_id}", get(list_by_msg))
+        .route("/api/v1/app/{app_id}/endpoint/{endpoint_id}/msg", get(list_attempted_messages))
+        .route("/api/v1/app/{app_id}/msg/{msg_id}/endpoint", get(list_attempted_destinations))
+        .route("/api/v1/app/{app_id}/msg/{msg_id}/attempt/{attempt_id}", get(get_attempt))
+        .route("/api/v1/app/{app_id}/msg/{msg_id}/attempt/{attempt_id}/content", delete(expunge_attempt_content))
+        .route("/api/v1/app/{app_id}/msg/{msg_id}/endpoint/{endpoint_id}/resend", post(resend))
 }
 
 /// Reads the `status` query parameter (0 success, 1 pending, 2 fail, 3 sending).
 fn status_param(query: &QueryMap) -> ApiResult<Option<DeliveryStatus>> {
     match query.get::<i64>("status")? {
         None => Ok(None),
-        Some(code) => DeliveryStatus::from_code(code).map(Some).ok_or_else(|| {
-            ApiError::Validation(vec![ValidationItem::query(
-                "status",
-                "must be 0, 1, 2 or 3",
-            )])
-        }),
+        Some(code) => DeliveryStatus::from_code(code)
+            .map(Some)
+            .ok_or_else(|| ApiError::Validation(vec![ValidationItem::query("status", "must be 0, 1, 2 or 3")])),
     }
 }
 
@@ -186,16 +154,9 @@ pub async fn list_by_endpoint(
 ) -> ApiResult<Attempts> {
     let (app, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
     let page = Page::from_query(&query, true)?;
-    let filter = AttemptFilter {
-        endpoint: Some(endpoint.id),
-        ..attempt_filter(&query, &app.id)?
-    };
+    let filter = AttemptFilter { endpoint: Some(endpoint.id), ..attempt_filter(&query, &app.id)? };
     let found = state.store.list_attempts(&filter, &page.query()).await?;
-    Ok(Json(page.finish(
-        found,
-        |a| a.id.to_string(),
-        MessageAttemptOut::from,
-    )))
+    Ok(Json(page.finish(found, |a| a.id.to_string(), MessageAttemptOut::from)))
 }
 
 #[utoipa::path(get, path = "/api/v1/app/{app_id}/attempt/msg/{msg_id}", operation_id = "v1.message-attempt.list-by-msg",
@@ -213,25 +174,12 @@ pub async fn list_by_msg(
     let (app, message) = visible_message(&state, &principal, &app_id, &msg_id).await?;
     let page = Page::from_query(&query, true)?;
     let endpoint = match query.get::<String>("endpoint_id")? {
-        Some(id) => Some(
-            visible_endpoint(&state, &principal, app.id.as_str(), &id)
-                .await?
-                .1
-                .id,
-        ),
+        Some(id) => Some(visible_endpoint(&state, &principal, app.id.as_str(), &id).await?.1.id),
         None => None,
     };
-    let filter = AttemptFilter {
-        msg: Some(message.id),
-        endpoint,
-        ..attempt_filter(&query, &app.id)?
-    };
+    let filter = AttemptFilter { msg: Some(message.id), endpoint, ..attempt_filter(&query, &app.id)? };
     let found = state.store.list_attempts(&filter, &page.query()).await?;
-    Ok(Json(page.finish(
-        found,
-        |a| a.id.to_string(),
-        MessageAttemptOut::from,
-    )))
+    Ok(Json(page.finish(found, |a| a.id.to_string(), MessageAttemptOut::from)))
 }
 
 #[utoipa::path(get, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}/msg", operation_id = "v1.message-attempt.list-attempted-messages",
@@ -251,12 +199,7 @@ pub async fn list_attempted_messages(
     let with_content = query.flag("with_content", true)?;
     let found = state
         .store
-        .endpoint_messages(
-            &endpoint.id,
-            &message_filter(&query)?,
-            status_param(&query)?,
-            &page.query(),
-        )
+        .endpoint_messages(&endpoint.id, &message_filter(&query)?, status_param(&query)?, &page.query())
         .await?;
     let render = |(m, d): (Message, DeliveryView)| {
         let (status, status_text, next_attempt) = status_fields(&d);
@@ -287,10 +230,7 @@ pub async fn list_attempted_destinations(
 ) -> ApiResult<Json<ListResponse<MessageEndpointOut>>> {
     let (_, message) = visible_message(&state, &principal, &app_id, &msg_id).await?;
     let page = Page::from_query(&query, false)?;
-    let deliveries = state
-        .store
-        .message_deliveries(&message.id, &page.query())
-        .await?;
+    let deliveries = state.store.message_deliveries(&message.id, &page.query()).await?;
     let mut rows = Vec::with_capacity(deliveries.len());
     for d in deliveries {
         // Deliveries of deleted endpoints have nothing left to show.
@@ -300,18 +240,9 @@ pub async fn list_attempted_destinations(
     }
     let render = |(d, target): (DeliveryView, std::sync::Arc<crate::catalog::Target>)| {
         let (status, status_text, next_attempt) = status_fields(&d);
-        MessageEndpointOut {
-            endpoint: EndpointOut::new(&target.endpoint, &state),
-            status,
-            status_text,
-            next_attempt,
-        }
+        MessageEndpointOut { endpoint: EndpointOut::new(&target.endpoint, &state), status, status_text, next_attempt }
     };
-    Ok(Json(page.finish(
-        rows,
-        |(d, _)| d.endpoint_id.to_string(),
-        render,
-    )))
+    Ok(Json(page.finish(rows, |(d, _)| d.endpoint_id.to_string(), render)))
 }
 
 #[utoipa::path(get, path = "/api/v1/app/{app_id}/msg/{msg_id}/attempt/{attempt_id}", operation_id = "v1.message-attempt.get",
@@ -323,11 +254,7 @@ pub async fn get_attempt(
     Path((app_id, msg_id, attempt_id)): Path<(String, String, String)>,
 ) -> ApiResult<Json<MessageAttemptOut>> {
     let (app, message) = visible_message(&state, &principal, &app_id, &msg_id).await?;
-    let attempt = state
-        .store
-        .attempt(&app.id, &message.id, &attempt_id)
-        .await?
-        .ok_or(ApiError::NotFound("attempt"))?;
+    let attempt = state.store.attempt(&app.id, &message.id, &attempt_id).await?.ok_or(ApiError::NotFound("attempt"))?;
     Ok(Json(attempt.into()))
 }
 
@@ -340,11 +267,7 @@ pub async fn expunge_attempt_content(
     Path((app_id, msg_id, attempt_id)): Path<(String, String, String)>,
 ) -> ApiResult<StatusCode> {
     let (app, message) = visible_message(&state, &principal, &app_id, &msg_id).await?;
-    if state
-        .store
-        .expunge_attempt(&app.id, &message.id, &attempt_id)
-        .await?
-    {
+    if state.store.expunge_attempt(&app.id, &message.id, &attempt_id).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::NotFound("attempt"))
@@ -368,14 +291,7 @@ pub async fn resend(
     let app = visible_app(&state, &principal, &app_id).await?;
     let (_, message) = visible_message(&state, &principal, app.id.as_str(), &msg_id).await?;
     let (_, endpoint) = visible_endpoint(&state, &principal, app.id.as_str(), &endpoint_id).await?;
-    state
-        .store
-        .requeue(Requeue::Resend {
-            app: app.id.clone(),
-            msg: message.id,
-            endpoint: endpoint.id,
-        })
-        .await?;
+    state.store.requeue(Requeue::Resend { app: app.id.clone(), msg: message.id, endpoint: endpoint.id }).await?;
     state.dispatcher.poke();
     Ok((StatusCode::ACCEPTED, Json(EmptyResponse {})))
 }

@@ -39,10 +39,7 @@ impl AdminToken {
 
 /// Hex SHA-256 of a token: the form portal tokens are stored and looked up in.
 pub fn token_hash(token: &str) -> String {
-    Sha256::digest(token.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    Sha256::digest(token.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,10 +77,7 @@ impl FromRequestParts<AppState> for Principal {
             .headers
             .get(axum::http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
+            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
             .map(str::trim)
             .ok_or(ApiError::Unauthorized)?;
         if state.admin.matches(token) {
@@ -94,10 +88,7 @@ impl FromRequestParts<AppState> for Principal {
         }
         let hash = token_hash(token);
         match state.store.token(&hash).await? {
-            Some(found) if found.expires_at > now_ms() => Ok(Self::App {
-                app_id: found.app_id,
-                token_hash: hash,
-            }),
+            Some(found) if found.expires_at > now_ms() => Ok(Self::App { app_id: found.app_id, token_hash: hash }),
             _ => Err(ApiError::Unauthorized),
         }
     }
@@ -139,10 +130,7 @@ pub async fn app_portal_access(
         None => state.settings.portal_token_ttl.as_secs(),
         Some(secs) if (3600..=7 * 24 * 3600).contains(&secs) => secs,
         Some(_) => {
-            return Err(ApiError::invalid(
-                "expiry",
-                "must be between 3600 and 604800 seconds",
-            ));
+            return Err(ApiError::invalid("expiry", "must be between 3600 and 604800 seconds"));
         }
     };
     let token = format!("{PORTAL_TOKEN_PREFIX}{}", random_token(32));
@@ -156,10 +144,7 @@ pub async fn app_portal_access(
             created_at: now,
         })
         .await?;
-    let url = format!(
-        "{}/portal#token={token}",
-        state.settings.public_url.trim_end_matches('/')
-    );
+    let url = format!("{}/portal#token={token}", state.settings.public_url.trim_end_matches('/'));
     Ok(Json(AppPortalAccessOut { url, token }))
 }
 
@@ -168,9 +153,9 @@ pub async fn app_portal_access(
     tag = "Authentication", responses((status = 204)))]
 pub async fn logout(State(state): State<AppState>, principal: Principal) -> ApiResult<StatusCode> {
     match principal {
-        Principal::Admin => Err(ApiError::Forbidden(
-            "the admin token is configured, not issued, and cannot be revoked",
-        )),
+        Principal::Admin => {
+            Err(ApiError::Forbidden("the admin token is configured, not issued, and cannot be revoked"))
+        }
         Principal::App { token_hash, .. } => {
             state.store.revoke_token(&token_hash).await?;
             Ok(StatusCode::NO_CONTENT)

@@ -103,18 +103,10 @@ impl EndpointOut {
 }
 
 pub fn router() -> axum::Router<AppState> {
-    axum::Router::new()
-        .route(
-            "/api/v1/app/{app_id}/endpoint",
-            get(list_endpoints).post(create_endpoint),
-        )
-        .route(
-            "/api/v1/app/{app_id}/endpoint/{endpoint_id}",
-            get(get_endpoint)
-                .put(upsert_endpoint)
-                .patch(patch_endpoint)
-                .delete(delete_endpoint),
-        )
+    axum::Router::new().route("/api/v1/app/{app_id}/endpoint", get(list_endpoints).post(create_endpoint)).route(
+        "/api/v1/app/{app_id}/endpoint/{endpoint_id}",
+        get(get_endpoint).put(upsert_endpoint).patch(patch_endpoint).delete(delete_endpoint),
+    )
 }
 
 /// Checks every field of an endpoint about to be stored.
@@ -132,11 +124,7 @@ pub fn check_endpoint(state: &AppState, e: &Endpoint) -> ApiResult<()> {
     if let Some(channels) = &e.channels {
         p.slug_list("channels", channels, 128, 10);
     }
-    p.check(
-        e.throttle_rate != Some(0),
-        "throttleRate",
-        "must be at least 1",
-    );
+    p.check(e.throttle_rate != Some(0), "throttleRate", "must be at least 1");
     check_headers(&mut p, "headers", &e.headers);
     for (field, msg) in e.delivery.problems() {
         p.push(&format!("delivery.{field}"), msg);
@@ -145,26 +133,13 @@ pub fn check_endpoint(state: &AppState, e: &Endpoint) -> ApiResult<()> {
 }
 
 /// Endpoint headers must be valid HTTP, free of CR/LF, and not replace Herald's own.
-pub fn check_headers<'a>(
-    p: &mut Problems,
-    path: &str,
-    headers: impl IntoIterator<Item = (&'a String, &'a String)>,
-) {
+pub fn check_headers<'a>(p: &mut Problems, path: &str, headers: impl IntoIterator<Item = (&'a String, &'a String)>) {
     for (name, value) in headers {
         let at = format!("{path}.{name}");
         let lower = name.to_ascii_lowercase();
-        p.check(
-            http::HeaderName::try_from(lower.as_str()).is_ok(),
-            &at,
-            "is not a valid header name",
-        );
-        p.check(
-            !RESERVED_HEADERS.contains(&lower.as_str()),
-            &at,
-            "is set by Herald and cannot be overridden",
-        );
-        let value_ok =
-            http::HeaderValue::try_from(value.as_str()).is_ok() && !value.contains(['\r', '\n']);
+        p.check(http::HeaderName::try_from(lower.as_str()).is_ok(), &at, "is not a valid header name");
+        p.check(!RESERVED_HEADERS.contains(&lower.as_str()), &at, "is set by Herald and cannot be overridden");
+        let value_ok = http::HeaderValue::try_from(value.as_str()).is_ok() && !value.contains(['\r', '\n']);
         p.check(value_ok, &at, "is not a valid header value");
     }
 }
@@ -192,10 +167,7 @@ fn new_endpoint(app: &App, input: EndpointIn, uid_from_path: Option<&str>) -> Ap
         metadata: input.metadata.unwrap_or_default(),
         throttle_rate: input.throttle_rate,
         headers: input.headers.unwrap_or_default(),
-        secrets: Secrets {
-            current: parse_secret(input.secret.as_deref())?,
-            previous: vec![],
-        },
+        secrets: Secrets { current: parse_secret(input.secret.as_deref())?, previous: vec![] },
         delivery: input.delivery.unwrap_or_default(),
         created_at: now,
         updated_at: now,
@@ -205,9 +177,7 @@ fn new_endpoint(app: &App, input: EndpointIn, uid_from_path: Option<&str>) -> Ap
 async fn insert(state: &AppState, endpoint: &Endpoint) -> ApiResult<()> {
     check_endpoint(state, endpoint)?;
     state.store.insert_endpoint(endpoint).await?;
-    state
-        .catalog
-        .invalidate_endpoint(&endpoint.app_id, &endpoint.id);
+    state.catalog.invalidate_endpoint(&endpoint.app_id, &endpoint.id);
     Ok(())
 }
 
@@ -215,9 +185,7 @@ async fn insert(state: &AppState, endpoint: &Endpoint) -> ApiResult<()> {
 pub async fn save(state: &AppState, endpoint: &Endpoint) -> ApiResult<()> {
     check_endpoint(state, endpoint)?;
     state.store.update_endpoint(endpoint).await?;
-    state
-        .catalog
-        .invalidate_endpoint(&endpoint.app_id, &endpoint.id);
+    state.catalog.invalidate_endpoint(&endpoint.app_id, &endpoint.id);
     Ok(())
 }
 
@@ -233,11 +201,7 @@ pub async fn list_endpoints(
     let app = visible_app(&state, &principal, &app_id).await?;
     let page = Page::from_query(&query, false)?;
     let found = state.store.list_endpoints(&app.id, &page.query()).await?;
-    Ok(Json(page.finish(
-        found,
-        |e| e.id.to_string(),
-        |e| EndpointOut::new(&e, &state),
-    )))
+    Ok(Json(page.finish(found, |e| e.id.to_string(), |e| EndpointOut::new(&e, &state))))
 }
 
 #[utoipa::path(post, path = "/api/v1/app/{app_id}/endpoint", operation_id = "v1.endpoint.create", tag = "Endpoint",
@@ -252,10 +216,7 @@ pub async fn create_endpoint(
     let app = visible_app(&state, &principal, &app_id).await?;
     let endpoint = new_endpoint(&app, body.value, None)?;
     insert(&state, &endpoint).await?;
-    Ok((
-        StatusCode::CREATED,
-        Json(EndpointOut::new(&endpoint, &state)),
-    ))
+    Ok((StatusCode::CREATED, Json(EndpointOut::new(&endpoint, &state))))
 }
 
 #[utoipa::path(get, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}", operation_id = "v1.endpoint.get", tag = "Endpoint",
@@ -284,10 +245,7 @@ pub async fn upsert_endpoint(
     let Some(existing) = state.store.endpoint(&app.id, &endpoint_id).await? else {
         let endpoint = new_endpoint(&app, input, Some(&endpoint_id))?;
         insert(&state, &endpoint).await?;
-        return Ok((
-            StatusCode::CREATED,
-            Json(EndpointOut::new(&endpoint, &state)),
-        ));
+        return Ok((StatusCode::CREATED, Json(EndpointOut::new(&endpoint, &state))));
     };
     let endpoint = Endpoint {
         uid: input.uid.or(existing.uid.clone()),

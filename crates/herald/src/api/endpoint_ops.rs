@@ -27,12 +27,8 @@ use crate::store::{IngestResult, Message, PreviousSecret, Requeue};
 /// Headers whose values are never returned, only their names.
 fn is_sensitive_header(name: &str) -> bool {
     let name = name.to_ascii_lowercase();
-    matches!(
-        name.as_str(),
-        "authorization" | "proxy-authorization" | "cookie" | "x-api-key" | "api-key"
-    ) || ["secret", "token", "password"]
-        .iter()
-        .any(|word| name.contains(word))
+    matches!(name.as_str(), "authorization" | "proxy-authorization" | "cookie" | "x-api-key" | "api-key")
+        || ["secret", "token", "password"].iter().any(|word| name.contains(word))
 }
 
 pub fn router() -> axum::Router<AppState> {
@@ -40,10 +36,7 @@ pub fn router() -> axum::Router<AppState> {
     axum::Router::new()
         .route(&format!("{ep}/secret"), get(get_secret))
         .route(&format!("{ep}/secret/rotate"), post(rotate_secret))
-        .route(
-            &format!("{ep}/headers"),
-            get(get_headers).put(update_headers).patch(patch_headers),
-        )
+        .route(&format!("{ep}/headers"), get(get_headers).put(update_headers).patch(patch_headers))
         .route(&format!("{ep}/stats"), get(get_stats))
         .route(&format!("{ep}/recover"), post(recover))
         .route(&format!("{ep}/send-example"), post(send_example))
@@ -74,22 +67,21 @@ pub async fn get_secret(
     Path((app_id, endpoint_id)): EndpointPath,
 ) -> ApiResult<Json<EndpointSecretOut>> {
     let (_, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
-    Ok(Json(EndpointSecretOut {
-        key: endpoint.secrets.current,
-    }))
+    Ok(Json(EndpointSecretOut { key: endpoint.secrets.current }))
 }
 
 /// Replaces the signing secret; the previous one keeps signing for the grace period, so
-/// receivers see two signatures until they switch.
+/// receivers see two signatures until they switch. Answers 200 with the new secret: the
+/// current Svix SDKs read it (older ones, which expected 204, ignore the body).
 #[utoipa::path(post, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}/secret/rotate", operation_id = "v1.endpoint.rotate-secret",
     tag = "Endpoint", request_body = EndpointSecretRotateIn, params(("app_id" = String, Path), ("endpoint_id" = String, Path)),
-    responses((status = 204)))]
+    responses((status = 200, body = EndpointSecretOut)))]
 pub async fn rotate_secret(
     State(state): State<AppState>,
     principal: Principal,
     Path((app_id, endpoint_id)): EndpointPath,
     body: JsonBody<EndpointSecretRotateIn>,
-) -> ApiResult<StatusCode> {
+) -> ApiResult<Json<EndpointSecretOut>> {
     let (_, mut endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
     let new_secret = match &body.value.key {
         Some(given) => SigningKey::parse_endpoint_secret(given)
@@ -101,22 +93,16 @@ pub async fn rotate_secret(
         None => state.settings.secret_rotation_overlap,
         Some(secs) if secs <= 7 * 24 * 3600 => Duration::from_secs(secs.into()),
         Some(_) => {
-            return Err(ApiError::invalid(
-                "gracePeriodSeconds",
-                "must be at most 604800",
-            ));
+            return Err(ApiError::invalid("gracePeriodSeconds", "must be at most 604800"));
         }
     };
     let now = now_ms();
     let old = std::mem::replace(&mut endpoint.secrets.current, new_secret);
     endpoint.secrets.previous.retain(|p| p.expires_at > now);
-    endpoint.secrets.previous.push(PreviousSecret {
-        key: old,
-        expires_at: now + grace.as_millis() as i64,
-    });
+    endpoint.secrets.previous.push(PreviousSecret { key: old, expires_at: now + grace.as_millis() as i64 });
     endpoint.updated_at = now;
     save(&state, &endpoint).await?;
-    Ok(StatusCode::NO_CONTENT)
+    Ok(Json(EndpointSecretOut { key: endpoint.secrets.current }))
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -147,14 +133,9 @@ pub async fn get_headers(
     Path((app_id, endpoint_id)): EndpointPath,
 ) -> ApiResult<Json<EndpointHeadersOut>> {
     let (_, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
-    let (sensitive, headers): (BTreeMap<_, _>, BTreeMap<_, _>) = endpoint
-        .headers
-        .into_iter()
-        .partition(|(name, _)| is_sensitive_header(name));
-    Ok(Json(EndpointHeadersOut {
-        headers,
-        sensitive: sensitive.into_keys().collect(),
-    }))
+    let (sensitive, headers): (BTreeMap<_, _>, BTreeMap<_, _>) =
+        endpoint.headers.into_iter().partition(|(name, _)| is_sensitive_header(name));
+    Ok(Json(EndpointHeadersOut { headers, sensitive: sensitive.into_keys().collect() }))
 }
 
 #[utoipa::path(put, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}/headers", operation_id = "v1.endpoint.update-headers",
@@ -220,10 +201,7 @@ pub async fn get_stats(
     query: QueryMap,
 ) -> ApiResult<Json<EndpointStats>> {
     let (_, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
-    let s = state
-        .store
-        .endpoint_stats(&endpoint.id, query.time("since")?, query.time("until")?)
-        .await?;
+    let s = state.store.endpoint_stats(&endpoint.id, query.time("since")?, query.time("until")?).await?;
     Ok(Json(EndpointStats {
         success: s.success,
         pending: s.pending,
@@ -265,22 +243,14 @@ pub async fn recover(
 ) -> ApiResult<(StatusCode, Json<RecoverOut>)> {
     let (_, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
     let time = |field: &str, raw: &str| {
-        crate::clock::parse_rfc3339(raw)
-            .ok_or_else(|| ApiError::invalid(field, "is not an RFC 3339 time"))
+        crate::clock::parse_rfc3339(raw).ok_or_else(|| ApiError::invalid(field, "is not an RFC 3339 time"))
     };
     let since = time("since", &body.value.since)?;
     let until = match &body.value.until {
         Some(raw) => time("until", raw)?,
         None => i64::MAX,
     };
-    let recovered = state
-        .store
-        .requeue(Requeue::Recover {
-            endpoint: endpoint.id.clone(),
-            since,
-            until,
-        })
-        .await?;
+    let recovered = state.store.requeue(Requeue::Recover { endpoint: endpoint.id.clone(), since, until }).await?;
     state.dispatcher.poke();
     let out = RecoverOut {
         id: TaskId::generate().to_string(),
@@ -330,22 +300,13 @@ pub async fn send_example(
         payload: Some(example.to_string().into()),
         created_at: now_ms(),
     };
-    match state
-        .ingestor
-        .ingest(message.clone(), Route::Only(&endpoint.id), None)
-        .await?
-    {
+    match state.ingestor.ingest(message.clone(), Route::Only(&endpoint.id), None).await? {
         IngestResult::Created { .. } => Ok(Json(MessageOut::new(&message, true))),
-        other => Err(ApiError::Internal(anyhow::anyhow!(
-            "unexpected ingest result {other:?}"
-        ))),
+        other => Err(ApiError::Internal(anyhow::anyhow!("unexpected ingest result {other:?}"))),
     }
 }
 
 /// The first `examples[0]` found in an event type's schemas (keyed by version).
 fn first_example(schemas: &serde_json::Value) -> Option<serde_json::Value> {
-    schemas
-        .as_object()?
-        .values()
-        .find_map(|schema| schema.get("examples")?.get(0).cloned())
+    schemas.as_object()?.values().find_map(|schema| schema.get("examples")?.get(0).cloned())
 }

@@ -23,20 +23,12 @@ impl ValidationItem {
     pub fn body(path: &str, msg: impl Into<String>) -> Self {
         let mut loc = vec!["body".to_owned()];
         loc.extend(path.split('.').filter(|s| !s.is_empty()).map(str::to_owned));
-        Self {
-            loc,
-            msg: msg.into(),
-            kind: "value_error".into(),
-        }
+        Self { loc, msg: msg.into(), kind: "value_error".into() }
     }
 
     /// A problem with a query parameter.
     pub fn query(name: &str, msg: impl Into<String>) -> Self {
-        Self {
-            loc: vec!["query".into(), name.into()],
-            msg: msg.into(),
-            kind: "value_error".into(),
-        }
+        Self { loc: vec!["query".into(), name.into()], msg: msg.into(), kind: "value_error".into() }
     }
 }
 
@@ -110,10 +102,7 @@ impl IntoResponse for ApiError {
             Self::Validation(items) => {
                 return (status, Json(HttpValidationError { detail: items })).into_response();
             }
-            Self::Unauthorized => (
-                "authentication_failed",
-                "a valid bearer token is required".to_owned(),
-            ),
+            Self::Unauthorized => ("authentication_failed", "a valid bearer token is required".to_owned()),
             Self::Forbidden(why) => ("forbidden", why.to_owned()),
             Self::NotFound(what) => ("not_found", format!("{what} not found")),
             Self::Conflict(why) => ("conflict", why),
@@ -121,28 +110,16 @@ impl IntoResponse for ApiError {
             Self::PayloadTooLarge(why) => ("payload_too_large", why),
             Self::Unavailable(why) => {
                 tracing::warn!(reason = %why, "answering 503: storage unavailable");
-                (
-                    "unavailable",
-                    "storage is temporarily unavailable; retry later".to_owned(),
-                )
+                ("unavailable", "storage is temporarily unavailable; retry later".to_owned())
             }
             Self::Internal(e) => {
                 tracing::error!(error = ?e, "internal error while handling a request");
                 ("internal", "internal server error".to_owned())
             }
         };
-        let mut response = (
-            status,
-            Json(HttpErrorOut {
-                code: code.into(),
-                detail,
-            }),
-        )
-            .into_response();
+        let mut response = (status, Json(HttpErrorOut { code: code.into(), detail })).into_response();
         if status == StatusCode::SERVICE_UNAVAILABLE {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         response
     }

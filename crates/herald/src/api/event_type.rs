@@ -83,18 +83,10 @@ impl EventTypeOut {
 }
 
 pub fn router() -> axum::Router<AppState> {
-    axum::Router::new()
-        .route(
-            "/api/v1/event-type",
-            get(list_event_types).post(create_event_type),
-        )
-        .route(
-            "/api/v1/event-type/{event_type_name}",
-            get(get_event_type)
-                .put(upsert_event_type)
-                .patch(patch_event_type)
-                .delete(delete_event_type),
-        )
+    axum::Router::new().route("/api/v1/event-type", get(list_event_types).post(create_event_type)).route(
+        "/api/v1/event-type/{event_type_name}",
+        get(get_event_type).put(upsert_event_type).patch(patch_event_type).delete(delete_event_type),
+    )
 }
 
 fn check(et: &EventType) -> ApiResult<()> {
@@ -103,11 +95,7 @@ fn check(et: &EventType) -> ApiResult<()> {
     if let Some(flag) = &et.feature_flag {
         p.slug("featureFlag", flag, 256);
     }
-    p.check(
-        et.schemas.as_ref().is_none_or(|s| s.is_object()),
-        "schemas",
-        "must be an object keyed by version",
-    );
+    p.check(et.schemas.as_ref().is_none_or(|s| s.is_object()), "schemas", "must be an object keyed by version");
     p.finish()
 }
 
@@ -122,15 +110,8 @@ pub async fn list_event_types(
 ) -> ApiResult<Json<ListResponse<EventTypeOut>>> {
     let page = Page::from_query(&query, false)?;
     let with_content = query.flag("with_content", false)?;
-    let found = state
-        .store
-        .list_event_types(&page.query(), query.flag("include_archived", false)?)
-        .await?;
-    Ok(Json(page.finish(
-        found,
-        |et| et.name.clone(),
-        |et| EventTypeOut::new(et, with_content),
-    )))
+    let found = state.store.list_event_types(&page.query(), query.flag("include_archived", false)?).await?;
+    Ok(Json(page.finish(found, |et| et.name.clone(), |et| EventTypeOut::new(et, with_content))))
 }
 
 #[utoipa::path(post, path = "/api/v1/event-type", operation_id = "v1.event-type.create", tag = "Event Type",
@@ -165,11 +146,7 @@ pub async fn get_event_type(
     _principal: Principal,
     Path(name): Path<String>,
 ) -> ApiResult<Json<EventTypeOut>> {
-    let et = state
-        .store
-        .event_type(&name)
-        .await?
-        .ok_or(ApiError::NotFound("event type"))?;
+    let et = state.store.event_type(&name).await?.ok_or(ApiError::NotFound("event type"))?;
     Ok(Json(EventTypeOut::new(et, true)))
 }
 
@@ -198,11 +175,7 @@ pub async fn upsert_event_type(
     };
     check(&et)?;
     let created = state.store.upsert_event_type(&et).await?;
-    let status = if created {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
-    };
+    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, Json(EventTypeOut::new(et, true))))
 }
 
@@ -215,11 +188,7 @@ pub async fn patch_event_type(
     body: JsonBody<EventTypePatch>,
 ) -> ApiResult<Json<EventTypeOut>> {
     principal.require_admin()?;
-    let mut et = state
-        .store
-        .event_type(&name)
-        .await?
-        .ok_or(ApiError::NotFound("event type"))?;
+    let mut et = state.store.event_type(&name).await?.ok_or(ApiError::NotFound("event type"))?;
     let patch = body.value;
     if let Some(description) = patch.description {
         et.description = description;
@@ -252,11 +221,7 @@ pub async fn delete_event_type(
     query: QueryMap,
 ) -> ApiResult<StatusCode> {
     principal.require_admin()?;
-    if state
-        .store
-        .delete_event_type(&name, query.flag("expunge", false)?)
-        .await?
-    {
+    if state.store.delete_event_type(&name, query.flag("expunge", false)?).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::NotFound("event type"))

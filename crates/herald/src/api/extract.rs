@@ -28,9 +28,7 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
         let limit = state.limits.body_bytes;
         let raw = axum::body::to_bytes(req.into_body(), limit)
             .await
-            .map_err(|_| {
-                ApiError::PayloadTooLarge(format!("the request body exceeds {limit} bytes"))
-            })?;
+            .map_err(|_| ApiError::PayloadTooLarge(format!("the request body exceeds {limit} bytes")))?;
         let value = parse_json(&raw)?;
         Ok(Self { value, raw })
     }
@@ -53,22 +51,11 @@ pub fn parse_json<T: DeserializeOwned>(raw: &[u8]) -> Result<T, ApiError> {
             }
         }
         let msg = strip_position(&inner.to_string());
-        if let Some(field) = msg
-            .strip_prefix("missing field `")
-            .and_then(|s| s.split('`').next())
-        {
+        if let Some(field) = msg.strip_prefix("missing field `").and_then(|s| s.split('`').next()) {
             loc.push(field.to_owned());
         }
-        let kind = if msg.starts_with("missing field") {
-            "missing"
-        } else {
-            "type_error"
-        };
-        ApiError::Validation(vec![ValidationItem {
-            loc,
-            msg,
-            kind: kind.into(),
-        }])
+        let kind = if msg.starts_with("missing field") { "missing" } else { "type_error" };
+        ApiError::Validation(vec![ValidationItem { loc, msg, kind: kind.into() }])
     })
 }
 
@@ -88,11 +75,8 @@ impl<S: Send + Sync> FromRequestParts<S> for QueryMap {
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
         let mut map: HashMap<String, Vec<String>> = HashMap::new();
-        for (key, value) in url::form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes())
-        {
-            map.entry(key.into_owned())
-                .or_default()
-                .push(value.into_owned());
+        for (key, value) in url::form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes()) {
+            map.entry(key.into_owned()).or_default().push(value.into_owned());
         }
         Ok(Self(map))
     }
@@ -100,22 +84,17 @@ impl<S: Send + Sync> FromRequestParts<S> for QueryMap {
 
 impl QueryMap {
     fn raw(&self, name: &str) -> Option<&str> {
-        self.0
-            .get(name)
-            .and_then(|values| values.last())
-            .map(String::as_str)
+        self.0.get(name).and_then(|values| values.last()).map(String::as_str)
     }
 
     /// A parameter parsed with `FromStr`.
     pub fn get<T: FromStr>(&self, name: &str) -> Result<Option<T>, ApiError> {
         match self.raw(name) {
             None | Some("") => Ok(None),
-            Some(raw) => raw.parse().map(Some).map_err(|_| {
-                ApiError::Validation(vec![ValidationItem::query(
-                    name,
-                    format!("invalid value {raw:?}"),
-                )])
-            }),
+            Some(raw) => raw
+                .parse()
+                .map(Some)
+                .map_err(|_| ApiError::Validation(vec![ValidationItem::query(name, format!("invalid value {raw:?}"))])),
         }
     }
 
@@ -128,10 +107,7 @@ impl QueryMap {
         match self.raw(name) {
             None | Some("") => Ok(None),
             Some(raw) => parse_rfc3339(raw).map(Some).ok_or_else(|| {
-                ApiError::Validation(vec![ValidationItem::query(
-                    name,
-                    format!("{raw:?} is not an RFC 3339 time"),
-                )])
+                ApiError::Validation(vec![ValidationItem::query(name, format!("{raw:?} is not an RFC 3339 time"))])
             }),
         }
     }

@@ -34,40 +34,20 @@ impl KeyLocks {
     }
 }
 
-pub async fn layer(
-    State(state): State<AppState>,
-    matched: Option<MatchedPath>,
-    req: Request,
-    next: Next,
-) -> Response {
-    let key = req
-        .headers()
-        .get("idempotency-key")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let handled_by_ingest = matched
-        .as_ref()
-        .is_some_and(|m| m.as_str() == "/api/v1/app/{app_id}/msg");
-    let Some(key) =
-        key.filter(|k| !k.is_empty() && req.method() == Method::POST && !handled_by_ingest)
-    else {
+pub async fn layer(State(state): State<AppState>, matched: Option<MatchedPath>, req: Request, next: Next) -> Response {
+    let key = req.headers().get("idempotency-key").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let handled_by_ingest = matched.as_ref().is_some_and(|m| m.as_str() == "/api/v1/app/{app_id}/msg");
+    let Some(key) = key.filter(|k| !k.is_empty() && req.method() == Method::POST && !handled_by_ingest) else {
         return next.run(req).await;
     };
     // Keys are scoped to the caller's token and the path, so callers never see each
     // other's responses.
-    let caller = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .map(|v| Sha256::digest(v.as_bytes()))
-        .unwrap_or_default();
+    let caller = req.headers().get(header::AUTHORIZATION).map(|v| Sha256::digest(v.as_bytes())).unwrap_or_default();
     let scope = format!("{:x}:{}", caller, req.uri().path());
     let (parts, body) = req.into_parts();
     let Ok(bytes) = axum::body::to_bytes(body, state.limits.body_bytes).await else {
-        return ApiError::PayloadTooLarge(format!(
-            "the request body exceeds {} bytes",
-            state.limits.body_bytes
-        ))
-        .into_response();
+        return ApiError::PayloadTooLarge(format!("the request body exceeds {} bytes", state.limits.body_bytes))
+            .into_response();
     };
     let fingerprint = format!("{:x}", Sha256::digest(&bytes));
     let _serialized = state.key_locks.for_key(&scope, &key).lock().await;
@@ -78,16 +58,13 @@ pub async fn layer(
         Ok(None) => {}
         Err(e) => return ApiError::from(e).into_response(),
     }
-    let response = next
-        .run(Request::from_parts(parts, Body::from(bytes)))
-        .await;
+    let response = next.run(Request::from_parts(parts, Body::from(bytes))).await;
     if !response.status().is_success() {
         return response;
     }
     let (parts, body) = response.into_parts();
     let Ok(body) = axum::body::to_bytes(body, usize::MAX).await else {
-        return ApiError::Internal(anyhow::anyhow!("reading a response body failed"))
-            .into_response();
+        return ApiError::Internal(anyhow::anyhow!("reading a response body failed")).into_response();
     };
     let stored = StoredResponse {
         fingerprint,
@@ -95,11 +72,7 @@ pub async fn layer(
         body: String::from_utf8_lossy(&body).into_owned(),
         created_at: now_ms(),
     };
-    if let Err(e) = state
-        .store
-        .save_idempotent_response(&scope, &key, &stored)
-        .await
-    {
+    if let Err(e) = state.store.save_idempotent_response(&scope, &key, &stored).await {
         tracing::warn!(error = %e, "saving an idempotent response failed");
     }
     Response::from_parts(parts, Body::from(body))

@@ -48,20 +48,12 @@ impl Page {
                 )]));
             }
         };
-        Ok(Self {
-            limit,
-            iterator: query.get("iterator")?,
-            descending,
-        })
+        Ok(Self { limit, iterator: query.get("iterator")?, descending })
     }
 
     /// The store query: one row more than the page, to know whether more follow.
     pub fn query(&self) -> PageQuery {
-        PageQuery {
-            limit: self.limit + 1,
-            iterator: self.iterator.clone(),
-            descending: self.descending,
-        }
+        PageQuery { limit: self.limit + 1, iterator: self.iterator.clone(), descending: self.descending }
     }
 
     /// Trims the extra row and builds the response; `key` gives an item's iterator value.
@@ -74,11 +66,6 @@ impl Page {
         let done = items.len() <= self.limit;
         items.truncate(self.limit);
         let iterator = items.last().map(&key);
-        ListResponse {
-            data: items.into_iter().map(render).collect(),
-            iterator,
-            prev_iterator: None,
-            done,
-        }
+        ListResponse { data: items.into_iter().map(render).collect(), iterator, prev_iterator: None, done }
     }
 }

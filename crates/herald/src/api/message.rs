@@ -54,13 +54,8 @@ pub struct MessageOut {
 
 /// The payload as JSON, or `{}` when left out or expunged.
 pub fn payload_json(m: &Message, with_content: bool) -> Box<RawValue> {
-    let text = m
-        .payload
-        .as_deref()
-        .filter(|_| with_content)
-        .unwrap_or("{}");
-    RawValue::from_string(text.to_owned())
-        .unwrap_or_else(|_| RawValue::from_string("{}".into()).expect("valid JSON"))
+    let text = m.payload.as_deref().filter(|_| with_content).unwrap_or("{}");
+    RawValue::from_string(text.to_owned()).unwrap_or_else(|_| RawValue::from_string("{}".into()).expect("valid JSON"))
 }
 
 impl MessageOut {
@@ -79,15 +74,9 @@ impl MessageOut {
 
 pub fn router() -> axum::Router<AppState> {
     axum::Router::new()
-        .route(
-            "/api/v1/app/{app_id}/msg",
-            get(list_messages).post(create_message),
-        )
+        .route("/api/v1/app/{app_id}/msg", get(list_messages).post(create_message))
         .route("/api/v1/app/{app_id}/msg/{msg_id}", get(get_message))
-        .route(
-            "/api/v1/app/{app_id}/msg/{msg_id}/content",
-            delete(expunge_content),
-        )
+        .route("/api/v1/app/{app_id}/msg/{msg_id}/content", delete(expunge_content))
 }
 
 fn check(state: &AppState, input: &MessageIn) -> ApiResult<()> {
@@ -107,17 +96,9 @@ fn check(state: &AppState, input: &MessageIn) -> ApiResult<()> {
     if let Some(channels) = &input.channels {
         p.slug_list("channels", channels, 128, 5);
     }
-    p.check(
-        payload.trim_start().starts_with('{'),
-        "payload",
-        "must be a JSON object",
-    );
+    p.check(payload.trim_start().starts_with('{'), "payload", "must be a JSON object");
     if let Some(days) = input.payload_retention_period {
-        p.check(
-            (5..=90).contains(&days),
-            "payloadRetentionPeriod",
-            "must be between 5 and 90",
-        );
+        p.check((5..=90).contains(&days), "payloadRetentionPeriod", "must be between 5 and 90");
     }
     p.finish()
 }
@@ -147,16 +128,11 @@ pub async fn create_message(
     body: JsonBody<MessageIn>,
 ) -> ApiResult<Response> {
     principal.require_admin()?;
-    let JsonBody {
-        value: mut input,
-        raw,
-    } = body;
+    let JsonBody { value: mut input, raw } = body;
     check(&state, &input)?;
     let app = match (state.catalog.app(&app_id).await?, input.application.take()) {
         (Some(app), _) => app,
-        (None, Some(new_app)) => {
-            std::sync::Arc::new(create_app_from(&state, new_app, Some(&app_id)).await?)
-        }
+        (None, Some(new_app)) => std::sync::Arc::new(create_app_from(&state, new_app, Some(&app_id)).await?),
         (None, None) => return Err(ApiError::NotFound("application")),
     };
     let with_content = query.flag("with_content", true)?;
@@ -169,8 +145,7 @@ pub async fn create_message(
         payload: Some(input.payload.get().into()),
         created_at: now_ms(),
     };
-    let response_body = serde_json::to_string(&MessageOut::new(&message, with_content))
-        .map_err(anyhow::Error::from)?;
+    let response_body = serde_json::to_string(&MessageOut::new(&message, with_content)).map_err(anyhow::Error::from)?;
     let idempotency = match headers.get("idempotency-key").and_then(|v| v.to_str().ok()) {
         Some(key) if !key.is_empty() => {
             let scope = format!("msg:{}", app.id);
@@ -184,25 +159,17 @@ pub async fn create_message(
                 body: response_body.clone(),
                 created_at: message.created_at,
             };
-            Some(IdempotencyRecord {
-                scope,
-                key: key.to_owned(),
-                response,
-            })
+            Some(IdempotencyRecord { scope, key: key.to_owned(), response })
         }
         _ => None,
     };
     let fingerprint = idempotency.as_ref().map(|r| r.response.fingerprint.clone());
-    match state
-        .ingestor
-        .ingest(message, Route::Matching, idempotency)
-        .await?
-    {
+    match state.ingestor.ingest(message, Route::Matching, idempotency).await? {
         IngestResult::Created { .. } => Ok(json_response(StatusCode::ACCEPTED, response_body)),
         IngestResult::Replayed(stored) => replay(stored, &fingerprint.unwrap_or_default()),
-        IngestResult::DuplicateEventId => Err(ApiError::Conflict(
-            "a message with this eventId already exists in this application".into(),
-        )),
+        IngestResult::DuplicateEventId => {
+            Err(ApiError::Conflict("a message with this eventId already exists in this application".into()))
+        }
     }
 }
 
@@ -233,15 +200,8 @@ pub async fn list_messages(
     let page = Page::from_query(&query, true)?;
     let filter = message_filter(&query)?;
     let with_content = query.flag("with_content", true)?;
-    let found = state
-        .store
-        .list_messages(&app.id, &filter, &page.query())
-        .await?;
-    Ok(Json(page.finish(
-        found,
-        |m| m.id.to_string(),
-        |m| MessageOut::new(&m, with_content),
-    )))
+    let found = state.store.list_messages(&app.id, &filter, &page.query()).await?;
+    Ok(Json(page.finish(found, |m| m.id.to_string(), |m| MessageOut::new(&m, with_content))))
 }
 
 /// The shared message filters of list endpoints.
@@ -264,10 +224,7 @@ pub async fn get_message(
     query: QueryMap,
 ) -> ApiResult<Json<MessageOut>> {
     let (_, message) = visible_message(&state, &principal, &app_id, &msg_id).await?;
-    Ok(Json(MessageOut::new(
-        &message,
-        query.flag("with_content", true)?,
-    )))
+    Ok(Json(MessageOut::new(&message, query.flag("with_content", true)?)))
 }
 
 #[utoipa::path(delete, path = "/api/v1/app/{app_id}/msg/{msg_id}/content", operation_id = "v1.message.expunge-content",

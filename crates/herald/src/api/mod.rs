@@ -77,10 +77,7 @@ pub fn router(state: AppState) -> Router {
         .merge(attempt::router())
         .merge(event_type::router())
         .merge(health::router())
-        .route(
-            "/api/v1/auth/app-portal-access/{app_id}",
-            axum::routing::post(auth::app_portal_access),
-        )
+        .route("/api/v1/auth/app-portal-access/{app_id}", axum::routing::post(auth::app_portal_access))
         .route("/api/v1/auth/logout", axum::routing::post(auth::logout))
         .route("/api/v1/openapi.json", get(openapi::serve))
         .layer(from_fn_with_state(state.clone(), idempotency::layer))
@@ -89,11 +86,7 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// The application `id_or_uid`, if the caller may see it (404 otherwise).
-async fn visible_app(
-    state: &AppState,
-    principal: &Principal,
-    id_or_uid: &str,
-) -> ApiResult<Arc<App>> {
+async fn visible_app(state: &AppState, principal: &Principal, id_or_uid: &str) -> ApiResult<Arc<App>> {
     match state.catalog.app(id_or_uid).await? {
         Some(app) if principal.can_see(&app.id) => Ok(app),
         _ => Err(ApiError::NotFound("application")),
@@ -108,11 +101,7 @@ async fn visible_endpoint(
     endpoint_id: &str,
 ) -> ApiResult<(Arc<App>, Endpoint)> {
     let app = visible_app(state, principal, app_id).await?;
-    let endpoint = state
-        .store
-        .endpoint(&app.id, endpoint_id)
-        .await?
-        .ok_or(ApiError::NotFound("endpoint"))?;
+    let endpoint = state.store.endpoint(&app.id, endpoint_id).await?.ok_or(ApiError::NotFound("endpoint"))?;
     Ok((app, endpoint))
 }
 
@@ -124,10 +113,6 @@ async fn visible_message(
     msg_id: &str,
 ) -> ApiResult<(Arc<App>, Message)> {
     let app = visible_app(state, principal, app_id).await?;
-    let message = state
-        .store
-        .message(&app.id, msg_id)
-        .await?
-        .ok_or(ApiError::NotFound("message"))?;
+    let message = state.store.message(&app.id, msg_id).await?.ok_or(ApiError::NotFound("message"))?;
     Ok((app, message))
 }

@@ -32,18 +32,13 @@ struct BearerAuth;
 
 impl utoipa::Modify for BearerAuth {
     fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
-        use utoipa::openapi::security::{
-            HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme,
-        };
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
         let components = doc.components.get_or_insert_with(Default::default);
         components.add_security_scheme(
             "HTTPBearer",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
         );
-        doc.security = Some(vec![SecurityRequirement::new(
-            "HTTPBearer",
-            Vec::<String>::new(),
-        )]);
+        doc.security = Some(vec![SecurityRequirement::new("HTTPBearer", Vec::<String>::new())]);
     }
 }
 

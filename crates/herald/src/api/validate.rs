@@ -4,10 +4,7 @@ use super::error::{ApiError, ApiResult, ValidationItem};
 
 /// Svix's pattern for uids, event type names and channels: `^[a-zA-Z0-9\-_.]+$`.
 pub fn is_slug(value: &str) -> bool {
-    !value.is_empty()
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    !value.is_empty() && value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
 #[derive(Default)]
@@ -45,16 +42,8 @@ impl Problems {
 
     /// A list of slugs with bounds on its length.
     pub fn slug_list(&mut self, path: &str, items: &[String], max_len: usize, max_items: usize) {
-        self.check(
-            !items.is_empty(),
-            path,
-            "must not be empty (omit it or use null for no filter)",
-        );
-        self.check(
-            items.len() <= max_items,
-            path,
-            format!("must have at most {max_items} items"),
-        );
+        self.check(!items.is_empty(), path, "must not be empty (omit it or use null for no filter)");
+        self.check(items.len() <= max_items, path, format!("must have at most {max_items} items"));
         let mut seen = std::collections::HashSet::new();
         for (i, item) in items.iter().enumerate() {
             self.slug(&format!("{path}.{i}"), item, max_len);
@@ -63,11 +52,7 @@ impl Problems {
     }
 
     pub fn finish(self) -> ApiResult<()> {
-        if self.0.is_empty() {
-            Ok(())
-        } else {
-            Err(ApiError::Validation(self.0))
-        }
+        if self.0.is_empty() { Ok(()) } else { Err(ApiError::Validation(self.0)) }
     }
 }
 
@@ -97,16 +82,9 @@ mod tests {
     #[test]
     fn every_problem_is_reported_with_its_path() {
         let mut p = Problems::default();
-        p.slug_list(
-            "channels",
-            &["ok".into(), "not ok".into(), "ok".into()],
-            128,
-            10,
-        );
+        p.slug_list("channels", &["ok".into(), "not ok".into(), "ok".into()], 128, 10);
         p.uid("uid", "app_123", "app_");
-        let Err(ApiError::Validation(items)) = p.finish() else {
-            panic!("expected problems")
-        };
+        let Err(ApiError::Validation(items)) = p.finish() else { panic!("expected problems") };
         let locs: Vec<String> = items.iter().map(|i| i.loc.join(".")).collect();
         assert_eq!(locs, vec!["body.channels.1", "body.channels.2", "body.uid"]);
     }

@@ -39,12 +39,7 @@ pub struct Sent {
 
 impl Sent {
     pub fn failed(failure: Failure, error: impl Into<String>, duration: Duration) -> Self {
-        Self {
-            result: AttemptResult::Failed(failure),
-            duration,
-            body: String::new(),
-            error: Some(error.into()),
-        }
+        Self { result: AttemptResult::Failed(failure), duration, body: String::new(), error: Some(error.into()) }
     }
 }
 
@@ -67,15 +62,11 @@ impl Deliverer {
         let mut http = HttpConnector::new_with_resolver(GuardedResolver::new(guard.clone()));
         http.enforce_http(false);
         http.set_nodelay(true);
-        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .expect("ring supports the default protocol versions")
-        .with_root_certificates(rustls::RootCertStore {
-            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-        })
-        .with_no_client_auth();
+        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .expect("ring supports the default protocol versions")
+            .with_root_certificates(rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() })
+            .with_no_client_auth();
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()
@@ -87,11 +78,7 @@ impl Deliverer {
             .pool_idle_timeout(Duration::from_secs(60))
             .pool_max_idle_per_host(256)
             .build(https);
-        Self {
-            client,
-            guard,
-            config,
-        }
+        Self { client, guard, config }
     }
 
     /// Performs one attempt within the target's timeout.
@@ -104,11 +91,7 @@ impl Deliverer {
         };
         let response = match tokio::time::timeout_at(deadline, self.client.request(request)).await {
             Err(_) => {
-                return Sent::failed(
-                    Failure::Timeout,
-                    "timed out waiting for a response",
-                    started.elapsed(),
-                );
+                return Sent::failed(Failure::Timeout, "timed out waiting for a response", started.elapsed());
             }
             Ok(Err(e)) => {
                 let (failure, reason) = classify_client_error(&e);
@@ -126,10 +109,7 @@ impl Deliverer {
         let body = read_bounded(response.into_body(), deadline, self.config.read_limit).await;
         let stored = &body[..body.len().min(self.config.store_limit)];
         Sent {
-            result: AttemptResult::Response {
-                status,
-                retry_after,
-            },
+            result: AttemptResult::Response { status, retry_after },
             duration: started.elapsed(),
             body: String::from_utf8_lossy(stored).into_owned(),
             error: None,
@@ -171,9 +151,7 @@ fn classify_client_error(e: &hyper_util::client::legacy::Error) -> (Failure, Str
             return (Failure::Tls, format!("TLS failure: {err}"));
         }
         if let Some(io) = err.downcast_ref::<std::io::Error>()
-            && io
-                .get_ref()
-                .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some())
+            && io.get_ref().is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some())
         {
             return (Failure::Tls, format!("TLS failure: {io}"));
         }

@@ -48,30 +48,17 @@ impl Outgoing<'_> {
     }
 
     /// The request, or why none may be sent.
-    pub fn build(
-        &self,
-        guard: &Guard,
-        user_agent: &str,
-    ) -> Result<Request<Full<Bytes>>, (Failure, String)> {
-        let url = self.target.url.as_ref().ok_or((
-            Failure::Internal,
-            "the stored URL does not parse".to_owned(),
-        ))?;
+    pub fn build(&self, guard: &Guard, user_agent: &str) -> Result<Request<Full<Bytes>>, (Failure, String)> {
+        let url = self.target.url.as_ref().ok_or((Failure::Internal, "the stored URL does not parse".to_owned()))?;
         // IP literals never reach the resolver, so they are judged here.
         if let Some(host) = url.host() {
-            guard
-                .check_host(host)
-                .map_err(|e| (Failure::BlockedDestination, e.to_string()))?;
+            guard.check_host(host).map_err(|e| (Failure::BlockedDestination, e.to_string()))?;
         }
-        let uri: Uri = url
-            .as_str()
-            .parse()
-            .map_err(|e| (Failure::Internal, format!("URL not usable: {e}")))?;
+        let uri: Uri = url.as_str().parse().map_err(|e| (Failure::Internal, format!("URL not usable: {e}")))?;
         let msg_id = self.message.id.as_str();
         let timestamp = self.now.div_euclid(1000);
         let body = Bytes::copy_from_slice(self.payload.as_bytes());
-        let signature =
-            signature_header(self.target.signing_keys(self.now), msg_id, timestamp, &body);
+        let signature = signature_header(self.target.signing_keys(self.now), msg_id, timestamp, &body);
         let mut request = Request::builder().method(Method::POST).uri(uri);
         let headers = request.headers_mut().expect("a fresh builder has headers");
         for (name, value) in &self.target.endpoint.headers {
@@ -79,17 +66,12 @@ impl Outgoing<'_> {
             if RESERVED_HEADERS.contains(&lower.as_str()) {
                 continue;
             }
-            if let (Ok(name), Ok(value)) = (
-                HeaderName::try_from(lower),
-                HeaderValue::try_from(value.as_str()),
-            ) {
+            if let (Ok(name), Ok(value)) = (HeaderName::try_from(lower), HeaderValue::try_from(value.as_str())) {
                 headers.insert(name, value);
             }
         }
-        let text = |s: &str| {
-            HeaderValue::try_from(s)
-                .map_err(|e| (Failure::Internal, format!("bad header value: {e}")))
-        };
+        let text =
+            |s: &str| HeaderValue::try_from(s).map_err(|e| (Failure::Internal, format!("bad header value: {e}")));
         let ts = text(&timestamp.to_string())?;
         let id = text(msg_id)?;
         let sig = text(&signature)?;
@@ -102,8 +84,6 @@ impl Outgoing<'_> {
         headers.insert("svix-timestamp", ts);
         headers.insert("svix-signature", sig);
         headers.insert("herald-attempt", HeaderValue::from(self.attempt_no));
-        request
-            .body(Full::new(body))
-            .map_err(|e| (Failure::Internal, format!("building the request: {e}")))
+        request.body(Full::new(body)).map_err(|e| (Failure::Internal, format!("building the request: {e}")))
     }
 }

@@ -49,17 +49,12 @@ impl tower::Service<Name> for GuardedResolver {
     }
 }
 
-async fn resolve(
-    guard: &Guard,
-    host: &str,
-) -> Result<std::vec::IntoIter<SocketAddr>, ResolveError> {
+async fn resolve(guard: &Guard, host: &str) -> Result<std::vec::IntoIter<SocketAddr>, ResolveError> {
     if name_denied(host) {
         return Err(ResolveError::Blocked(host.to_owned()));
     }
-    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, 0))
-        .await
-        .map_err(|e| classify_lookup_error(host, &e))?
-        .collect();
+    let addrs: Vec<SocketAddr> =
+        tokio::net::lookup_host((host, 0)).await.map_err(|e| classify_lookup_error(host, &e))?.collect();
     if addrs.is_empty() {
         return Err(ResolveError::NotFound(host.to_owned()));
     }
@@ -75,19 +70,10 @@ async fn resolve(
 /// else may pass.
 fn classify_lookup_error(host: &str, e: &std::io::Error) -> ResolveError {
     let text = e.to_string();
-    let not_found = [
-        "Name or service not known",
-        "No address associated",
-        "nodename nor servname",
-        "not known",
-    ]
-    .iter()
-    .any(|needle| text.contains(needle));
-    if not_found {
-        ResolveError::NotFound(host.to_owned())
-    } else {
-        ResolveError::Temporary(host.to_owned(), text)
-    }
+    let not_found = ["Name or service not known", "No address associated", "nodename nor servname", "not known"]
+        .iter()
+        .any(|needle| text.contains(needle));
+    if not_found { ResolveError::NotFound(host.to_owned()) } else { ResolveError::Temporary(host.to_owned(), text) }
 }
 
 #[cfg(test)]
@@ -97,22 +83,13 @@ mod tests {
     #[tokio::test]
     async fn loopback_names_are_refused_before_resolution() {
         let guard = Guard::default();
-        assert!(matches!(
-            resolve(&guard, "localhost").await,
-            Err(ResolveError::Blocked(_))
-        ));
-        assert!(matches!(
-            resolve(&guard, "api.localhost.").await,
-            Err(ResolveError::Blocked(_))
-        ));
+        assert!(matches!(resolve(&guard, "localhost").await, Err(ResolveError::Blocked(_))));
+        assert!(matches!(resolve(&guard, "api.localhost.").await, Err(ResolveError::Blocked(_))));
     }
 
     #[tokio::test]
     async fn literal_loopback_resolves_only_when_allowed() {
-        assert!(matches!(
-            resolve(&Guard::default(), "127.0.0.1").await,
-            Err(ResolveError::Blocked(_))
-        ));
+        assert!(matches!(resolve(&Guard::default(), "127.0.0.1").await, Err(ResolveError::Blocked(_))));
         let open = Guard::new(vec!["127.0.0.0/8".parse().unwrap()]);
         let addrs: Vec<_> = resolve(&open, "127.0.0.1").await.unwrap().collect();
         assert_eq!(addrs[0].ip().to_string(), "127.0.0.1");

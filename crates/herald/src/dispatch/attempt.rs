@@ -48,45 +48,28 @@ impl Dispatcher {
 
     async fn send(&self, target: &Target, job: &Job) -> Sent {
         let Some(payload) = job.message.payload.clone() else {
-            return Sent::failed(
-                Failure::Internal,
-                "the message payload was expunged",
-                Duration::ZERO,
-            );
+            return Sent::failed(Failure::Internal, "the message payload was expunged", Duration::ZERO);
         };
-        let out = Outgoing {
-            target,
-            message: &job.message,
-            payload: &payload,
-            attempt_no: job.attempts + 1,
-            now: now_ms(),
-        };
+        let out =
+            Outgoing { target, message: &job.message, payload: &payload, attempt_no: job.attempts + 1, now: now_ms() };
         // A panic inside one attempt is our own failure for that delivery, nothing more.
         AssertUnwindSafe(self.deliverer.send(out))
             .catch_unwind()
             .await
-            .unwrap_or_else(|_| {
-                Sent::failed(Failure::Internal, "the attempt panicked", Duration::ZERO)
-            })
+            .unwrap_or_else(|_| Sent::failed(Failure::Internal, "the attempt panicked", Duration::ZERO))
     }
 
     /// Turns an attempt's result into the delivery's next state and the attempt record.
     fn judge(&self, target: &Target, job: &Job, sent: Sent) -> (NextState, Option<Attempt>) {
         let attempts = job.attempts + 1;
-        let decision = decide(
-            &target.settings.retry_rules(),
-            attempts,
-            &sent.result,
-            &mut rand::rng(),
-        );
+        let decision = decide(&target.settings.retry_rules(), attempts, &sent.result, &mut rand::rng());
         let now = now_ms();
         let next = match decision {
             Decision::Delivered => NextState::Delivered,
             Decision::Dead(_) => NextState::Dead,
-            Decision::Retry { after } => NextState::Retry {
-                at: now + after.as_millis() as i64,
-                keep: after <= self.config.queue.retry_horizon,
-            },
+            Decision::Retry { after } => {
+                NextState::Retry { at: now + after.as_millis() as i64, keep: after <= self.config.queue.retry_horizon }
+            }
         };
         let status_code = match sent.result {
             AttemptResult::Response { status, .. } => status,
@@ -112,17 +95,8 @@ impl Dispatcher {
     }
 
     async fn conclude(&self, mut job: Job, next: NextState, attempt: Option<Attempt>) {
-        let attempts = if attempt.is_some() {
-            job.attempts + 1
-        } else {
-            job.attempts
-        };
-        let record = OutcomeRecord {
-            delivery_id: job.delivery_id,
-            attempt,
-            attempts,
-            next,
-        };
+        let attempts = if attempt.is_some() { job.attempts + 1 } else { job.attempts };
+        let record = OutcomeRecord { delivery_id: job.delivery_id, attempt, attempts, next };
         let applied = self.record(record).await;
         match (applied, next) {
             (true, NextState::Retry { at, keep: true }) => {
@@ -145,10 +119,7 @@ impl Dispatcher {
             match self.store.record_outcome(&self.owner, record.clone()).await {
                 Ok(applied) => {
                     if !applied {
-                        tracing::info!(
-                            delivery = record.delivery_id,
-                            "claim lost; outcome not recorded"
-                        );
+                        tracing::info!(delivery = record.delivery_id, "claim lost; outcome not recorded");
                     }
                     return applied;
                 }
@@ -166,8 +137,7 @@ impl Dispatcher {
 
     /// Puts a job back without consuming an attempt.
     fn retry_later(&self, job: Job, after: Duration) {
-        self.lanes()
-            .add_timer(job, now_ms() + after.as_millis() as i64);
+        self.lanes().add_timer(job, now_ms() + after.as_millis() as i64);
         self.wake_pump.notify_one();
     }
 }

@@ -128,22 +128,14 @@ impl Lanes {
     /// Adds a job (whose room is already reserved) that is due now.
     pub fn add_ready(&mut self, job: Job) {
         let app = job.app().clone();
-        self.lanes
-            .entry(app.clone())
-            .or_default()
-            .ready
-            .push_back(job);
+        self.lanes.entry(app.clone()).or_default().ready.push_back(job);
         self.make_eligible(&app);
     }
 
     /// Adds a job (whose room is already reserved) that is due at `due`.
     pub fn add_timer(&mut self, job: Job, due: Millis) {
         self.seq += 1;
-        self.timers.push(Timer {
-            due,
-            seq: self.seq,
-            job,
-        });
+        self.timers.push(Timer { due, seq: self.seq, job });
     }
 
     /// Moves every timer due at or before `now` into its lane.
@@ -162,10 +154,7 @@ impl Lanes {
     pub fn pop(&mut self) -> Option<Job> {
         while let Some(app) = self.rotation.pop_front() {
             let cap = self.app_cap;
-            let lane = self
-                .lanes
-                .get_mut(&app)
-                .expect("queued applications have lanes");
+            let lane = self.lanes.get_mut(&app).expect("queued applications have lanes");
             if lane.in_flight >= cap || lane.ready.is_empty() {
                 lane.queued = false;
                 continue;
@@ -261,21 +250,8 @@ mod tests {
     fn applications_take_turns_instead_of_oldest_first() {
         let (a, b) = (AppId::generate(), AppId::generate());
         let mut lanes = lanes_with(&[(&a, 5), (&b, 2)], 100);
-        let order: Vec<AppId> = std::iter::from_fn(|| lanes.pop())
-            .map(|j| j.app().clone())
-            .collect();
-        assert_eq!(
-            order,
-            vec![
-                a.clone(),
-                b.clone(),
-                a.clone(),
-                b.clone(),
-                a.clone(),
-                a.clone(),
-                a
-            ]
-        );
+        let order: Vec<AppId> = std::iter::from_fn(|| lanes.pop()).map(|j| j.app().clone()).collect();
+        assert_eq!(order, vec![a.clone(), b.clone(), a.clone(), b.clone(), a.clone(), a.clone(), a]);
     }
 
     #[test]
@@ -286,23 +262,11 @@ mod tests {
         while let Some(j) = lanes.pop() {
             taken.push(j.app().clone());
         }
-        assert_eq!(
-            taken.iter().filter(|a| **a == slow).count(),
-            2,
-            "slow app stops at its cap"
-        );
-        assert_eq!(
-            taken.iter().filter(|a| **a == fast).count(),
-            2,
-            "fast app also capped at 2"
-        );
+        assert_eq!(taken.iter().filter(|a| **a == slow).count(), 2, "slow app stops at its cap");
+        assert_eq!(taken.iter().filter(|a| **a == fast).count(), 2, "fast app also capped at 2");
         assert_eq!(lanes.in_flight(&slow), 2);
         lanes.finished(&fast);
-        assert_eq!(
-            lanes.pop().unwrap().app(),
-            &fast,
-            "a finished slot lets the app back in"
-        );
+        assert_eq!(lanes.pop().unwrap().app(), &fast, "a finished slot lets the app back in");
         lanes.finished(&slow);
         assert_eq!(lanes.pop().unwrap().app(), &slow);
         assert!(lanes.pop().is_none());
@@ -345,11 +309,7 @@ mod tests {
         let in_flight = lanes.pop().unwrap();
         let drained = lanes.drain_waiting();
         assert_eq!(drained.len(), 3);
-        assert!(
-            drained
-                .iter()
-                .all(|j| j.delivery_id != in_flight.delivery_id)
-        );
+        assert!(drained.iter().all(|j| j.delivery_id != in_flight.delivery_id));
         assert_eq!(lanes.held(), 1, "the in-flight job is still accounted for");
         assert!(lanes.pop().is_none());
     }

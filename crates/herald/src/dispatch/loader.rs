@@ -35,11 +35,7 @@ async fn load_available(dispatcher: &Dispatcher) -> Result<(), crate::store::Sto
             return Ok(());
         }
         let now = now_ms();
-        let claimed = match dispatcher
-            .store
-            .claim(&dispatcher.owner, now + horizon, batch)
-            .await
-        {
+        let claimed = match dispatcher.store.claim(&dispatcher.owner, now + horizon, batch).await {
             Ok(claimed) => claimed,
             Err(e) => {
                 dispatcher.lanes().forget(batch);
@@ -53,11 +49,7 @@ async fn load_available(dispatcher: &Dispatcher) -> Result<(), crate::store::Sto
             for delivery in claimed {
                 let due = delivery.next_at;
                 let job = Job::from(delivery);
-                if due <= now {
-                    lanes.add_ready(job)
-                } else {
-                    lanes.add_timer(job, due)
-                }
+                if due <= now { lanes.add_ready(job) } else { lanes.add_timer(job, due) }
             }
         }
         if got > 0 {

@@ -63,10 +63,7 @@ impl Dispatcher {
             store,
             catalog,
             deliverer,
-            lanes: Mutex::new(Lanes::new(
-                config.queue.memory_limit,
-                config.app_max_in_flight,
-            )),
+            lanes: Mutex::new(Lanes::new(config.queue.memory_limit, config.app_max_in_flight)),
             slots: Arc::new(Semaphore::new(config.max_in_flight)),
             wake_pump: Notify::new(),
             wake_loader: Notify::new(),
@@ -115,14 +112,8 @@ impl Dispatcher {
         let _ = loader.await;
         self.attempts.close();
         let grace = self.config.queue.shutdown_grace;
-        if tokio::time::timeout(grace, self.attempts.wait())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                ?grace,
-                "attempts still in flight after the grace period; their deliveries will be retried"
-            );
+        if tokio::time::timeout(grace, self.attempts.wait()).await.is_err() {
+            tracing::warn!(?grace, "attempts still in flight after the grace period; their deliveries will be retried");
         }
         let waiting = self.lanes().drain_waiting().len();
         match self.store.release_owner(&self.owner).await {
@@ -155,8 +146,7 @@ impl Dispatcher {
                 }
             };
             let this = self.clone();
-            self.attempts
-                .spawn(async move { this.process(job, permit).await });
+            self.attempts.spawn(async move { this.process(job, permit).await });
         }
     }
 

@@ -58,11 +58,7 @@ pub trait CatalogStore: Send + Sync {
     async fn upsert_event_type(&self, event_type: &EventType) -> StoreResult<bool>;
     async fn insert_event_type(&self, event_type: &EventType) -> StoreResult<()>;
     async fn event_type(&self, name: &str) -> StoreResult<Option<EventType>>;
-    async fn list_event_types(
-        &self,
-        page: &PageQuery,
-        include_archived: bool,
-    ) -> StoreResult<Vec<EventType>>;
+    async fn list_event_types(&self, page: &PageQuery, include_archived: bool) -> StoreResult<Vec<EventType>>;
     /// Archives an event type, or removes it when `expunge`; returns whether it existed.
     async fn delete_event_type(&self, name: &str, expunge: bool) -> StoreResult<bool>;
 }
@@ -74,22 +70,12 @@ pub trait MessageStore: Send + Sync {
     async fn ingest(&self, new: NewMessage) -> StoreResult<IngestResult>;
     /// A message of `app` by id or by `eventId`.
     async fn message(&self, app: &AppId, id_or_event_id: &str) -> StoreResult<Option<Message>>;
-    async fn list_messages(
-        &self,
-        app: &AppId,
-        filter: &MessageFilter,
-        page: &PageQuery,
-    ) -> StoreResult<Vec<Message>>;
+    async fn list_messages(&self, app: &AppId, filter: &MessageFilter, page: &PageQuery) -> StoreResult<Vec<Message>>;
     /// Removes a message's payload, keeping its metadata; returns whether it existed.
     async fn expunge_message(&self, app: &AppId, id: &MessageId) -> StoreResult<bool>;
 
-    async fn list_attempts(
-        &self,
-        filter: &AttemptFilter,
-        page: &PageQuery,
-    ) -> StoreResult<Vec<Attempt>>;
-    async fn attempt(&self, app: &AppId, msg: &MessageId, id: &str)
-    -> StoreResult<Option<Attempt>>;
+    async fn list_attempts(&self, filter: &AttemptFilter, page: &PageQuery) -> StoreResult<Vec<Attempt>>;
+    async fn attempt(&self, app: &AppId, msg: &MessageId, id: &str) -> StoreResult<Option<Attempt>>;
     async fn expunge_attempt(&self, app: &AppId, msg: &MessageId, id: &str) -> StoreResult<bool>;
     /// The messages sent to an endpoint with that endpoint's delivery state, newest first.
     async fn endpoint_messages(
@@ -100,11 +86,7 @@ pub trait MessageStore: Send + Sync {
         page: &PageQuery,
     ) -> StoreResult<Vec<(Message, DeliveryView)>>;
     /// The deliveries of one message (one per destination endpoint).
-    async fn message_deliveries(
-        &self,
-        msg: &MessageId,
-        page: &PageQuery,
-    ) -> StoreResult<Vec<DeliveryView>>;
+    async fn message_deliveries(&self, msg: &MessageId, page: &PageQuery) -> StoreResult<Vec<DeliveryView>>;
     async fn endpoint_stats(
         &self,
         endpoint: &EndpointId,
@@ -117,12 +99,7 @@ pub trait MessageStore: Send + Sync {
 #[async_trait]
 pub trait QueueStore: Send + Sync {
     /// Claims up to `limit` unowned pending deliveries due at or before `due_before`.
-    async fn claim(
-        &self,
-        owner: &str,
-        due_before: Millis,
-        limit: usize,
-    ) -> StoreResult<Vec<ClaimedDelivery>>;
+    async fn claim(&self, owner: &str, due_before: Millis, limit: usize) -> StoreResult<Vec<ClaimedDelivery>>;
     /// Records one attempt and the delivery's next state, only if `owner` still holds the
     /// delivery; returns whether it did.
     async fn record_outcome(&self, owner: &str, outcome: OutcomeRecord) -> StoreResult<bool>;
@@ -144,17 +121,8 @@ pub trait AccessStore: Send + Sync {
     async fn insert_token(&self, token: &PortalToken) -> StoreResult<()>;
     async fn token(&self, hash: &str) -> StoreResult<Option<PortalToken>>;
     async fn revoke_token(&self, hash: &str) -> StoreResult<()>;
-    async fn idempotent_response(
-        &self,
-        scope: &str,
-        key: &str,
-    ) -> StoreResult<Option<StoredResponse>>;
-    async fn save_idempotent_response(
-        &self,
-        scope: &str,
-        key: &str,
-        response: &StoredResponse,
-    ) -> StoreResult<()>;
+    async fn idempotent_response(&self, scope: &str, key: &str) -> StoreResult<Option<StoredResponse>>;
+    async fn save_idempotent_response(&self, scope: &str, key: &str, response: &StoredResponse) -> StoreResult<()>;
 }
 
 /// Everything Herald needs from a database.

@@ -237,11 +237,7 @@ impl Trigger {
     }
 
     pub fn from_code(code: i64) -> Self {
-        if code == 1 {
-            Self::Manual
-        } else {
-            Self::Scheduled
-        }
+        if code == 1 { Self::Manual } else { Self::Scheduled }
     }
 }
 
@@ -305,17 +301,9 @@ pub struct OutcomeRecord {
 #[derive(Debug, Clone)]
 pub enum Requeue {
     /// Svix `resend`: one message to one endpoint, whatever its state.
-    Resend {
-        app: AppId,
-        msg: MessageId,
-        endpoint: EndpointId,
-    },
+    Resend { app: AppId, msg: MessageId, endpoint: EndpointId },
     /// Svix `recover`: every dead letter of an endpoint created in the time range.
-    Recover {
-        endpoint: EndpointId,
-        since: Millis,
-        until: Millis,
-    },
+    Recover { endpoint: EndpointId, since: Millis, until: Millis },
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

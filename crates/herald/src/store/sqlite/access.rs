@@ -52,26 +52,13 @@ impl AccessStore for SqliteStore {
             .await
     }
 
-    async fn idempotent_response(
-        &self,
-        scope: &str,
-        key: &str,
-    ) -> StoreResult<Option<StoredResponse>> {
+    async fn idempotent_response(&self, scope: &str, key: &str) -> StoreResult<Option<StoredResponse>> {
         let (scope, key) = (scope.to_owned(), key.to_owned());
-        self.readers
-            .read(move |conn| stored_response(conn, &scope, &key))
-            .await
+        self.readers.read(move |conn| stored_response(conn, &scope, &key)).await
     }
 
-    async fn save_idempotent_response(
-        &self,
-        scope: &str,
-        key: &str,
-        response: &StoredResponse,
-    ) -> StoreResult<()> {
+    async fn save_idempotent_response(&self, scope: &str, key: &str, response: &StoredResponse) -> StoreResult<()> {
         let (scope, key, response) = (scope.to_owned(), key.to_owned(), response.clone());
-        self.writer
-            .write(move |conn| save_response(conn, &scope, &key, &response))
-            .await
+        self.writer.write(move |conn| save_response(conn, &scope, &key, &response)).await
     }
 }

@@ -7,17 +7,11 @@ use rusqlite::{OptionalExtension, params, params_from_iter};
 use super::rows::{self, APP_COLUMNS, ENDPOINT_COLUMNS, EVENT_TYPE_COLUMNS, Query, to_json};
 use super::{SqliteStore, is_unique_violation};
 use crate::ids::{AppId, EndpointId};
-use crate::store::{
-    App, CatalogStore, DeliveryState, Endpoint, EventType, PageQuery, StoreError, StoreResult,
-};
+use crate::store::{App, CatalogStore, DeliveryState, Endpoint, EventType, PageQuery, StoreError, StoreResult};
 
 fn conflict(what: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
     move |e| {
-        if is_unique_violation(&e) {
-            StoreError::Conflict(what)
-        } else {
-            e.into()
-        }
+        if is_unique_violation(&e) { StoreError::Conflict(what) } else { e.into() }
     }
 }
 
@@ -27,19 +21,17 @@ impl CatalogStore for SqliteStore {
         let app = app.clone();
         self.writer
             .write(move |conn| {
-                conn.prepare_cached(&format!(
-                    "INSERT INTO app ({APP_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
-                ))?
-                .execute(params![
-                    app.id.as_str(),
-                    app.uid,
-                    app.name,
-                    to_json(&app.metadata),
-                    app.throttle_rate,
-                    app.created_at,
-                    app.updated_at
-                ])
-                .map_err(conflict("an application with this uid already exists"))?;
+                conn.prepare_cached(&format!("INSERT INTO app ({APP_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"))?
+                    .execute(params![
+                        app.id.as_str(),
+                        app.uid,
+                        app.name,
+                        to_json(&app.metadata),
+                        app.throttle_rate,
+                        app.created_at,
+                        app.updated_at
+                    ])
+                    .map_err(conflict("an application with this uid already exists"))?;
                 Ok(())
             })
             .await
@@ -72,9 +64,7 @@ impl CatalogStore for SqliteStore {
                 let tail = q.page("id", &page);
                 let sql = format!("SELECT {APP_COLUMNS} FROM app{}{tail}", q.where_clause());
                 let mut stmt = conn.prepare_cached(&sql)?;
-                let apps = stmt
-                    .query_map(params_from_iter(q.params), rows::app)?
-                    .collect::<Result<_, _>>()?;
+                let apps = stmt.query_map(params_from_iter(q.params), rows::app)?.collect::<Result<_, _>>()?;
                 Ok(apps)
             })
             .await
@@ -106,10 +96,7 @@ impl CatalogStore for SqliteStore {
         self.writer
             .write(move |conn| {
                 for table in ["attempt", "delivery", "message", "endpoint", "portal_token"] {
-                    conn.execute(
-                        &format!("DELETE FROM {table} WHERE app_id = ?"),
-                        [id.as_str()],
-                    )?;
+                    conn.execute(&format!("DELETE FROM {table} WHERE app_id = ?"), [id.as_str()])?;
                 }
                 conn.execute("DELETE FROM app WHERE id = ?", [id.as_str()])?;
                 Ok(())
@@ -122,11 +109,9 @@ impl CatalogStore for SqliteStore {
         self.writer
             .write(move |conn| {
                 let marks = vec!["?"; values.len()].join(", ");
-                conn.prepare_cached(&format!(
-                    "INSERT INTO endpoint ({ENDPOINT_COLUMNS}) VALUES ({marks})"
-                ))?
-                .execute(params_from_iter(values))
-                .map_err(conflict("an endpoint with this uid already exists"))?;
+                conn.prepare_cached(&format!("INSERT INTO endpoint ({ENDPOINT_COLUMNS}) VALUES ({marks})"))?
+                    .execute(params_from_iter(values))
+                    .map_err(conflict("an endpoint with this uid already exists"))?;
                 Ok(())
             })
             .await
@@ -152,9 +137,7 @@ impl CatalogStore for SqliteStore {
         self.readers
             .read(move |conn| {
                 Ok(conn
-                    .prepare_cached(&format!(
-                        "SELECT {ENDPOINT_COLUMNS} FROM endpoint WHERE id = ?"
-                    ))?
+                    .prepare_cached(&format!("SELECT {ENDPOINT_COLUMNS} FROM endpoint WHERE id = ?"))?
                     .query_row([id.as_str()], rows::endpoint)
                     .optional()?)
             })
@@ -168,14 +151,9 @@ impl CatalogStore for SqliteStore {
                 let mut q = Query::default();
                 q.and("app_id = ?", [Value::Text(app.to_string())]);
                 let tail = q.page("id", &page);
-                let sql = format!(
-                    "SELECT {ENDPOINT_COLUMNS} FROM endpoint{}{tail}",
-                    q.where_clause()
-                );
+                let sql = format!("SELECT {ENDPOINT_COLUMNS} FROM endpoint{}{tail}", q.where_clause());
                 let mut stmt = conn.prepare_cached(&sql)?;
-                let found = stmt
-                    .query_map(params_from_iter(q.params), rows::endpoint)?
-                    .collect::<Result<_, _>>()?;
+                let found = stmt.query_map(params_from_iter(q.params), rows::endpoint)?.collect::<Result<_, _>>()?;
                 Ok(found)
             })
             .await
@@ -185,12 +163,9 @@ impl CatalogStore for SqliteStore {
         let app = app.clone();
         self.readers
             .read(move |conn| {
-                let sql =
-                    format!("SELECT {ENDPOINT_COLUMNS} FROM endpoint WHERE app_id = ? ORDER BY id");
+                let sql = format!("SELECT {ENDPOINT_COLUMNS} FROM endpoint WHERE app_id = ? ORDER BY id");
                 let mut stmt = conn.prepare_cached(&sql)?;
-                let found = stmt
-                    .query_map([app.as_str()], rows::endpoint)?
-                    .collect::<Result<_, _>>()?;
+                let found = stmt.query_map([app.as_str()], rows::endpoint)?.collect::<Result<_, _>>()?;
                 Ok(found)
             })
             .await
@@ -273,20 +248,14 @@ impl CatalogStore for SqliteStore {
         self.readers
             .read(move |conn| {
                 Ok(conn
-                    .prepare_cached(&format!(
-                        "SELECT {EVENT_TYPE_COLUMNS} FROM event_type WHERE name = ?"
-                    ))?
+                    .prepare_cached(&format!("SELECT {EVENT_TYPE_COLUMNS} FROM event_type WHERE name = ?"))?
                     .query_row([&name], rows::event_type)
                     .optional()?)
             })
             .await
     }
 
-    async fn list_event_types(
-        &self,
-        page: &PageQuery,
-        include_archived: bool,
-    ) -> StoreResult<Vec<EventType>> {
+    async fn list_event_types(&self, page: &PageQuery, include_archived: bool) -> StoreResult<Vec<EventType>> {
         let page = page.clone();
         self.readers
             .read(move |conn| {
@@ -295,14 +264,9 @@ impl CatalogStore for SqliteStore {
                     q.and("archived = 0", []);
                 }
                 let tail = q.page("name", &page);
-                let sql = format!(
-                    "SELECT {EVENT_TYPE_COLUMNS} FROM event_type{}{tail}",
-                    q.where_clause()
-                );
+                let sql = format!("SELECT {EVENT_TYPE_COLUMNS} FROM event_type{}{tail}", q.where_clause());
                 let mut stmt = conn.prepare_cached(&sql)?;
-                let found = stmt
-                    .query_map(params_from_iter(q.params), rows::event_type)?
-                    .collect::<Result<_, _>>()?;
+                let found = stmt.query_map(params_from_iter(q.params), rows::event_type)?.collect::<Result<_, _>>()?;
                 Ok(found)
             })
             .await

@@ -9,9 +9,8 @@ use super::{SqliteStore, is_unique_violation};
 use crate::clock::Millis;
 use crate::ids::{AppId, EndpointId, MessageId};
 use crate::store::{
-    Attempt, AttemptFilter, DeliveryState, DeliveryStatus, DeliveryView, EndpointStats,
-    IngestResult, Message, MessageFilter, MessageStore, NewMessage, PageQuery, StoreResult,
-    StoredResponse, Trigger,
+    Attempt, AttemptFilter, DeliveryState, DeliveryStatus, DeliveryView, EndpointStats, IngestResult, Message,
+    MessageFilter, MessageStore, NewMessage, PageQuery, StoreResult, StoredResponse, Trigger,
 };
 
 #[async_trait]
@@ -35,12 +34,7 @@ impl MessageStore for SqliteStore {
             .await
     }
 
-    async fn list_messages(
-        &self,
-        app: &AppId,
-        filter: &MessageFilter,
-        page: &PageQuery,
-    ) -> StoreResult<Vec<Message>> {
+    async fn list_messages(&self, app: &AppId, filter: &MessageFilter, page: &PageQuery) -> StoreResult<Vec<Message>> {
         let (app, filter, page) = (app.clone(), filter.clone(), page.clone());
         self.readers
             .read(move |conn| {
@@ -48,10 +42,7 @@ impl MessageStore for SqliteStore {
                 q.and("m.app_id = ?", [Value::Text(app.to_string())]);
                 q.messages(&filter);
                 let tail = q.page("m.id", &page);
-                let sql = format!(
-                    "SELECT {MESSAGE_COLUMNS} FROM message m{}{tail}",
-                    q.where_clause()
-                );
+                let sql = format!("SELECT {MESSAGE_COLUMNS} FROM message m{}{tail}", q.where_clause());
                 let mut stmt = conn.prepare_cached(&sql)?;
                 let found = stmt
                     .query_map(params_from_iter(q.params), |row| rows::message(row, true))?
@@ -74,27 +65,17 @@ impl MessageStore for SqliteStore {
             .await
     }
 
-    async fn list_attempts(
-        &self,
-        filter: &AttemptFilter,
-        page: &PageQuery,
-    ) -> StoreResult<Vec<Attempt>> {
+    async fn list_attempts(&self, filter: &AttemptFilter, page: &PageQuery) -> StoreResult<Vec<Attempt>> {
         let (filter, page) = (filter.clone(), page.clone());
-        self.readers
-            .read(move |conn| list_attempts(conn, &filter, &page))
-            .await
+        self.readers.read(move |conn| list_attempts(conn, &filter, &page)).await
     }
 
-    async fn attempt(
-        &self,
-        app: &AppId,
-        msg: &MessageId,
-        id: &str,
-    ) -> StoreResult<Option<Attempt>> {
+    async fn attempt(&self, app: &AppId, msg: &MessageId, id: &str) -> StoreResult<Option<Attempt>> {
         let (app, msg, id) = (app.clone(), msg.clone(), id.to_owned());
         self.readers
             .read(move |conn| {
-                let sql = format!("SELECT {ATTEMPT_COLUMNS} FROM attempt a WHERE a.id = ? AND a.msg_id = ? AND a.app_id = ?");
+                let sql =
+                    format!("SELECT {ATTEMPT_COLUMNS} FROM attempt a WHERE a.id = ? AND a.msg_id = ? AND a.app_id = ?");
                 Ok(conn
                     .prepare_cached(&sql)?
                     .query_row([id.as_str(), msg.as_str(), app.as_str()], |row| rows::attempt(row, true))
@@ -149,11 +130,7 @@ impl MessageStore for SqliteStore {
             .await
     }
 
-    async fn message_deliveries(
-        &self,
-        msg: &MessageId,
-        page: &PageQuery,
-    ) -> StoreResult<Vec<DeliveryView>> {
+    async fn message_deliveries(&self, msg: &MessageId, page: &PageQuery) -> StoreResult<Vec<DeliveryView>> {
         let (msg, page) = (msg.clone(), page.clone());
         self.readers
             .read(move |conn| {
@@ -166,9 +143,7 @@ impl MessageStore for SqliteStore {
                 );
                 let mut stmt = conn.prepare_cached(&sql)?;
                 let found = stmt
-                    .query_map(params_from_iter(q.params), |row| {
-                        rows::delivery_view(row, 0)
-                    })?
+                    .query_map(params_from_iter(q.params), |row| rows::delivery_view(row, 0))?
                     .collect::<Result<_, _>>()?;
                 Ok(found)
             })
@@ -189,22 +164,15 @@ impl MessageStore for SqliteStore {
                      WHERE endpoint_id = ? AND created_at >= ? AND created_at < ? GROUP BY 1, 2",
                 )?;
                 let mut stats = EndpointStats::default();
-                let range = params![
-                    endpoint.as_str(),
-                    since.unwrap_or(i64::MIN),
-                    until.unwrap_or(i64::MAX)
-                ];
+                let range = params![endpoint.as_str(), since.unwrap_or(i64::MIN), until.unwrap_or(i64::MAX)];
                 let mut rows = stmt.query(range)?;
                 while let Some(row) = rows.next()? {
-                    let (state, tried, count): (i64, bool, u64) =
-                        (row.get(0)?, row.get(1)?, row.get(2)?);
+                    let (state, tried, count): (i64, bool, u64) = (row.get(0)?, row.get(1)?, row.get(2)?);
                     match DeliveryStatus::of(DeliveryState::from_code(state), tried as u32) {
                         DeliveryStatus::Success => stats.success += count,
                         DeliveryStatus::Pending => stats.pending += count,
                         DeliveryStatus::Sending => stats.sending += count,
-                        DeliveryStatus::Fail if state == DeliveryState::Canceled.code() => {
-                            stats.canceled += count
-                        }
+                        DeliveryStatus::Fail if state == DeliveryState::Canceled.code() => stats.canceled += count,
                         DeliveryStatus::Fail => stats.fail += count,
                     }
                 }
@@ -261,25 +229,21 @@ fn ingest(conn: &Connection, new: &NewMessage) -> StoreResult<IngestResult> {
     Ok(IngestResult::Created { deliveries })
 }
 
-pub(super) fn stored_response(
-    conn: &Connection,
-    scope: &str,
-    key: &str,
-) -> StoreResult<Option<StoredResponse>> {
+pub(super) fn stored_response(conn: &Connection, scope: &str, key: &str) -> StoreResult<Option<StoredResponse>> {
     Ok(conn
         .prepare_cached("SELECT fingerprint, status, body, created_at FROM idempotency WHERE scope = ? AND key = ?")?
         .query_row([scope, key], |row| {
-            Ok(StoredResponse { fingerprint: row.get(0)?, status: row.get(1)?, body: row.get(2)?, created_at: row.get(3)? })
+            Ok(StoredResponse {
+                fingerprint: row.get(0)?,
+                status: row.get(1)?,
+                body: row.get(2)?,
+                created_at: row.get(3)?,
+            })
         })
         .optional()?)
 }
 
-pub(super) fn save_response(
-    conn: &Connection,
-    scope: &str,
-    key: &str,
-    r: &StoredResponse,
-) -> StoreResult<()> {
+pub(super) fn save_response(conn: &Connection, scope: &str, key: &str, r: &StoredResponse) -> StoreResult<()> {
     conn.prepare_cached(
         "INSERT OR IGNORE INTO idempotency (scope, key, fingerprint, status, body, created_at) VALUES (?, ?, ?, ?, ?, ?)",
     )?
@@ -296,11 +260,7 @@ fn delivery_status_condition(status: DeliveryStatus) -> &'static str {
     }
 }
 
-fn list_attempts(
-    conn: &Connection,
-    filter: &AttemptFilter,
-    page: &PageQuery,
-) -> StoreResult<Vec<Attempt>> {
+fn list_attempts(conn: &Connection, filter: &AttemptFilter, page: &PageQuery) -> StoreResult<Vec<Attempt>> {
     let mut q = Query::default();
     q.and("a.app_id = ?", [Value::Text(filter.app.to_string())]);
     if let Some(msg) = &filter.msg {
@@ -321,10 +281,7 @@ fn list_attempts(
             q.and("a.status_code = 0", []);
         } else {
             let low = i64::from(class);
-            q.and(
-                "a.status_code >= ? AND a.status_code < ?",
-                [Value::Integer(low), Value::Integer(low + 100)],
-            );
+            q.and("a.status_code >= ? AND a.status_code < ?", [Value::Integer(low), Value::Integer(low + 100)]);
         }
     }
     let join = if filter.messages.channel.is_some() || !filter.messages.event_types.is_empty() {
@@ -332,11 +289,7 @@ fn list_attempts(
     } else {
         ""
     };
-    q.messages(&MessageFilter {
-        before: None,
-        after: None,
-        ..filter.messages.clone()
-    });
+    q.messages(&MessageFilter { before: None, after: None, ..filter.messages.clone() });
     if let Some(before) = filter.messages.before {
         q.and("a.created_at < ?", [Value::Integer(before)]);
     }
@@ -344,16 +297,11 @@ fn list_attempts(
         q.and("a.created_at > ?", [Value::Integer(after)]);
     }
     let tail = q.page("a.id", page);
-    let sql = format!(
-        "SELECT {ATTEMPT_COLUMNS} FROM attempt a{join}{}{tail}",
-        q.where_clause()
-    );
+    let sql = format!("SELECT {ATTEMPT_COLUMNS} FROM attempt a{join}{}{tail}", q.where_clause());
     let mut stmt = conn.prepare_cached(&sql)?;
     let with_content = filter.with_content;
     let found = stmt
-        .query_map(params_from_iter(q.params), |row| {
-            rows::attempt(row, with_content)
-        })?
+        .query_map(params_from_iter(q.params), |row| rows::attempt(row, with_content))?
         .collect::<Result<_, _>>()?;
     Ok(found)
 }

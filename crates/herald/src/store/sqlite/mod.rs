@@ -44,17 +44,12 @@ impl SqliteStore {
         for _ in 0..config.read_connections {
             let reader = Connection::open_with_flags(
                 path,
-                OpenFlags::SQLITE_OPEN_READ_ONLY
-                    | OpenFlags::SQLITE_OPEN_NO_MUTEX
-                    | OpenFlags::SQLITE_OPEN_URI,
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI,
             )?;
             reader.execute_batch("PRAGMA busy_timeout = 10000; PRAGMA cache_size = -16384;")?;
             readers.push(reader);
         }
-        Ok(Self {
-            writer: Writer::start(conn, config.write_batch_max),
-            readers: Readers::new(readers),
-        })
+        Ok(Self { writer: Writer::start(conn, config.write_batch_max), readers: Readers::new(readers) })
     }
 }
 
@@ -62,16 +57,12 @@ fn migrate(conn: &Connection) -> anyhow::Result<()> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     match version {
         0 => {
-            conn.execute_batch(&format!(
-                "BEGIN; {SCHEMA}; PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
-            ))
-            .context("creating the schema")?;
+            conn.execute_batch(&format!("BEGIN; {SCHEMA}; PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"))
+                .context("creating the schema")?;
             Ok(())
         }
         SCHEMA_VERSION => Ok(()),
-        newer => anyhow::bail!(
-            "the database has schema version {newer}; this Herald knows up to {SCHEMA_VERSION}"
-        ),
+        newer => anyhow::bail!("the database has schema version {newer}; this Herald knows up to {SCHEMA_VERSION}"),
     }
 }
 
@@ -80,10 +71,9 @@ fn migrate(conn: &Connection) -> anyhow::Result<()> {
 fn map_err(e: rusqlite::Error) -> StoreError {
     use rusqlite::ErrorCode::*;
     match e.sqlite_error_code() {
-        Some(
-            DiskFull | SystemIoFailure | DatabaseBusy | DatabaseLocked | CannotOpen | ReadOnly
-            | OutOfMemory,
-        ) => StoreError::Unavailable(e.to_string()),
+        Some(DiskFull | SystemIoFailure | DatabaseBusy | DatabaseLocked | CannotOpen | ReadOnly | OutOfMemory) => {
+            StoreError::Unavailable(e.to_string())
+        }
         _ => StoreError::Other(e.into()),
     }
 }

@@ -12,38 +12,27 @@ use super::rows::{self, MESSAGE_COLUMNS};
 use crate::clock::{Millis, now_ms};
 use crate::ids::{EndpointId, MessageId};
 use crate::store::{
-    ClaimedDelivery, DeliveryState, Message, NextState, OutcomeRecord, QueueCounts, QueueStore,
-    Requeue, StoreResult, Trigger,
+    ClaimedDelivery, DeliveryState, Message, NextState, OutcomeRecord, QueueCounts, QueueStore, Requeue, StoreResult,
+    Trigger,
 };
 
 #[async_trait]
 impl QueueStore for SqliteStore {
-    async fn claim(
-        &self,
-        owner: &str,
-        due_before: Millis,
-        limit: usize,
-    ) -> StoreResult<Vec<ClaimedDelivery>> {
+    async fn claim(&self, owner: &str, due_before: Millis, limit: usize) -> StoreResult<Vec<ClaimedDelivery>> {
         let owner = owner.to_owned();
-        self.writer
-            .write(move |conn| claim(conn, &owner, due_before, limit))
-            .await
+        self.writer.write(move |conn| claim(conn, &owner, due_before, limit)).await
     }
 
     async fn record_outcome(&self, owner: &str, outcome: OutcomeRecord) -> StoreResult<bool> {
         let owner = owner.to_owned();
-        self.writer
-            .write(move |conn| record_outcome(conn, &owner, &outcome))
-            .await
+        self.writer.write(move |conn| record_outcome(conn, &owner, &outcome)).await
     }
 
     async fn release(&self, owner: &str, deliveries: Vec<i64>) -> StoreResult<()> {
         let owner = owner.to_owned();
         self.writer
             .write(move |conn| {
-                let mut stmt = conn.prepare_cached(
-                    "UPDATE delivery SET owner = NULL WHERE id = ? AND owner = ?",
-                )?;
+                let mut stmt = conn.prepare_cached("UPDATE delivery SET owner = NULL WHERE id = ? AND owner = ?")?;
                 for id in deliveries {
                     stmt.execute(params![id, owner])?;
                 }
@@ -55,23 +44,13 @@ impl QueueStore for SqliteStore {
     async fn release_owner(&self, owner: &str) -> StoreResult<u64> {
         let owner = owner.to_owned();
         self.writer
-            .write(move |conn| {
-                Ok(
-                    conn.execute("UPDATE delivery SET owner = NULL WHERE owner = ?", [&owner])?
-                        as u64,
-                )
-            })
+            .write(move |conn| Ok(conn.execute("UPDATE delivery SET owner = NULL WHERE owner = ?", [&owner])? as u64))
             .await
     }
 
     async fn release_all(&self) -> StoreResult<u64> {
         self.writer
-            .write(|conn| {
-                Ok(conn.execute(
-                    "UPDATE delivery SET owner = NULL WHERE owner IS NOT NULL",
-                    [],
-                )? as u64)
-            })
+            .write(|conn| Ok(conn.execute("UPDATE delivery SET owner = NULL WHERE owner IS NOT NULL", [])? as u64))
             .await
     }
 
@@ -83,13 +62,11 @@ impl QueueStore for SqliteStore {
         self.readers
             .read(|conn| {
                 let mut counts = QueueCounts::default();
-                let mut stmt = conn.prepare_cached(
-                    "SELECT state, owner IS NOT NULL, count(*) FROM delivery GROUP BY 1, 2",
-                )?;
+                let mut stmt =
+                    conn.prepare_cached("SELECT state, owner IS NOT NULL, count(*) FROM delivery GROUP BY 1, 2")?;
                 let mut rows = stmt.query([])?;
                 while let Some(row) = rows.next()? {
-                    let (state, owned, count): (i64, bool, u64) =
-                        (row.get(0)?, row.get(1)?, row.get(2)?);
+                    let (state, owned, count): (i64, bool, u64) = (row.get(0)?, row.get(1)?, row.get(2)?);
                     match DeliveryState::from_code(state) {
                         DeliveryState::Pending if owned => counts.claimed += count,
                         DeliveryState::Pending => counts.pending += count,
@@ -104,12 +81,7 @@ impl QueueStore for SqliteStore {
     }
 }
 
-fn claim(
-    conn: &Connection,
-    owner: &str,
-    due_before: Millis,
-    limit: usize,
-) -> StoreResult<Vec<ClaimedDelivery>> {
+fn claim(conn: &Connection, owner: &str, due_before: Millis, limit: usize) -> StoreResult<Vec<ClaimedDelivery>> {
     let mut stmt = conn.prepare_cached(
         "UPDATE delivery SET owner = ?1 WHERE id IN (
              SELECT id FROM delivery WHERE state = 0 AND owner IS NULL AND next_at <= ?2 ORDER BY next_at LIMIT ?3)
@@ -117,34 +89,20 @@ fn claim(
     )?;
     let claimed: Vec<(i64, String, String, u32, Millis, i64)> = stmt
         .query_map(params![owner, due_before, limit as i64], |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-            ))
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
         })?
         .collect::<Result<_, _>>()?;
     let mut messages: HashMap<String, Option<Arc<Message>>> = HashMap::new();
-    let mut load = conn.prepare_cached(&format!(
-        "SELECT {MESSAGE_COLUMNS} FROM message m WHERE m.id = ?"
-    ))?;
+    let mut load = conn.prepare_cached(&format!("SELECT {MESSAGE_COLUMNS} FROM message m WHERE m.id = ?"))?;
     let mut out = Vec::with_capacity(claimed.len());
     for (delivery_id, msg_id, endpoint_id, attempts, next_at, trigger) in claimed {
         if !messages.contains_key(&msg_id) {
-            let found = load
-                .query_row([&msg_id], |row| rows::message(row, true))
-                .optional()?;
+            let found = load.query_row([&msg_id], |row| rows::message(row, true)).optional()?;
             messages.insert(msg_id.clone(), found.map(Arc::new));
         }
         let Some(message) = messages[&msg_id].clone() else {
             // The message is gone (its application was deleted): nothing to send.
-            conn.execute(
-                "UPDATE delivery SET state = 3, owner = NULL WHERE id = ?",
-                [delivery_id],
-            )?;
+            conn.execute("UPDATE delivery SET state = 3, owner = NULL WHERE id = ?", [delivery_id])?;
             continue;
         };
         out.push(ClaimedDelivery {
@@ -173,14 +131,7 @@ fn record_outcome(conn: &Connection, owner: &str, outcome: &OutcomeRecord) -> St
                 owner = CASE WHEN ? THEN owner ELSE NULL END
              WHERE id = ? AND owner = ?",
         )?
-        .execute(params![
-            state.code(),
-            outcome.attempts,
-            next_at,
-            keep,
-            outcome.delivery_id,
-            owner
-        ])?;
+        .execute(params![state.code(), outcome.attempts, next_at, keep, outcome.delivery_id, owner])?;
     if changed == 0 {
         // Our claim was lost (released or taken over): the outcome is not ours to record.
         return Ok(false);
@@ -196,12 +147,8 @@ fn requeue(conn: &Connection, request: &Requeue) -> StoreResult<u64> {
     match request {
         Requeue::Resend { app, msg, endpoint } => {
             let existing: Option<(i64, i64, Option<String>)> = conn
-                .prepare_cached(
-                    "SELECT id, state, owner FROM delivery WHERE msg_id = ? AND endpoint_id = ?",
-                )?
-                .query_row([msg.as_str(), endpoint.as_str()], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-                })
+                .prepare_cached("SELECT id, state, owner FROM delivery WHERE msg_id = ? AND endpoint_id = ?")?
+                .query_row([msg.as_str(), endpoint.as_str()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
                 .optional()?;
             match existing {
                 // Already pending and held by a dispatcher: it is about to be attempted anyway.
@@ -213,11 +160,7 @@ fn requeue(conn: &Connection, request: &Requeue) -> StoreResult<u64> {
                 None => insert_manual_delivery(conn, app.as_str(), msg, endpoint, now),
             }
         }
-        Requeue::Recover {
-            endpoint,
-            since,
-            until,
-        } => Ok(conn.execute(
+        Requeue::Recover { endpoint, since, until } => Ok(conn.execute(
             "UPDATE delivery SET state = 0, attempts = 0, next_at = ?, trigger = 1, owner = NULL
              WHERE endpoint_id = ? AND state = 2 AND created_at >= ? AND created_at < ?",
             params![now, endpoint.as_str(), since, until],

@@ -16,10 +16,7 @@ pub struct Readers {
 impl Readers {
     pub fn new(conns: Vec<Connection>) -> Self {
         let available = Semaphore::new(conns.len());
-        Self {
-            idle: Mutex::new(conns),
-            available,
-        }
+        Self { idle: Mutex::new(conns), available }
     }
 
     pub async fn read<R, F>(&self, query: F) -> StoreResult<R>
@@ -27,17 +24,9 @@ impl Readers {
         R: Send + 'static,
         F: FnOnce(&Connection) -> StoreResult<R> + Send + 'static,
     {
-        let permit = self
-            .available
-            .acquire()
-            .await
-            .map_err(|_| StoreError::Unavailable("closed".into()))?;
-        let conn = self
-            .idle
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop()
-            .expect("a permit implies an idle connection");
+        let permit = self.available.acquire().await.map_err(|_| StoreError::Unavailable("closed".into()))?;
+        let conn =
+            self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop().expect("a permit implies an idle connection");
         let joined = tokio::task::spawn_blocking(move || {
             let result = query(&conn);
             (conn, result)
@@ -45,10 +34,7 @@ impl Readers {
         .await;
         match joined {
             Ok((conn, result)) => {
-                self.idle
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(conn);
+                self.idle.lock().unwrap_or_else(|p| p.into_inner()).push(conn);
                 result
             }
             Err(e) => {

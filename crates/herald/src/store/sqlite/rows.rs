@@ -10,8 +10,7 @@ use serde::de::DeserializeOwned;
 
 use crate::ids::{AppId, AttemptId, EndpointId, MessageId};
 use crate::store::{
-    App, Attempt, DeliveryState, DeliveryView, Endpoint, EventType, Message, MessageFilter,
-    PageQuery, Trigger,
+    App, Attempt, DeliveryState, DeliveryView, Endpoint, EventType, Message, MessageFilter, PageQuery, Trigger,
 };
 
 pub fn to_json<T: Serialize + ?Sized>(value: &T) -> String {
@@ -20,17 +19,16 @@ pub fn to_json<T: Serialize + ?Sized>(value: &T) -> String {
 
 fn from_json<T: DeserializeOwned>(row: &Row<'_>, idx: usize) -> rusqlite::Result<T> {
     let text: String = row.get(idx)?;
-    serde_json::from_str(&text).map_err(|e| {
-        rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Text, Box::new(e))
-    })
+    serde_json::from_str(&text)
+        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Text, Box::new(e)))
 }
 
 fn opt_json<T: DeserializeOwned>(row: &Row<'_>, idx: usize) -> rusqlite::Result<Option<T>> {
     match row.get::<_, Option<String>>(idx)? {
         None => Ok(None),
-        Some(text) => serde_json::from_str(&text).map(Some).map_err(|e| {
-            rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Text, Box::new(e))
-        }),
+        Some(text) => serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Text, Box::new(e))),
     }
 }
 
@@ -87,8 +85,7 @@ pub fn endpoint_values(e: &Endpoint) -> Vec<Value> {
         opt_json_value(&e.event_types).map_or(Value::Null, Value::Text),
         opt_json_value(&e.channels).map_or(Value::Null, Value::Text),
         Value::Text(to_json(&e.metadata)),
-        e.throttle_rate
-            .map_or(Value::Null, |v| Value::Integer(v.into())),
+        e.throttle_rate.map_or(Value::Null, |v| Value::Integer(v.into())),
         Value::Text(to_json(&e.headers)),
         Value::Text(to_json(&e.secrets)),
         Value::Text(to_json(&e.delivery)),
@@ -113,16 +110,11 @@ pub fn event_type(row: &Row<'_>) -> rusqlite::Result<EventType> {
     })
 }
 
-pub const MESSAGE_COLUMNS: &str =
-    "m.id, m.app_id, m.event_type, m.event_id, m.channels, m.payload, m.created_at";
+pub const MESSAGE_COLUMNS: &str = "m.id, m.app_id, m.event_type, m.event_id, m.channels, m.payload, m.created_at";
 
 /// A message; the payload is left out (`None`) unless `with_payload`.
 pub fn message(row: &Row<'_>, with_payload: bool) -> rusqlite::Result<Message> {
-    let payload = if with_payload {
-        row.get::<_, Option<String>>(5)?.map(Arc::from)
-    } else {
-        None
-    };
+    let payload = if with_payload { row.get::<_, Option<String>>(5)?.map(Arc::from) } else { None };
     Ok(Message {
         id: MessageId::from_trusted(row.get(0)?),
         app_id: AppId::from_trusted(row.get(1)?),
@@ -150,11 +142,7 @@ pub fn attempt(row: &Row<'_>, with_content: bool) -> rusqlite::Result<Attempt> {
         delivered: row.get(8)?,
         error_class: row.get(9)?,
         error: row.get(10)?,
-        response: if with_content {
-            row.get(11)?
-        } else {
-            String::new()
-        },
+        response: if with_content { row.get(11)? } else { String::new() },
         trigger: Trigger::from_code(row.get(12)?),
         attempt_no: row.get(13)?,
     })
@@ -187,11 +175,7 @@ impl Query {
 
     /// Adds the keyset condition on `column` and returns the ORDER BY / LIMIT tail.
     pub fn page(&mut self, column: &str, page: &PageQuery) -> String {
-        let (op, dir) = if page.descending {
-            ("<", "DESC")
-        } else {
-            (">", "ASC")
-        };
+        let (op, dir) = if page.descending { ("<", "DESC") } else { (">", "ASC") };
         if let Some(iterator) = &page.iterator {
             self.and(format!("{column} {op} ?"), [Value::Text(iterator.clone())]);
         }
@@ -208,10 +192,7 @@ impl Query {
         }
         if !filter.event_types.is_empty() {
             let marks = vec!["?"; filter.event_types.len()].join(", ");
-            self.and(
-                format!("m.event_type IN ({marks})"),
-                filter.event_types.iter().map(|t| Value::Text(t.clone())),
-            );
+            self.and(format!("m.event_type IN ({marks})"), filter.event_types.iter().map(|t| Value::Text(t.clone())));
         }
         if let Some(before) = filter.before {
             self.and("m.created_at < ?", [Value::Integer(before)]);
@@ -222,10 +203,6 @@ impl Query {
     }
 
     pub fn where_clause(&self) -> String {
-        if self.conditions.is_empty() {
-            String::new()
-        } else {
-            format!(" WHERE {}", self.conditions.join(" AND "))
-        }
+        if self.conditions.is_empty() { String::new() } else { format!(" WHERE {}", self.conditions.join(" AND ")) }
     }
 }

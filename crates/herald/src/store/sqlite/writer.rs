@@ -36,10 +36,7 @@ where
         let Op { op, reply } = *self;
         let result = op(conn);
         let ok = result.is_ok();
-        (
-            ok,
-            Box::new(move |commit| drop(reply.send(commit.and(result)))),
-        )
+        (ok, Box::new(move |commit| drop(reply.send(commit.and(result)))))
     }
 
     fn abort(self: Box<Self>, error: StoreError) {
@@ -72,9 +69,7 @@ impl Writer {
     {
         let (reply, rx) = oneshot::channel();
         let stopped = || StoreError::Unavailable("the SQLite writer has stopped".into());
-        self.ops
-            .send(Box::new(Op { op, reply }))
-            .map_err(|_| stopped())?;
+        self.ops.send(Box::new(Op { op, reply })).map_err(|_| stopped())?;
         rx.await.map_err(|_| stopped())?
     }
 }
@@ -108,11 +103,7 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Box<dyn WriteOp>>) {
             continue;
         }
         let (ok, finish) = op.run(conn);
-        let restore = if ok {
-            "RELEASE op"
-        } else {
-            "ROLLBACK TO op; RELEASE op"
-        };
+        let restore = if ok { "RELEASE op" } else { "ROLLBACK TO op; RELEASE op" };
         if let Err(e) = conn.execute_batch(restore) {
             tracing::error!(error = %e, "restoring a savepoint failed");
         }

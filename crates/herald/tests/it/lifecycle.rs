@@ -1,0 +1,127 @@
+//! Process lifecycle: graceful shutdown with work in flight, and SIGKILL under load.
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::support::server::ADMIN_TOKEN;
+use crate::support::{Receiver, Reply, TestServer, eventually};
+
+#[tokio::test]
+async fn graceful_shutdown_finishes_the_in_flight_attempt_and_records_it() {
+    let receiver = Receiver::start(|_, _| Reply::ok().after(Duration::from_millis(800))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_in(dir.path(), |_| {}).await;
+    let app = server.create_app("a").await;
+    let endpoint = server.create_endpoint(&app, &receiver.url("/slow"), json!({})).await;
+    let msg = server.send(&app, json!({"eventType": "a", "payload": {}})).await;
+    receiver.wait_for(None, 1).await;
+    // The attempt is in flight now: stop, and the server must wait for it.
+    server.begin_stop();
+    server.stopped().await.expect("a graceful stop returns Ok");
+
+    let server = TestServer::start_in(dir.path(), |_| {}).await;
+    let status = server.delivery_status(&app, &msg, endpoint["id"].as_str().unwrap()).await;
+    assert_eq!(status, Some(0), "the in-flight attempt's success was recorded before exit");
+    assert_eq!(server.attempts(&app, &msg).await.len(), 1);
+    assert_eq!(receiver.requests().len(), 1, "nothing was sent twice");
+}
+
+/// A `herald serve` child process on a data directory.
+struct Process {
+    child: Child,
+    base: String,
+}
+
+impl Process {
+    fn start(data_dir: &Path) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_herald"))
+            .arg("serve")
+            .env("HERALD_DATA_DIR", data_dir)
+            .env("HERALD_LISTEN", "127.0.0.1:0")
+            .env("HERALD_ADMIN_TOKEN", ADMIN_TOKEN)
+            .env("HERALD_ALLOWED_NETWORKS", "127.0.0.0/8")
+            .env("HERALD_QUEUE__POLL_INTERVAL_MS", "100")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawning herald");
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let addr = loop {
+            let line = lines.next().expect("herald exited before listening").unwrap();
+            if let Some(at) = line.find("addr=") {
+                break line[at + 5..].split_whitespace().next().unwrap().to_owned();
+            }
+        };
+        // Keep draining the log so the child never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        Self { child, base: format!("http://{addr}") }
+    }
+
+    fn kill(mut self) {
+        self.child.kill().unwrap(); // SIGKILL
+        self.child.wait().unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_under_load_loses_no_accepted_message() {
+    let receiver = Receiver::start(|_, _| Reply::ok().after(Duration::from_millis(3))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let first = Process::start(dir.path());
+    let client = reqwest::Client::new();
+    let post = |base: &str, path: &str, body: serde_json::Value| {
+        client.post(format!("{base}{path}")).bearer_auth(ADMIN_TOKEN).json(&body).send()
+    };
+    let app: serde_json::Value =
+        post(&first.base, "/api/v1/app", json!({"name": "crash"})).await.unwrap().json().await.unwrap();
+    let app = app["id"].as_str().unwrap().to_owned();
+    let ep =
+        post(&first.base, &format!("/api/v1/app/{app}/endpoint"), json!({"url": receiver.url("/hook")})).await.unwrap();
+    assert_eq!(ep.status(), StatusCode::CREATED);
+
+    // Eight producers post until the process dies; every 202 is recorded.
+    let accepted = Arc::new(Mutex::new(HashSet::new()));
+    let producers: Vec<_> = (0..8)
+        .map(|p| {
+            let (client, base, app, accepted) = (client.clone(), first.base.clone(), app.clone(), accepted.clone());
+            tokio::spawn(async move {
+                for n in 0.. {
+                    let body = json!({"eventType": "load", "payload": {"producer": p, "n": n}});
+                    let sent =
+                        client.post(format!("{base}/api/v1/app/{app}/msg")).bearer_auth(ADMIN_TOKEN).json(&body).send();
+                    match sent.await {
+                        Ok(resp) if resp.status() == StatusCode::ACCEPTED => {
+                            let msg: serde_json::Value = resp.json().await.unwrap();
+                            accepted.lock().unwrap().insert(msg["id"].as_str().unwrap().to_owned());
+                        }
+                        Ok(resp) => panic!("unexpected status {}", resp.status()),
+                        Err(_) => return, // the server is gone
+                    }
+                }
+            })
+        })
+        .collect();
+    eventually("load to build up", || async { (accepted.lock().unwrap().len() >= 400).then_some(()) }).await;
+    first.kill();
+    for producer in producers {
+        producer.await.unwrap();
+    }
+    let accepted = accepted.lock().unwrap().clone();
+    assert!(accepted.len() >= 400);
+
+    let second = Process::start(dir.path());
+    eventually("every accepted message to arrive", || async {
+        let received: HashSet<String> = receiver.requests().iter().map(|r| r.header("webhook-id").to_owned()).collect();
+        accepted.is_subset(&received).then_some(())
+    })
+    .await;
+    second.kill();
+}

@@ -1,0 +1,8 @@
+//! Integration tests: a real Herald server on port 0, real HTTP, real receivers, real
+//! SQLite. One test binary so the suite links once.
+
+mod api;
+mod delivery;
+mod lifecycle;
+mod sdk;
+mod support;

@@ -1,0 +1,28 @@
+//! Test support: a real Herald on port 0 with its own data directory, a real receiver
+//! that records and scripts its answers, and small helpers to drive the API.
+
+pub mod receiver;
+pub mod server;
+
+use std::future::Future;
+use std::time::Duration;
+
+pub use receiver::{Receiver, Reply};
+pub use server::TestServer;
+
+/// Waits for `check` to yield a value, polling the system under test. The deadline is a
+/// safety net, not a measurement: it only turns a hang into a readable failure.
+pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,0 +1,150 @@
+//! A real HTTP receiver on port 0: records every request and answers as its script says,
+//! so tests can make an endpoint fail, stall or recover on cue.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// One request as received.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    pub at: Instant,
+}
+
+impl Received {
+    pub fn header(&self, name: &str) -> &str {
+        self.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
+    }
+}
+
+/// How to answer one request.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub delay: Duration,
+    pub body: String,
+    pub headers: Vec<(String, String)>,
+}
+
+impl Reply {
+    pub fn status(status: u16) -> Self {
+        Self { status, delay: Duration::ZERO, body: String::new(), headers: vec![] }
+    }
+
+    pub fn ok() -> Self {
+        Self::status(200)
+    }
+
+    pub fn after(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    pub fn body(mut self, body: &str) -> Self {
+        self.body = body.to_owned();
+        self
+    }
+
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.to_owned(), value.to_owned()));
+        self
+    }
+}
+
+/// Decides the reply from the request and how many requests that path got before it.
+type Script = dyn Fn(&Received, usize) -> Reply + Send + Sync;
+
+struct Shared {
+    requests: Mutex<Vec<Received>>,
+    per_path: Mutex<HashMap<String, usize>>,
+    arrived: Notify,
+    script: Box<Script>,
+}
+
+pub struct Receiver {
+    pub addr: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+impl Receiver {
+    /// A receiver that answers 200 to everything.
+    pub async fn ok() -> Self {
+        Self::start(|_, _| Reply::ok()).await
+    }
+
+    pub async fn start(script: impl Fn(&Received, usize) -> Reply + Send + Sync + 'static) -> Self {
+        let shared = Arc::new(Shared {
+            requests: Mutex::default(),
+            per_path: Mutex::default(),
+            arrived: Notify::new(),
+            script: Box::new(script),
+        });
+        let app = axum::Router::new().fallback(handle).with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Self { addr, shared }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub fn requests(&self) -> Vec<Received> {
+        self.shared.requests.lock().unwrap().clone()
+    }
+
+    /// Requests to one path.
+    pub fn requests_to(&self, path: &str) -> Vec<Received> {
+        self.requests().into_iter().filter(|r| r.path == path).collect()
+    }
+
+    /// Waits until at least `n` requests arrived at `path` (any path when `None`).
+    pub async fn wait_for(&self, path: Option<&str>, n: usize) -> Vec<Received> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let notified = self.shared.arrived.notified();
+            let got: Vec<Received> = self.requests().into_iter().filter(|r| path.is_none_or(|p| r.path == p)).collect();
+            if got.len() >= n {
+                return got;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(!left.is_zero(), "timed out waiting for {n} requests to {path:?}; got {}", got.len());
+            let _ = tokio::time::timeout(left, notified).await;
+        }
+    }
+}
+
+async fn handle(State(shared): State<Arc<Shared>>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+    let received = Received { path: uri.path().to_owned(), headers, body, at: Instant::now() };
+    let seen = {
+        let mut per_path = shared.per_path.lock().unwrap();
+        let count = per_path.entry(received.path.clone()).or_default();
+        *count += 1;
+        *count - 1
+    };
+    let reply = (shared.script)(&received, seen);
+    shared.requests.lock().unwrap().push(received);
+    shared.arrived.notify_waiters();
+    if !reply.delay.is_zero() {
+        tokio::time::sleep(reply.delay).await;
+    }
+    let mut response = (StatusCode::from_u16(reply.status).unwrap(), reply.body).into_response();
+    for (name, value) in reply.headers {
+        response
+            .headers_mut()
+            .insert(axum::http::HeaderName::try_from(name).unwrap(), axum::http::HeaderValue::try_from(value).unwrap());
+    }
+    response
+}

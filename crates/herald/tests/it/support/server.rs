@@ -1,0 +1,157 @@
+//! A real Herald server on port 0 with its own data directory.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use herald::{Config, Server};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+
+pub struct TestServer {
+    pub addr: SocketAddr,
+    /// Keeps the temporary directory alive for the whole test.
+    _dir: Option<tempfile::TempDir>,
+    shutdown: CancellationToken,
+    handle: Option<JoinHandle<anyhow::Result<()>>>,
+    client: reqwest::Client,
+}
+
+/// The configuration every test server starts from: loopback delivery allowed, quick polls.
+pub fn test_config(data_dir: &Path) -> Config {
+    let mut config = Config::defaults();
+    config.server.listen = "127.0.0.1:0".parse().unwrap();
+    config.server.data_dir = data_dir.to_owned();
+    config.auth.admin_token = Some(ADMIN_TOKEN.to_owned());
+    config.delivery.allowed_networks = vec!["127.0.0.0/8".parse().unwrap()];
+    config.queue.poll_interval = Duration::from_millis(50);
+    config.queue.shutdown_grace = Duration::from_secs(10);
+    config
+}
+
+impl TestServer {
+    pub async fn start() -> Self {
+        Self::start_with(|_| {}).await
+    }
+
+    /// Starts a server after `tweak` adjusted the test configuration.
+    pub async fn start_with(tweak: impl FnOnce(&mut Config)) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut server = Self::start_in(dir.path(), tweak).await;
+        server._dir = Some(dir);
+        server
+    }
+
+    /// Starts a server on an existing data directory (to test restarts).
+    pub async fn start_in(data_dir: &Path, tweak: impl FnOnce(&mut Config)) -> Self {
+        let mut config = test_config(data_dir);
+        tweak(&mut config);
+        let server = Server::build(config).await.expect("the server builds");
+        let addr = server.local_addr();
+        let shutdown = CancellationToken::new();
+        let handle = tokio::spawn(server.run_until_stopped(shutdown.clone()));
+        Self { addr, _dir: None, shutdown, handle: Some(handle), client: reqwest::Client::new() }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// A request with the admin token.
+    pub fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
+        self.client.request(method, self.url(path)).bearer_auth(ADMIN_TOKEN)
+    }
+
+    /// Sends `body` (if any) and returns the status and the JSON answer (`null` if none).
+    pub async fn call(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+        let mut req = self.request(method, path);
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        let resp = req.send().await.expect("the server answers");
+        let status = resp.status();
+        let text = resp.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    pub async fn get(&self, path: &str) -> (StatusCode, Value) {
+        self.call(Method::GET, path, None).await
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        self.call(Method::POST, path, Some(body)).await
+    }
+
+    /// Creates an application and returns its id.
+    pub async fn create_app(&self, name: &str) -> String {
+        let (status, app) = self.post("/api/v1/app", json!({"name": name})).await;
+        assert_eq!(status, StatusCode::CREATED, "{app}");
+        app["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Creates an endpoint (extra fields merged into the body) and returns its JSON.
+    pub async fn create_endpoint(&self, app: &str, url: &str, extra: Value) -> Value {
+        let mut body = json!({"url": url});
+        body.as_object_mut().unwrap().extend(extra.as_object().cloned().unwrap_or_default());
+        let (status, endpoint) = self.post(&format!("/api/v1/app/{app}/endpoint"), body).await;
+        assert_eq!(status, StatusCode::CREATED, "{endpoint}");
+        endpoint
+    }
+
+    /// The signing secret of an endpoint.
+    pub async fn secret(&self, app: &str, endpoint: &str) -> String {
+        let (_, secret) = self.get(&format!("/api/v1/app/{app}/endpoint/{endpoint}/secret")).await;
+        secret["key"].as_str().unwrap().to_owned()
+    }
+
+    /// Posts a message and returns its id.
+    pub async fn send(&self, app: &str, body: Value) -> String {
+        let (status, msg) = self.post(&format!("/api/v1/app/{app}/msg"), body).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{msg}");
+        msg["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Every attempt of a message, oldest first.
+    pub async fn attempts(&self, app: &str, msg: &str) -> Vec<Value> {
+        let (status, list) = self.get(&format!("/api/v1/app/{app}/attempt/msg/{msg}?limit=250")).await;
+        assert_eq!(status, StatusCode::OK, "{list}");
+        let mut data = list["data"].as_array().unwrap().clone();
+        data.reverse();
+        data
+    }
+
+    /// The delivery status (Svix `status`) of a message at an endpoint.
+    pub async fn delivery_status(&self, app: &str, msg: &str, endpoint: &str) -> Option<i64> {
+        let (_, list) = self.get(&format!("/api/v1/app/{app}/msg/{msg}/endpoint")).await;
+        list["data"].as_array()?.iter().find(|d| d["id"] == endpoint).and_then(|d| d["status"].as_i64())
+    }
+
+    /// Stops the server gracefully and waits until it has exited.
+    pub async fn stop(mut self) {
+        self.shutdown.cancel();
+        if let Some(handle) = self.handle.take() {
+            handle.await.expect("the server task").expect("the server stops cleanly");
+        }
+    }
+
+    /// Requests a graceful stop without waiting for it.
+    pub fn begin_stop(&self) -> CancellationToken {
+        self.shutdown.cancel();
+        self.shutdown.clone()
+    }
+
+    /// Waits for a stop begun with `begin_stop`.
+    pub async fn stopped(mut self) -> anyhow::Result<()> {
+        self.handle.take().unwrap().await.unwrap()
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
