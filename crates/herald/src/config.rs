@@ -40,6 +40,7 @@ pub struct ServerConfig {
     pub data_dir: PathBuf,
     pub max_payload_bytes: usize,
     pub public_url: Option<String>,
+    pub idempotency_ttl: Duration,
 }
 
 #[derive(Clone)]
@@ -108,6 +109,7 @@ struct RawServer {
     data_dir: PathBuf,
     max_payload_bytes: usize,
     public_url: String,
+    idempotency_ttl_secs: u64,
 }
 
 #[derive(Deserialize)]
@@ -298,6 +300,7 @@ impl Raw {
                 data_dir: self.server.data_dir,
                 max_payload_bytes: self.server.max_payload_bytes,
                 public_url: non_empty(self.server.public_url),
+                idempotency_ttl: Duration::from_secs(self.server.idempotency_ttl_secs),
             },
             auth: AuthConfig {
                 admin_token: non_empty(self.auth.admin_token),

@@ -13,6 +13,7 @@ pub mod config;
 pub mod deliver;
 pub mod dispatch;
 pub mod endpoint_settings;
+pub mod housekeeping;
 pub mod ids;
 pub mod ingest;
 pub mod outcome;

@@ -19,6 +19,7 @@ use crate::config::Config;
 use crate::deliver::{Deliverer, DelivererConfig};
 use crate::dispatch::{DispatchConfig, Dispatcher};
 use crate::endpoint_settings::Defaults;
+use crate::housekeeping;
 use crate::ids::random_token;
 use crate::ingest::Ingestor;
 use crate::ssrf::Guard;
@@ -27,6 +28,8 @@ use crate::store::sqlite::SqliteStore;
 
 /// Attempts in flight per application (the fairness cap).
 const APP_MAX_IN_FLIGHT: u32 = 16;
+/// How often housekeeping runs.
+const HOUSEKEEPING_EVERY: std::time::Duration = std::time::Duration::from_secs(600);
 /// Room for the JSON around a maximal payload.
 const BODY_OVERHEAD_BYTES: usize = 64 * 1024;
 
@@ -34,6 +37,8 @@ pub struct Server {
     listener: TcpListener,
     router: axum::Router,
     dispatcher: Arc<Dispatcher>,
+    store: Arc<dyn Store>,
+    idempotency_ttl: std::time::Duration,
     /// Held for the life of the process: a second Herald on the same data directory fails.
     _lock: File,
 }
@@ -83,7 +88,7 @@ impl Server {
             .with_context(|| format!("binding {}", config.server.listen))?;
         let local = listener.local_addr()?;
         let state = AppState {
-            store,
+            store: store.clone(),
             catalog,
             ingestor,
             dispatcher: dispatcher.clone(),
@@ -100,7 +105,14 @@ impl Server {
             }),
             key_locks: Default::default(),
         };
-        Ok(Self { listener, router: api::router(state), dispatcher, _lock: lock })
+        Ok(Self {
+            listener,
+            router: api::router(state),
+            dispatcher,
+            store,
+            idempotency_ttl: config.server.idempotency_ttl,
+            _lock: lock,
+        })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -113,6 +125,9 @@ impl Server {
         tracing::info!(addr = %self.local_addr(), "Herald is listening");
         let stop_dispatch = CancellationToken::new();
         let dispatcher = tokio::spawn(self.dispatcher.clone().run(stop_dispatch.clone()));
+        let upkeep =
+            housekeeping::run(self.store.clone(), self.idempotency_ttl, HOUSEKEEPING_EVERY, stop_dispatch.clone());
+        tokio::spawn(upkeep);
         let served = axum::serve(self.listener, self.router)
             .with_graceful_shutdown(shutdown.cancelled_owned())
             .await

@@ -17,9 +17,11 @@ use crate::ids::AttemptId;
 use crate::outcome::{AttemptResult, Decision, Failure, decide, error_class};
 use crate::store::{Attempt, NextState, OutcomeRecord, Trigger};
 
-/// How long an unreachable store is retried before an outcome is given up on (the
-/// delivery is then attempted again later: at-least-once, never lost).
-const RECORD_RETRY_DELAYS_MS: &[u64] = &[50, 200, 1000, 2000, 5000, 5000, 10_000, 10_000, 30_000];
+/// Waits between tries to record an outcome while the store is unreachable. The last one
+/// repeats until the store answers or the dispatcher stops: an outcome is never dropped
+/// while the process runs (dropping it would strand the delivery under this process's
+/// claim until a restart).
+const RECORD_RETRY_DELAYS_MS: &[u64] = &[50, 200, 1000, 2000, 5000, 10_000, 30_000];
 
 impl Dispatcher {
     pub(super) async fn process(self: Arc<Self>, job: Job, permit: OwnedSemaphorePermit) {
@@ -115,7 +117,9 @@ impl Dispatcher {
     /// Records an outcome, retrying while the store is unreachable. Returns whether it was
     /// recorded (false also when the claim was lost to another process).
     async fn record(&self, record: OutcomeRecord) -> bool {
-        for delay in RECORD_RETRY_DELAYS_MS.iter().copied().chain([0]) {
+        let mut delays = RECORD_RETRY_DELAYS_MS.iter().copied();
+        let mut delay = 0;
+        loop {
             match self.store.record_outcome(&self.owner, record.clone()).await {
                 Ok(applied) => {
                     if !applied {
@@ -123,16 +127,18 @@ impl Dispatcher {
                     }
                     return applied;
                 }
-                Err(e) if delay > 0 => {
+                // Stopping: the claim is dropped at the next start, and the delivery retried.
+                Err(e) if self.attempts.is_closed() => {
+                    tracing::error!(error = %e, delivery = record.delivery_id, "outcome not recorded at shutdown");
+                    return false;
+                }
+                Err(e) => {
+                    delay = delays.next().unwrap_or(delay);
                     tracing::warn!(error = %e, delivery = record.delivery_id, "recording an outcome failed; retrying");
                     tokio::time::sleep(Duration::from_millis(delay)).await;
                 }
-                Err(e) => {
-                    tracing::error!(error = %e, delivery = record.delivery_id, "giving up recording an outcome")
-                }
             }
         }
-        false
     }
 
     /// Puts a job back without consuming an attempt.

@@ -6,6 +6,8 @@
 //! [`QueueStore`] (claiming work, recording outcomes) and [`AccessStore`] (tokens and
 //! idempotency records). Backends live in submodules (`sqlite`).
 
+#[cfg(test)]
+pub mod conformance;
 mod model;
 pub mod sqlite;
 
@@ -123,6 +125,8 @@ pub trait AccessStore: Send + Sync {
     async fn revoke_token(&self, hash: &str) -> StoreResult<()>;
     async fn idempotent_response(&self, scope: &str, key: &str) -> StoreResult<Option<StoredResponse>>;
     async fn save_idempotent_response(&self, scope: &str, key: &str, response: &StoredResponse) -> StoreResult<()>;
+    /// Forgets up to `limit` idempotency records created before `before`; returns how many.
+    async fn prune_idempotency(&self, before: Millis, limit: usize) -> StoreResult<u64>;
 }
 
 /// Everything Herald needs from a database.

@@ -5,6 +5,7 @@ use rusqlite::{OptionalExtension, params};
 
 use super::SqliteStore;
 use super::messages::{save_response, stored_response};
+use crate::clock::Millis;
 use crate::ids::AppId;
 use crate::store::{AccessStore, PortalToken, StoreResult, StoredResponse};
 
@@ -60,5 +61,18 @@ impl AccessStore for SqliteStore {
     async fn save_idempotent_response(&self, scope: &str, key: &str, response: &StoredResponse) -> StoreResult<()> {
         let (scope, key, response) = (scope.to_owned(), key.to_owned(), response.clone());
         self.writer.write(move |conn| save_response(conn, &scope, &key, &response)).await
+    }
+
+    async fn prune_idempotency(&self, before: Millis, limit: usize) -> StoreResult<u64> {
+        self.writer
+            .write(move |conn| {
+                let deleted = conn.execute(
+                    "DELETE FROM idempotency WHERE (scope, key) IN
+                        (SELECT scope, key FROM idempotency WHERE created_at < ? LIMIT ?)",
+                    params![before, limit as i64],
+                )?;
+                Ok(deleted as u64)
+            })
+            .await
     }
 }

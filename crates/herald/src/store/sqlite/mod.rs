@@ -93,3 +93,49 @@ impl From<rusqlite::Error> for StoreError {
         map_err(e)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::store::{CatalogStore, Store};
+
+    /// A fresh database in a temporary directory, removed when the fixture drops.
+    struct Fixture {
+        store: SqliteStore,
+        _dir: tempfile::TempDir,
+    }
+
+    impl Fixture {
+        async fn new() -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let store = SqliteStore::open(&dir.path().join("herald.db"), &Config::defaults().store).unwrap();
+            Self { store, _dir: dir }
+        }
+
+        fn store(&self) -> &dyn Store {
+            &self.store
+        }
+    }
+
+    crate::conformance_suite!(Fixture::new());
+
+    #[tokio::test]
+    async fn reopening_keeps_the_schema_and_the_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("herald.db");
+        let config = Config::defaults().store;
+        let app = crate::store::App {
+            id: crate::ids::AppId::generate(),
+            uid: Some("kept".into()),
+            name: "kept".into(),
+            metadata: Default::default(),
+            throttle_rate: None,
+            created_at: 1,
+            updated_at: 1,
+        };
+        SqliteStore::open(&path, &config).unwrap().insert_app(&app).await.unwrap();
+        let reopened = SqliteStore::open(&path, &config).unwrap();
+        assert_eq!(reopened.app("kept").await.unwrap(), Some(app));
+    }
+}

@@ -104,6 +104,7 @@ CREATE TABLE idempotency (
     created_at    INTEGER NOT NULL,
     PRIMARY KEY (scope, key)
 ) STRICT, WITHOUT ROWID;
+CREATE INDEX idempotency_created ON idempotency(created_at);
 
 CREATE TABLE portal_token (
     hash          TEXT PRIMARY KEY,

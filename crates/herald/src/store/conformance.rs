@@ -1,0 +1,275 @@
+//! The store conformance suite: the same cases run against every backend (River style).
+//! A backend's test module instantiates them with `conformance_suite!(async fn → store)`.
+
+use std::sync::Arc;
+
+use crate::clock::now_ms;
+use crate::ids::{AppId, AttemptId, EndpointId, MessageId};
+use crate::store::*;
+
+fn app() -> App {
+    App {
+        id: AppId::generate(),
+        uid: None,
+        name: "conformance".into(),
+        metadata: Default::default(),
+        throttle_rate: None,
+        created_at: now_ms(),
+        updated_at: now_ms(),
+    }
+}
+
+fn endpoint(app: &App) -> Endpoint {
+    Endpoint {
+        id: EndpointId::generate(),
+        app_id: app.id.clone(),
+        uid: None,
+        url: "https://example.com/hook".into(),
+        description: String::new(),
+        disabled: false,
+        event_types: None,
+        channels: None,
+        metadata: Default::default(),
+        throttle_rate: None,
+        headers: Default::default(),
+        secrets: Secrets { current: crate::signing::SigningKey::generate().to_secret_string(), previous: vec![] },
+        delivery: Default::default(),
+        created_at: now_ms(),
+        updated_at: now_ms(),
+    }
+}
+
+fn message(app: &App, event_id: Option<&str>) -> Message {
+    Message {
+        id: MessageId::generate(),
+        app_id: app.id.clone(),
+        event_type: "t".into(),
+        event_id: event_id.map(str::to_owned),
+        channels: None,
+        payload: Some(Arc::from("{}")),
+        created_at: now_ms(),
+    }
+}
+
+fn attempt(app: &App, msg: &MessageId, endpoint: &EndpointId, delivered: bool) -> Attempt {
+    Attempt {
+        id: AttemptId::generate(),
+        msg_id: msg.clone(),
+        endpoint_id: endpoint.clone(),
+        app_id: app.id.clone(),
+        created_at: now_ms(),
+        url: "https://example.com/hook".into(),
+        status_code: if delivered { 200 } else { 503 },
+        duration_ms: 3,
+        delivered,
+        error_class: (!delivered).then(|| "http_status".into()),
+        error: None,
+        response: "body".into(),
+        trigger: Trigger::Scheduled,
+        attempt_no: 1,
+    }
+}
+
+/// An application with one endpoint and `n` messages committed unclaimed.
+async fn seeded(store: &dyn Store, n: usize) -> (App, Endpoint, Vec<(MessageId, i64)>) {
+    let app = app();
+    store.insert_app(&app).await.unwrap();
+    let ep = endpoint(&app);
+    store.insert_endpoint(&ep).await.unwrap();
+    let mut out = vec![];
+    for _ in 0..n {
+        let m = message(&app, None);
+        let new = NewMessage { message: m.clone(), endpoints: vec![ep.id.clone()], owner: None, idempotency: None };
+        let IngestResult::Created { deliveries } = store.ingest(new).await.unwrap() else { panic!("not created") };
+        out.push((m.id, deliveries[0]));
+    }
+    (app, ep, out)
+}
+
+pub async fn claims_are_exclusive(store: &dyn Store) {
+    let (_, _, msgs) = seeded(store, 5).await;
+    let due = now_ms() + 1000;
+    let first = store.claim("a", due, 3).await.unwrap();
+    let second = store.claim("b", due, 10).await.unwrap();
+    assert_eq!(first.len(), 3);
+    assert_eq!(second.len(), 2);
+    let mut all: Vec<i64> = first.iter().chain(&second).map(|c| c.delivery_id).collect();
+    all.sort();
+    let mut expected: Vec<i64> = msgs.iter().map(|(_, d)| *d).collect();
+    expected.sort();
+    assert_eq!(all, expected, "each delivery claimed exactly once");
+    assert!(store.claim("c", due, 10).await.unwrap().is_empty());
+    assert_eq!(first[0].message.payload.as_deref(), Some("{}"), "claims carry the payload");
+}
+
+pub async fn only_the_claim_holder_records_an_outcome(store: &dyn Store) {
+    let (app, ep, msgs) = seeded(store, 1).await;
+    let (msg, delivery) = msgs[0].clone();
+    store.claim("holder", now_ms() + 1000, 10).await.unwrap();
+    let outcome = |delivered| OutcomeRecord {
+        delivery_id: delivery,
+        attempt: Some(attempt(&app, &msg, &ep.id, delivered)),
+        attempts: 1,
+        next: if delivered { NextState::Delivered } else { NextState::Dead },
+    };
+    assert!(!store.record_outcome("stale", outcome(false)).await.unwrap(), "a stale worker changes nothing");
+    let filter = AttemptFilter {
+        app: app.id.clone(),
+        msg: Some(msg.clone()),
+        endpoint: None,
+        status: None,
+        status_code_class: None,
+        messages: Default::default(),
+        with_content: true,
+    };
+    let page = PageQuery { limit: 10, iterator: None, descending: true };
+    assert!(store.list_attempts(&filter, &page).await.unwrap().is_empty(), "and records no attempt");
+    assert!(store.record_outcome("holder", outcome(true)).await.unwrap());
+    let attempts = store.list_attempts(&filter, &page).await.unwrap();
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(attempts[0].response, "body");
+    let views = store.message_deliveries(&msg, &page).await.unwrap();
+    assert_eq!(views[0].state, DeliveryState::Delivered);
+    // The claim ended with the delivery: a second outcome is refused.
+    assert!(!store.record_outcome("holder", outcome(false)).await.unwrap());
+}
+
+pub async fn retries_keep_or_release_the_claim(store: &dyn Store) {
+    let (app, ep, msgs) = seeded(store, 2).await;
+    store.claim("me", now_ms() + 1000, 10).await.unwrap();
+    let retry = |(msg, delivery): (MessageId, i64), keep| OutcomeRecord {
+        delivery_id: delivery,
+        attempt: Some(attempt(&app, &msg, &ep.id, false)),
+        attempts: 1,
+        next: NextState::Retry { at: now_ms() - 1, keep },
+    };
+    assert!(store.record_outcome("me", retry(msgs[0].clone(), true)).await.unwrap());
+    assert!(store.record_outcome("me", retry(msgs[1].clone(), false)).await.unwrap());
+    let reclaimed = store.claim("other", now_ms() + 1000, 10).await.unwrap();
+    assert_eq!(reclaimed.len(), 1, "only the released retry is claimable");
+    assert_eq!(reclaimed[0].delivery_id, msgs[1].1);
+    assert_eq!(reclaimed[0].attempts, 1);
+    assert_eq!(store.release_owner("me").await.unwrap(), 1);
+    assert_eq!(store.claim("other", now_ms() + 1000, 10).await.unwrap().len(), 1);
+}
+
+pub async fn release_all_frees_every_claim(store: &dyn Store) {
+    seeded(store, 3).await;
+    store.claim("gone", now_ms() + 1000, 10).await.unwrap();
+    assert_eq!(store.release_all().await.unwrap(), 3);
+    assert_eq!(store.claim("new", now_ms() + 1000, 10).await.unwrap().len(), 3);
+}
+
+pub async fn future_work_is_not_claimed_early(store: &dyn Store) {
+    let (app, ep, _) = seeded(store, 0).await;
+    let m = message(&app, None);
+    let new = NewMessage { message: m, endpoints: vec![ep.id.clone()], owner: None, idempotency: None };
+    store.ingest(new).await.unwrap();
+    assert!(store.claim("x", now_ms() - 60_000, 10).await.unwrap().is_empty());
+    assert_eq!(store.claim("x", now_ms() + 1000, 10).await.unwrap().len(), 1);
+}
+
+pub async fn recover_requeues_only_dead_letters_in_range(store: &dyn Store) {
+    let (app, ep, msgs) = seeded(store, 2).await;
+    store.claim("me", now_ms() + 1000, 10).await.unwrap();
+    for (msg, delivery) in &msgs {
+        let record = OutcomeRecord {
+            delivery_id: *delivery,
+            attempt: Some(attempt(&app, msg, &ep.id, false)),
+            attempts: 1,
+            next: NextState::Dead,
+        };
+        assert!(store.record_outcome("me", record).await.unwrap());
+    }
+    let none = Requeue::Recover { endpoint: ep.id.clone(), since: now_ms() + 60_000, until: i64::MAX };
+    assert_eq!(store.requeue(none).await.unwrap(), 0);
+    let all = Requeue::Recover { endpoint: ep.id.clone(), since: now_ms() - 60_000, until: i64::MAX };
+    assert_eq!(store.requeue(all).await.unwrap(), 2);
+    let claimed = store.claim("me", now_ms() + 1000, 10).await.unwrap();
+    assert_eq!(claimed.len(), 2);
+    assert!(claimed.iter().all(|c| c.trigger == Trigger::Manual && c.attempts == 0));
+}
+
+pub async fn resend_creates_a_delivery_for_a_new_endpoint(store: &dyn Store) {
+    let (app, _, msgs) = seeded(store, 1).await;
+    let later = endpoint(&app);
+    store.insert_endpoint(&later).await.unwrap();
+    let resend = Requeue::Resend { app: app.id.clone(), msg: msgs[0].0.clone(), endpoint: later.id.clone() };
+    assert_eq!(store.requeue(resend).await.unwrap(), 1);
+    let page = PageQuery { limit: 10, iterator: None, descending: false };
+    assert_eq!(store.message_deliveries(&msgs[0].0, &page).await.unwrap().len(), 2);
+}
+
+pub async fn idempotency_keys_replay_and_expire(store: &dyn Store) {
+    let (app, ep, _) = seeded(store, 0).await;
+    let record = IdempotencyRecord {
+        scope: format!("msg:{}", app.id),
+        key: "k1".into(),
+        response: StoredResponse {
+            fingerprint: "f".into(),
+            status: 202,
+            body: "{\"id\":1}".into(),
+            created_at: now_ms(),
+        },
+    };
+    let new = |m: Message| NewMessage {
+        message: m,
+        endpoints: vec![ep.id.clone()],
+        owner: None,
+        idempotency: Some(record.clone()),
+    };
+    assert!(matches!(store.ingest(new(message(&app, None))).await.unwrap(), IngestResult::Created { .. }));
+    match store.ingest(new(message(&app, None))).await.unwrap() {
+        IngestResult::Replayed(stored) => assert_eq!(stored, record.response),
+        other => panic!("expected a replay, got {other:?}"),
+    }
+    assert_eq!(store.prune_idempotency(now_ms() - 60_000, 10).await.unwrap(), 0);
+    assert_eq!(store.prune_idempotency(now_ms() + 1, 10).await.unwrap(), 1);
+    assert!(store.idempotent_response(&record.scope, "k1").await.unwrap().is_none());
+}
+
+pub async fn a_repeated_event_id_is_refused(store: &dyn Store) {
+    let (app, ep, _) = seeded(store, 0).await;
+    let new = |m: Message| NewMessage { message: m, endpoints: vec![ep.id.clone()], owner: None, idempotency: None };
+    store.ingest(new(message(&app, Some("evt")))).await.unwrap();
+    assert_eq!(store.ingest(new(message(&app, Some("evt")))).await.unwrap(), IngestResult::DuplicateEventId);
+    let other = self::app();
+    store.insert_app(&other).await.unwrap();
+    assert!(matches!(store.ingest(new(message(&other, Some("evt")))).await.unwrap(), IngestResult::Created { .. }));
+}
+
+pub async fn deleting_an_endpoint_cancels_its_pending_deliveries(store: &dyn Store) {
+    let (app, ep, msgs) = seeded(store, 2).await;
+    store.delete_endpoint(&app.id, &ep.id).await.unwrap();
+    assert!(store.claim("x", now_ms() + 1000, 10).await.unwrap().is_empty());
+    let stats = store.endpoint_stats(&ep.id, None, None).await.unwrap();
+    assert_eq!(stats.canceled, msgs.len() as u64);
+}
+
+/// Instantiates every case as a `#[tokio::test]` against the store `$make` builds.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($make:expr) => {
+        $crate::conformance_suite!(@cases $make;
+            claims_are_exclusive,
+            only_the_claim_holder_records_an_outcome,
+            retries_keep_or_release_the_claim,
+            release_all_frees_every_claim,
+            future_work_is_not_claimed_early,
+            recover_requeues_only_dead_letters_in_range,
+            resend_creates_a_delivery_for_a_new_endpoint,
+            idempotency_keys_replay_and_expire,
+            a_repeated_event_id_is_refused,
+            deleting_an_endpoint_cancels_its_pending_deliveries,
+        );
+    };
+    (@cases $make:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test]
+            async fn $case() {
+                let fixture = $make.await;
+                $crate::store::conformance::$case(fixture.store()).await;
+            }
+        )*
+    };
+}
