@@ -6,14 +6,13 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::{delete, get, post};
 use serde::Serialize;
-use serde_json::value::RawValue;
 
 use super::auth::Principal;
 use super::endpoint::EndpointOut;
 use super::error::{ApiError, ApiResult, ValidationItem};
 use super::extract::QueryMap;
 use super::list::{ListResponse, Page};
-use super::message::{message_filter, payload_json};
+use super::message::{MessageOut, message_filter};
 use super::{AppState, visible_app, visible_endpoint, visible_message};
 use crate::clock::to_rfc3339;
 use crate::store::{Attempt, AttemptFilter, DeliveryStatus, DeliveryView, Message, Requeue};
@@ -68,13 +67,8 @@ impl From<Attempt> for MessageAttemptOut {
 #[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EndpointMessageOut {
-    pub id: String,
-    pub event_type: String,
-    pub event_id: Option<String>,
-    pub channels: Option<Vec<String>>,
-    #[schema(value_type = Object)]
-    pub payload: Box<RawValue>,
-    pub timestamp: String,
+    #[serde(flatten)]
+    pub message: MessageOut,
     pub status: u8,
     pub status_text: String,
     pub next_attempt: Option<String>,
@@ -203,17 +197,7 @@ pub async fn list_attempted_messages(
         .await?;
     let render = |(m, d): (Message, DeliveryView)| {
         let (status, status_text, next_attempt) = status_fields(&d);
-        EndpointMessageOut {
-            id: m.id.to_string(),
-            event_type: m.event_type.clone(),
-            event_id: m.event_id.clone(),
-            channels: m.channels.clone(),
-            payload: payload_json(&m, with_content),
-            timestamp: to_rfc3339(m.created_at),
-            status,
-            status_text,
-            next_attempt,
-        }
+        EndpointMessageOut { message: MessageOut::new(&m, with_content), status, status_text, next_attempt }
     };
     Ok(Json(page.finish(found, |(m, _)| m.id.to_string(), render)))
 }

@@ -155,10 +155,31 @@ fn parse_secret(secret: Option<&str>) -> ApiResult<String> {
 
 fn new_endpoint(app: &App, input: EndpointIn, uid_from_path: Option<&str>) -> ApiResult<Endpoint> {
     let now = now_ms();
-    Ok(Endpoint {
+    let blank = Endpoint {
         id: EndpointId::generate(),
         app_id: app.id.clone(),
-        uid: input.uid.or_else(|| uid_from_path.map(str::to_owned)),
+        uid: uid_from_path.map(str::to_owned),
+        url: String::new(),
+        description: String::new(),
+        disabled: false,
+        event_types: None,
+        channels: None,
+        metadata: Default::default(),
+        throttle_rate: None,
+        headers: Default::default(),
+        secrets: Secrets { current: parse_secret(input.secret.as_deref())?, previous: vec![] },
+        delivery: Default::default(),
+        created_at: now,
+        updated_at: now,
+    };
+    Ok(replace_fields(blank, input))
+}
+
+/// The endpoint `input` describes, keeping from `base` what an update does not replace:
+/// identity, secrets, the uid and headers when not given, the creation time.
+fn replace_fields(base: Endpoint, input: EndpointIn) -> Endpoint {
+    Endpoint {
+        uid: input.uid.or_else(|| base.uid.clone()),
         url: input.url,
         description: input.description.unwrap_or_default(),
         disabled: input.disabled.unwrap_or(false),
@@ -166,12 +187,11 @@ fn new_endpoint(app: &App, input: EndpointIn, uid_from_path: Option<&str>) -> Ap
         channels: input.channels,
         metadata: input.metadata.unwrap_or_default(),
         throttle_rate: input.throttle_rate,
-        headers: input.headers.unwrap_or_default(),
-        secrets: Secrets { current: parse_secret(input.secret.as_deref())?, previous: vec![] },
+        headers: input.headers.unwrap_or_else(|| base.headers.clone()),
         delivery: input.delivery.unwrap_or_default(),
-        created_at: now,
-        updated_at: now,
-    })
+        updated_at: now_ms(),
+        ..base
+    }
 }
 
 async fn insert(state: &AppState, endpoint: &Endpoint) -> ApiResult<()> {
@@ -247,20 +267,7 @@ pub async fn upsert_endpoint(
         insert(&state, &endpoint).await?;
         return Ok((StatusCode::CREATED, Json(EndpointOut::new(&endpoint, &state))));
     };
-    let endpoint = Endpoint {
-        uid: input.uid.or(existing.uid.clone()),
-        url: input.url,
-        description: input.description.unwrap_or_default(),
-        disabled: input.disabled.unwrap_or(false),
-        event_types: input.event_types,
-        channels: input.channels,
-        metadata: input.metadata.unwrap_or_default(),
-        throttle_rate: input.throttle_rate,
-        headers: input.headers.unwrap_or(existing.headers.clone()),
-        delivery: input.delivery.unwrap_or_default(),
-        updated_at: now_ms(),
-        ..existing
-    };
+    let endpoint = replace_fields(existing, input);
     save(&state, &endpoint).await?;
     Ok((StatusCode::OK, Json(EndpointOut::new(&endpoint, &state))))
 }

@@ -22,7 +22,7 @@ use crate::clock::{now_ms, to_rfc3339};
 use crate::ids::{MessageId, TaskId};
 use crate::ingest::Route;
 use crate::signing::SigningKey;
-use crate::store::{IngestResult, Message, PreviousSecret, Requeue};
+use crate::store::{EndpointStats, IngestResult, Message, PreviousSecret, Requeue};
 
 /// Headers whose values are never returned, only their names.
 fn is_sensitive_header(name: &str) -> bool {
@@ -181,15 +181,6 @@ pub async fn patch_headers(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct EndpointStats {
-    pub success: u64,
-    pub pending: u64,
-    pub sending: u64,
-    pub fail: u64,
-    pub canceled: u64,
-}
-
 #[utoipa::path(get, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}/stats", operation_id = "v1.endpoint.get-stats",
     tag = "Endpoint", params(("app_id" = String, Path), ("endpoint_id" = String, Path),
         ("since" = Option<String>, Query), ("until" = Option<String>, Query)),
@@ -201,14 +192,7 @@ pub async fn get_stats(
     query: QueryMap,
 ) -> ApiResult<Json<EndpointStats>> {
     let (_, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
-    let s = state.store.endpoint_stats(&endpoint.id, query.time("since")?, query.time("until")?).await?;
-    Ok(Json(EndpointStats {
-        success: s.success,
-        pending: s.pending,
-        sending: s.sending,
-        fail: s.fail,
-        canceled: s.canceled,
-    }))
+    Ok(Json(state.store.endpoint_stats(&endpoint.id, query.time("since")?, query.time("until")?).await?))
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]

@@ -12,22 +12,18 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{JsonBody, QueryMap};
 use super::list::{ListResponse, Page};
 use super::validate::{Problems, double_option};
-use crate::clock::{now_ms, to_rfc3339};
+use crate::clock::{Millis, now_ms, to_rfc3339};
 use crate::store::EventType;
 
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EventTypeIn {
     pub name: String,
-    pub description: String,
-    pub archived: Option<bool>,
-    pub deprecated: Option<bool>,
-    #[schema(value_type = Option<Object>)]
-    pub schemas: Option<serde_json::Value>,
-    pub feature_flag: Option<String>,
+    #[serde(flatten)]
+    pub fields: EventTypeUpdate,
 }
 
-/// Body of PUT: like `EventTypeIn`, the name comes from the path.
+/// Body of PUT, and the fields of `EventTypeIn` besides the name (which PUT takes from the path).
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EventTypeUpdate {
@@ -37,6 +33,21 @@ pub struct EventTypeUpdate {
     #[schema(value_type = Option<Object>)]
     pub schemas: Option<serde_json::Value>,
     pub feature_flag: Option<String>,
+}
+
+impl EventTypeUpdate {
+    fn into_event_type(self, name: String, created_at: Millis) -> EventType {
+        EventType {
+            name,
+            description: self.description,
+            archived: self.archived.unwrap_or(false),
+            deprecated: self.deprecated.unwrap_or(false),
+            schemas: self.schemas,
+            feature_flag: self.feature_flag,
+            created_at,
+            updated_at: now_ms(),
+        }
+    }
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -123,17 +134,7 @@ pub async fn create_event_type(
 ) -> ApiResult<(StatusCode, Json<EventTypeOut>)> {
     principal.require_admin()?;
     let input = body.value;
-    let now = now_ms();
-    let et = EventType {
-        name: input.name,
-        description: input.description,
-        archived: input.archived.unwrap_or(false),
-        deprecated: input.deprecated.unwrap_or(false),
-        schemas: input.schemas,
-        feature_flag: input.feature_flag,
-        created_at: now,
-        updated_at: now,
-    };
+    let et = input.fields.into_event_type(input.name, now_ms());
     check(&et)?;
     state.store.insert_event_type(&et).await?;
     Ok((StatusCode::CREATED, Json(EventTypeOut::new(et, true))))
@@ -160,19 +161,8 @@ pub async fn upsert_event_type(
     body: JsonBody<EventTypeUpdate>,
 ) -> ApiResult<(StatusCode, Json<EventTypeOut>)> {
     principal.require_admin()?;
-    let input = body.value;
-    let now = now_ms();
-    let existing = state.store.event_type(&name).await?;
-    let et = EventType {
-        name,
-        description: input.description,
-        archived: input.archived.unwrap_or(false),
-        deprecated: input.deprecated.unwrap_or(false),
-        schemas: input.schemas,
-        feature_flag: input.feature_flag,
-        created_at: existing.map_or(now, |e| e.created_at),
-        updated_at: now,
-    };
+    let created_at = state.store.event_type(&name).await?.map_or_else(now_ms, |e| e.created_at);
+    let et = body.value.into_event_type(name, created_at);
     check(&et)?;
     let created = state.store.upsert_event_type(&et).await?;
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };

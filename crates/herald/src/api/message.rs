@@ -53,7 +53,7 @@ pub struct MessageOut {
 }
 
 /// The payload as JSON, or `{}` when left out or expunged.
-pub fn payload_json(m: &Message, with_content: bool) -> Box<RawValue> {
+fn payload_json(m: &Message, with_content: bool) -> Box<RawValue> {
     let text = m.payload.as_deref().filter(|_| with_content).unwrap_or("{}");
     RawValue::from_string(text.to_owned()).unwrap_or_else(|_| RawValue::from_string("{}".into()).expect("valid JSON"))
 }

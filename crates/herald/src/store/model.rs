@@ -306,7 +306,8 @@ pub enum Requeue {
     Recover { endpoint: EndpointId, since: Millis, until: Millis },
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// Deliveries of an endpoint by Svix status (also the API's `EndpointStats`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct EndpointStats {
     pub success: u64,
     pub pending: u64,

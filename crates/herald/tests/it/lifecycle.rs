@@ -33,6 +33,44 @@ async fn graceful_shutdown_finishes_the_in_flight_attempt_and_records_it() {
     assert_eq!(receiver.requests().len(), 1, "nothing was sent twice");
 }
 
+#[tokio::test]
+async fn a_generated_admin_token_is_stored_owner_only_and_reused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let config = |dir: &Path| {
+        let mut config = crate::support::server::test_config(dir);
+        config.auth.admin_token = None;
+        config
+    };
+    let server = herald::Server::build(config(dir.path())).await.unwrap();
+    drop(server);
+    let path = dir.path().join("admin-token");
+    let token = std::fs::read_to_string(&path).unwrap().trim().to_owned();
+    assert!(token.len() >= 40, "a long random token");
+    assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+    let server = herald::Server::build(config(dir.path())).await.unwrap();
+    let addr = server.local_addr();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn(server.run_until_stopped(shutdown.clone()));
+    let resp =
+        reqwest::Client::new().get(format!("http://{addr}/api/v1/app")).bearer_auth(&token).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK, "the stored token is used again");
+    assert_eq!(std::fs::read_to_string(&path).unwrap().trim(), token);
+    shutdown.cancel();
+    running.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_second_server_on_the_same_data_directory_fails_at_once() {
+    let first = TestServer::start_with(|_| {}).await;
+    let dir = tempfile::tempdir().unwrap();
+    let _held = TestServer::start_in(dir.path(), |_| {}).await;
+    let second = herald::Server::build(crate::support::server::test_config(dir.path())).await;
+    let error = format!("{:#}", second.err().expect("the data directory is locked"));
+    assert!(error.contains("another Herald process is using the data directory"), "{error}");
+    first.stop().await;
+}
+
 /// A `herald serve` child process on a data directory.
 struct Process {
     child: Child,
