@@ -82,6 +82,8 @@ pub struct QueueConfig {
 pub struct StoreConfig {
     pub read_connections: usize,
     pub write_batch_max: usize,
+    pub commit_interval: Duration,
+    pub checkpoint_interval: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -146,6 +148,8 @@ struct RawQueue {
 struct RawStore {
     read_connections: usize,
     write_batch_max: usize,
+    commit_interval_us: u64,
+    checkpoint_interval_ms: u64,
 }
 
 #[derive(Deserialize)]
@@ -325,6 +329,8 @@ impl Raw {
             store: StoreConfig {
                 read_connections: self.store.read_connections,
                 write_batch_max: self.store.write_batch_max,
+                commit_interval: Duration::from_micros(self.store.commit_interval_us),
+                checkpoint_interval: Duration::from_millis(self.store.checkpoint_interval_ms.max(10)),
             },
             log: LogConfig { json, level: self.log.level },
         })

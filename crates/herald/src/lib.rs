@@ -7,6 +7,7 @@
 //! and [`retry`] decide what an attempt's result means and when to try again.
 
 pub mod api;
+pub mod bench;
 pub mod catalog;
 pub mod clock;
 pub mod config;

@@ -1,6 +1,5 @@
-//! One attempt of one delivery, start to finish: find the endpoint, send, decide what the
-//! result means, record it (only while still holding the claim), and either schedule the
-//! retry in memory or let the delivery go.
+//! One attempt of one delivery: find the endpoint, send, decide what the result means, and
+//! hand the outcome to the batch writer (`outcomes`).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -9,19 +8,14 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::outcomes::Pending;
 use super::{Dispatcher, Job};
 use crate::catalog::Target;
 use crate::clock::now_ms;
 use crate::deliver::{Outgoing, Sent};
 use crate::ids::AttemptId;
 use crate::outcome::{AttemptResult, Decision, Failure, decide, error_class};
-use crate::store::{Attempt, NextState, OutcomeRecord, Trigger};
-
-/// Waits between tries to record an outcome while the store is unreachable. The last one
-/// repeats until the store answers or the dispatcher stops: an outcome is never dropped
-/// while the process runs (dropping it would strand the delivery under this process's
-/// claim until a restart).
-const RECORD_RETRY_DELAYS_MS: &[u64] = &[50, 200, 1000, 2000, 5000, 10_000, 30_000];
+use crate::store::{Attempt, NextState, OutcomeRecord};
 
 impl Dispatcher {
     pub(super) async fn process(self: Arc<Self>, job: Job, permit: OwnedSemaphorePermit) {
@@ -45,7 +39,7 @@ impl Dispatcher {
                 return;
             }
         };
-        self.conclude(job, next, attempt).await;
+        self.conclude(job, next, attempt);
     }
 
     async fn send(&self, target: &Target, job: &Job) -> Sent {
@@ -96,48 +90,14 @@ impl Dispatcher {
         (next, Some(attempt))
     }
 
-    async fn conclude(&self, mut job: Job, next: NextState, attempt: Option<Attempt>) {
+    /// Hands the outcome to the batch writer (`outcomes`), which records it and then
+    /// keeps or lets go of the job.
+    fn conclude(&self, job: Job, next: NextState, attempt: Option<Attempt>) {
         let attempts = if attempt.is_some() { job.attempts + 1 } else { job.attempts };
         let record = OutcomeRecord { delivery_id: job.delivery_id, attempt, attempts, next };
-        let applied = self.record(record).await;
-        match (applied, next) {
-            (true, NextState::Retry { at, keep: true }) => {
-                job.attempts = attempts;
-                job.trigger = Trigger::Scheduled;
-                self.lanes().add_timer(job, at);
-                self.wake_pump.notify_one();
-            }
-            _ => {
-                self.lanes().forget(1);
-                self.wake_loader.notify_one();
-            }
-        }
-    }
-
-    /// Records an outcome, retrying while the store is unreachable. Returns whether it was
-    /// recorded (false also when the claim was lost to another process).
-    async fn record(&self, record: OutcomeRecord) -> bool {
-        let mut delays = RECORD_RETRY_DELAYS_MS.iter().copied();
-        let mut delay = 0;
-        loop {
-            match self.store.record_outcome(&self.owner, record.clone()).await {
-                Ok(applied) => {
-                    if !applied {
-                        tracing::info!(delivery = record.delivery_id, "claim lost; outcome not recorded");
-                    }
-                    return applied;
-                }
-                // Stopping: the claim is dropped at the next start, and the delivery retried.
-                Err(e) if self.attempts.is_closed() => {
-                    tracing::error!(error = %e, delivery = record.delivery_id, "outcome not recorded at shutdown");
-                    return false;
-                }
-                Err(e) => {
-                    delay = delays.next().unwrap_or(delay);
-                    tracing::warn!(error = %e, delivery = record.delivery_id, "recording an outcome failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(delay)).await;
-                }
-            }
+        if let Err(unsent) = self.outcomes.send(Pending { job, record }) {
+            // Only after shutdown: the claim is dropped at the next start.
+            tracing::error!(delivery = unsent.0.record.delivery_id, "outcome writer gone; outcome not recorded");
         }
     }
 

@@ -9,6 +9,7 @@
 mod attempt;
 mod lanes;
 mod loader;
+mod outcomes;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -48,6 +49,9 @@ pub struct Dispatcher {
     wake_pump: Notify,
     wake_loader: Notify,
     attempts: TaskTracker,
+    outcomes: outcomes::Sender,
+    /// The outcome writer's receiving end, taken by `run`.
+    outcomes_rx: Mutex<Option<outcomes::Receiver>>,
 }
 
 impl Dispatcher {
@@ -58,6 +62,7 @@ impl Dispatcher {
         deliverer: Deliverer,
         config: DispatchConfig,
     ) -> Arc<Self> {
+        let (outcomes, outcomes_rx) = outcomes::channel();
         Arc::new(Self {
             owner,
             store,
@@ -68,6 +73,8 @@ impl Dispatcher {
             wake_pump: Notify::new(),
             wake_loader: Notify::new(),
             attempts: TaskTracker::new(),
+            outcomes,
+            outcomes_rx: Mutex::new(Some(outcomes_rx)),
             config,
         })
     }
@@ -107,6 +114,9 @@ impl Dispatcher {
     /// Runs the pump and the loader until `shutdown`, then lets in-flight attempts finish
     /// within the grace period and gives every held delivery back to the store.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let rx = self.outcomes_rx.lock().unwrap_or_else(|p| p.into_inner()).take().expect("run is called once");
+        let stop_outcomes = CancellationToken::new();
+        let writer = tokio::spawn(outcomes::run(self.clone(), rx, stop_outcomes.clone()));
         let loader = tokio::spawn(loader::run(self.clone(), shutdown.clone()));
         self.clone().pump(shutdown).await;
         let _ = loader.await;
@@ -115,11 +125,12 @@ impl Dispatcher {
         if tokio::time::timeout(grace, self.attempts.wait()).await.is_err() {
             tracing::warn!(?grace, "attempts still in flight after the grace period; their deliveries will be retried");
         }
+        // Every finished attempt has handed over its outcome: write them, then stop.
+        stop_outcomes.cancel();
+        let _ = writer.await;
         let waiting = self.lanes().drain_waiting().len();
         match self.store.release_owner(&self.owner).await {
-            Ok(released) => {
-                tracing::info!(waiting, released, "dispatcher stopped; deliveries released")
-            }
+            Ok(released) => tracing::info!(waiting, released, "dispatcher stopped; deliveries released"),
             Err(e) => tracing::error!(error = %e, "releasing deliveries at shutdown failed"),
         }
     }

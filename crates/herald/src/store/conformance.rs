@@ -112,7 +112,7 @@ pub async fn only_the_claim_holder_records_an_outcome(store: &dyn Store) {
         attempts: 1,
         next: if delivered { NextState::Delivered } else { NextState::Dead },
     };
-    assert!(!store.record_outcome("stale", outcome(false)).await.unwrap(), "a stale worker changes nothing");
+    assert!(!store.record_outcomes("stale", vec![outcome(false)]).await.unwrap()[0], "a stale worker changes nothing");
     let filter = AttemptFilter {
         app: app.id.clone(),
         msg: Some(msg.clone()),
@@ -124,14 +124,14 @@ pub async fn only_the_claim_holder_records_an_outcome(store: &dyn Store) {
     };
     let page = PageQuery { limit: 10, iterator: None, descending: true };
     assert!(store.list_attempts(&filter, &page).await.unwrap().is_empty(), "and records no attempt");
-    assert!(store.record_outcome("holder", outcome(true)).await.unwrap());
+    assert!(store.record_outcomes("holder", vec![outcome(true)]).await.unwrap()[0]);
     let attempts = store.list_attempts(&filter, &page).await.unwrap();
     assert_eq!(attempts.len(), 1);
     assert_eq!(attempts[0].response, "body");
     let views = store.message_deliveries(&msg, &page).await.unwrap();
     assert_eq!(views[0].state, DeliveryState::Delivered);
     // The claim ended with the delivery: a second outcome is refused.
-    assert!(!store.record_outcome("holder", outcome(false)).await.unwrap());
+    assert!(!store.record_outcomes("holder", vec![outcome(false)]).await.unwrap()[0]);
 }
 
 pub async fn retries_keep_or_release_the_claim(store: &dyn Store) {
@@ -143,8 +143,8 @@ pub async fn retries_keep_or_release_the_claim(store: &dyn Store) {
         attempts: 1,
         next: NextState::Retry { at: now_ms() - 1, keep },
     };
-    assert!(store.record_outcome("me", retry(msgs[0].clone(), true)).await.unwrap());
-    assert!(store.record_outcome("me", retry(msgs[1].clone(), false)).await.unwrap());
+    let applied = store.record_outcomes("me", vec![retry(msgs[0].clone(), true), retry(msgs[1].clone(), false)]);
+    assert_eq!(applied.await.unwrap(), vec![true, true]);
     let reclaimed = store.claim("other", now_ms() + 1000, 10).await.unwrap();
     assert_eq!(reclaimed.len(), 1, "only the released retry is claimable");
     assert_eq!(reclaimed[0].delivery_id, msgs[1].1);
@@ -179,7 +179,7 @@ pub async fn recover_requeues_only_dead_letters_in_range(store: &dyn Store) {
             attempts: 1,
             next: NextState::Dead,
         };
-        assert!(store.record_outcome("me", record).await.unwrap());
+        assert!(store.record_outcomes("me", vec![record]).await.unwrap()[0]);
     }
     let none = Requeue::Recover { endpoint: ep.id.clone(), since: now_ms() + 60_000, until: i64::MAX };
     assert_eq!(store.requeue(none).await.unwrap(), 0);

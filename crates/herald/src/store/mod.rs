@@ -102,9 +102,9 @@ pub trait MessageStore: Send + Sync {
 pub trait QueueStore: Send + Sync {
     /// Claims up to `limit` unowned pending deliveries due at or before `due_before`.
     async fn claim(&self, owner: &str, due_before: Millis, limit: usize) -> StoreResult<Vec<ClaimedDelivery>>;
-    /// Records one attempt and the delivery's next state, only if `owner` still holds the
-    /// delivery; returns whether it did.
-    async fn record_outcome(&self, owner: &str, outcome: OutcomeRecord) -> StoreResult<bool>;
+    /// Records attempts and the deliveries' next states in one transaction, each only if
+    /// `owner` still holds that delivery; returns, per record, whether it was applied.
+    async fn record_outcomes(&self, owner: &str, outcomes: Vec<OutcomeRecord>) -> StoreResult<Vec<bool>>;
     /// Gives deliveries back to the queue (graceful shutdown, memory pressure).
     async fn release(&self, owner: &str, deliveries: Vec<i64>) -> StoreResult<()>;
     /// Gives back every delivery `owner` still holds (end of a graceful shutdown).

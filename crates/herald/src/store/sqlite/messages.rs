@@ -16,7 +16,8 @@ use crate::store::{
 #[async_trait]
 impl MessageStore for SqliteStore {
     async fn ingest(&self, new: NewMessage) -> StoreResult<IngestResult> {
-        self.writer.write(move |conn| ingest(conn, &new)).await
+        // Hot: a duplicate eventId fails only its own INSERT statement, nothing else can.
+        self.writer.write_hot(move |conn| ingest(conn, &new)).await
     }
 
     async fn message(&self, app: &AppId, id: &str) -> StoreResult<Option<Message>> {

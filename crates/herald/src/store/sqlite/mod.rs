@@ -18,10 +18,11 @@ use rusqlite::{Connection, OpenFlags};
 use crate::config::StoreConfig;
 use crate::store::StoreError;
 use readers::Readers;
-use writer::Writer;
+use writer::{Batching, Writer};
 
 const SCHEMA: &str = include_str!("schema.sql");
 const SCHEMA_VERSION: i64 = 1;
+const STATEMENT_CACHE: usize = 256;
 
 pub struct SqliteStore {
     writer: Writer,
@@ -37,8 +38,13 @@ impl SqliteStore {
              PRAGMA synchronous = FULL;
              PRAGMA foreign_keys = ON;
              PRAGMA busy_timeout = 10000;
-             PRAGMA cache_size = -65536;",
+             PRAGMA temp_store = MEMORY;
+             PRAGMA cache_size = -65536;
+             PRAGMA wal_autocheckpoint = 0;
+             PRAGMA journal_size_limit = 67108864;",
         )?;
+        // Enough cached statements that none is ever re-prepared on the hot path.
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         migrate(&conn)?;
         let mut readers = Vec::with_capacity(config.read_connections);
         for _ in 0..config.read_connections {
@@ -47,9 +53,15 @@ impl SqliteStore {
                 OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI,
             )?;
             reader.execute_batch("PRAGMA busy_timeout = 10000; PRAGMA cache_size = -16384;")?;
+            reader.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
             readers.push(reader);
         }
-        Ok(Self { writer: Writer::start(conn, config.write_batch_max), readers: Readers::new(readers) })
+        let batching = Batching {
+            max_ops: config.write_batch_max,
+            commit_interval: config.commit_interval,
+            checkpoint_interval: config.checkpoint_interval,
+        };
+        Ok(Self { writer: Writer::start(conn, batching), readers: Readers::new(readers) })
     }
 }
 

@@ -20,12 +20,14 @@ use crate::store::{
 impl QueueStore for SqliteStore {
     async fn claim(&self, owner: &str, due_before: Millis, limit: usize) -> StoreResult<Vec<ClaimedDelivery>> {
         let owner = owner.to_owned();
-        self.writer.write(move |conn| claim(conn, &owner, due_before, limit)).await
+        self.writer.write_hot(move |conn| claim(conn, &owner, due_before, limit)).await
     }
 
-    async fn record_outcome(&self, owner: &str, outcome: OutcomeRecord) -> StoreResult<bool> {
+    async fn record_outcomes(&self, owner: &str, outcomes: Vec<OutcomeRecord>) -> StoreResult<Vec<bool>> {
         let owner = owner.to_owned();
-        self.writer.write(move |conn| record_outcome(conn, &owner, &outcome)).await
+        self.writer
+            .write_hot(move |conn| outcomes.iter().map(|outcome| record_outcome(conn, &owner, outcome)).collect())
+            .await
     }
 
     async fn release(&self, owner: &str, deliveries: Vec<i64>) -> StoreResult<()> {

@@ -1,0 +1,182 @@
+//! The load generator: an open model. Message *i* of a stream is due at
+//! `start + i / rate` whether or not earlier requests have been answered, and every latency
+//! is measured from that scheduled time, so a slow server cannot hide its queueing delay by
+//! slowing the generator down (no coordinated omission).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use tokio::time::Instant;
+
+use super::target::Api;
+
+/// A constant-rate stream of messages to a set of applications (round-robin).
+#[derive(Debug, Clone)]
+pub struct Stream {
+    pub apps: Vec<usize>,
+    pub rate: f64,
+    pub duration: Duration,
+    /// Seconds after the phase start at which this stream begins.
+    pub offset: Duration,
+}
+
+impl Stream {
+    pub fn messages(&self) -> u64 {
+        (self.rate * self.duration.as_secs_f64()).round() as u64
+    }
+}
+
+/// One accepted message.
+#[derive(Debug, Clone)]
+pub struct Ack {
+    pub msg_id: Box<str>,
+    pub app: usize,
+    pub scheduled: Instant,
+    pub acked: Instant,
+}
+
+/// Counters shown by the progress line.
+#[derive(Default)]
+pub struct Progress {
+    pub offered: AtomicU64,
+    pub acked: AtomicU64,
+    pub failed: AtomicU64,
+}
+
+/// What a stream produced.
+#[derive(Default)]
+pub struct Outcome {
+    pub acks: Vec<Ack>,
+    pub failures: u64,
+}
+
+/// The request body template: `{"eventType":…,"payload":{"seq":N,"pad":"xxx…"}}` with the
+/// payload close to `payload_bytes`.
+pub struct Body {
+    prefix: Vec<u8>,
+    suffix: Vec<u8>,
+}
+
+impl Body {
+    pub fn new(payload_bytes: usize) -> Self {
+        let pad = "x".repeat(payload_bytes.saturating_sub(32));
+        Self {
+            prefix: br#"{"eventType":"bench.event","payload":{"seq":"#.to_vec(),
+            suffix: format!(r#","pad":"{pad}"}}}}"#).into_bytes(),
+        }
+    }
+
+    fn render(&self, seq: u64) -> Bytes {
+        let mut out = Vec::with_capacity(self.prefix.len() + self.suffix.len() + 20);
+        out.extend_from_slice(&self.prefix);
+        out.extend_from_slice(seq.to_string().as_bytes());
+        out.extend_from_slice(&self.suffix);
+        Bytes::from(out)
+    }
+}
+
+/// Drives one stream with `concurrency` connections; returns when every message has been
+/// answered.
+pub async fn drive(
+    api: &Api,
+    app_ids: Arc<Vec<String>>,
+    stream: &Stream,
+    start: Instant,
+    concurrency: usize,
+    body: Arc<Body>,
+    progress: Arc<Progress>,
+) -> Outcome {
+    let total = stream.messages();
+    let next = Arc::new(AtomicU64::new(0));
+    let start = start + stream.offset;
+    let mut workers = Vec::with_capacity(concurrency);
+    for _ in 0..concurrency.min(total.max(1) as usize) {
+        let (api, app_ids, next, body, progress) =
+            (api.clone(), app_ids.clone(), next.clone(), body.clone(), progress.clone());
+        let (apps, rate) = (stream.apps.clone(), stream.rate);
+        workers.push(tokio::spawn(async move {
+            let mut outcome = Outcome::default();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= total {
+                    return outcome;
+                }
+                let scheduled = start + Duration::from_secs_f64(i as f64 / rate);
+                tokio::time::sleep_until(scheduled).await;
+                progress.offered.fetch_add(1, Ordering::Relaxed);
+                let app = apps[i as usize % apps.len()];
+                match send(&api, &app_ids[app], body.render(i)).await {
+                    Some(msg_id) => {
+                        progress.acked.fetch_add(1, Ordering::Relaxed);
+                        outcome.acks.push(Ack { msg_id, app, scheduled, acked: Instant::now() });
+                    }
+                    None => {
+                        progress.failed.fetch_add(1, Ordering::Relaxed);
+                        outcome.failures += 1;
+                    }
+                }
+            }
+        }));
+    }
+    let mut merged = Outcome::default();
+    for worker in workers {
+        let outcome = worker.await.expect("a load worker panicked");
+        merged.acks.extend(outcome.acks);
+        merged.failures += outcome.failures;
+    }
+    merged
+}
+
+/// Posts one message; returns its id when accepted (202).
+async fn send(api: &Api, app_id: &str, body: Bytes) -> Option<Box<str>> {
+    let request = http::Request::post(format!("{}/api/v1/app/{app_id}/msg", api.base))
+        .header("authorization", format!("Bearer {}", api.token))
+        .header("content-type", "application/json")
+        .body(Full::new(body))
+        .ok()?;
+    let response = api.client.request(request).await.ok()?;
+    let accepted = response.status().as_u16() == 202;
+    let bytes = response.into_body().collect().await.ok()?.to_bytes();
+    if !accepted {
+        return None;
+    }
+    message_id(&bytes)
+}
+
+/// Picks `"id":"…"` out of a response without a full JSON parse.
+fn message_id(body: &[u8]) -> Option<Box<str>> {
+    let text = std::str::from_utf8(body).ok()?;
+    let start = text.find("\"id\":\"")? + 6;
+    let end = start + text[start..].find('"')?;
+    Some(text[start..end].into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies_are_valid_json_of_about_the_requested_size() {
+        let body = Body::new(1024);
+        let rendered = body.render(42);
+        let parsed: serde_json::Value = serde_json::from_slice(&rendered).unwrap();
+        assert_eq!(parsed["payload"]["seq"], 42);
+        let payload = serde_json::to_string(&parsed["payload"]).unwrap();
+        assert!((1000..=1050).contains(&payload.len()), "{}", payload.len());
+    }
+
+    #[test]
+    fn message_ids_are_found_in_answers() {
+        assert_eq!(message_id(br#"{"id":"msg_1","eventType":"a"}"#).as_deref(), Some("msg_1"));
+        assert_eq!(message_id(b"{}"), None);
+    }
+
+    #[test]
+    fn a_stream_sends_rate_times_duration_messages() {
+        let s = Stream { apps: vec![0], rate: 250.0, duration: Duration::from_secs(4), offset: Duration::ZERO };
+        assert_eq!(s.messages(), 1000);
+    }
+}

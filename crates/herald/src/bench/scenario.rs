@@ -1,0 +1,164 @@
+//! The scenarios, each a short script over [`Run`]: what to create, which load to offer,
+//! what to wait for and which figures to add to the report.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::load::Stream;
+use super::receiver::Behaviour;
+use super::report::Percentiles;
+use super::run::{AppSpec, Run};
+
+fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(s.max(0.001))
+}
+
+fn stream(apps: std::ops::Range<usize>, rate: f64, duration: f64) -> Stream {
+    Stream { apps: apps.collect(), rate, duration: secs(duration), offset: Duration::ZERO }
+}
+
+/// Constant rate to `--apps` applications with one endpoint each.
+pub async fn steady(run: &mut Run<'_>) -> anyhow::Result<Value> {
+    let a = run.args;
+    let first = run.setup(&vec![AppSpec::fast(1); a.apps]).await?;
+    run.phase("steady", &[(stream(first..first + a.apps, a.rate, a.duration), 0)], &[]).await;
+    run.drain(secs(a.drain_stall)).await;
+    Ok(Value::Null)
+}
+
+/// One message to ten endpoints.
+pub async fn fanout(run: &mut Run<'_>) -> anyhow::Result<Value> {
+    let a = run.args;
+    let first = run.setup(&[AppSpec::fast(10)]).await?;
+    run.phase("fanout", &[(stream(first..first + 1, a.rate, a.duration), 0)], &[]).await;
+    run.drain(secs(a.drain_stall)).await;
+    Ok(json!({"endpointsPerMessage": 10}))
+}
+
+/// The base rate, then ten times that for `--burst-seconds`, then the base rate again.
+pub async fn burst(run: &mut Run<'_>) -> anyhow::Result<Value> {
+    let a = run.args;
+    let first = run.setup(&vec![AppSpec::fast(1); a.apps]).await?;
+    let apps = first..first + a.apps;
+    let before = stream(apps.clone(), a.rate, a.duration);
+    let mut peak = stream(apps.clone(), a.rate * 10.0, a.burst_seconds);
+    peak.offset = secs(a.duration);
+    let mut after = stream(apps, a.rate, a.duration);
+    after.offset = secs(a.duration + a.burst_seconds);
+    let phase = run.phase("burst", &[(before, 0), (peak, 1), (after, 2)], &[]).await;
+    let closed = run.drain(secs(a.drain_stall)).await;
+    let drained_after = run.ledger.last_delivery.map(|t| (t - phase.last_scheduled).as_secs_f64());
+    Ok(json!({"burstRate": a.rate * 10.0, "ingestFailures": phase.failures, "closed": closed,
+              "lastDeliveryAfterLastSendSeconds": drained_after}))
+}
+
+/// A healthy application alone, then next to one whose endpoint never answers.
+pub async fn noisy_neighbour(run: &mut Run<'_>) -> anyhow::Result<Value> {
+    let a = run.args;
+    let healthy = run.setup(&[AppSpec::fast(1)]).await?;
+    let noisy = run.setup(&[AppSpec { endpoints: vec![Behaviour::Silent], delivery: None }]).await?;
+    let silent_endpoint = 1u32;
+    let half = a.rate / 2.0;
+    run.phase("healthy alone", &[(stream(healthy..healthy + 1, half, a.duration), 0)], &[]).await;
+    run.drain(secs(a.drain_stall)).await;
+    run.phase(
+        "with noisy neighbour",
+        &[(stream(healthy..healthy + 1, half, a.duration), 1), (stream(noisy..noisy + 1, half, a.duration), 2)],
+        &[silent_endpoint],
+    )
+    .await;
+    run.drain(secs(a.drain_stall)).await;
+    let alone = Percentiles::of(&run.ledger.latency[0]);
+    let together = Percentiles::of(&run.ledger.latency[1]);
+    Ok(json!({
+        "healthyAloneP99Ms": alone.p99,
+        "healthyWithNoisyP99Ms": together.p99,
+        "p99Ratio": if alone.p99 > 0.0 { together.p99 / alone.p99 } else { 0.0 },
+    }))
+}
+
+/// Twenty applications with one endpoint each; two of the endpoints (10 %) answer after
+/// 500 ms. The slow ones are offered what their application's in-flight cap can carry.
+pub async fn slow_endpoints(run: &mut Run<'_>) -> anyhow::Result<Value> {
+    let a = run.args;
+    let fast = run.setup(&vec![AppSpec::fast(1); 18]).await?;
+    let slow = run.setup(&vec![AppSpec { endpoints: vec![Behaviour::Slow], delivery: None }; 2]).await?;
+    let slow_rate = (a.rate / 10.0).min(40.0);
+    run.phase(
+        "slow endpoints",
+        &[
+            (stream(fast..fast + 18, a.rate - slow_rate, a.duration), 0),
+            (stream(slow..slow + 2, slow_rate, a.duration), 1),
+        ],
+        &[],
+    )
+    .await;
+    run.drain(secs(a.drain_stall)).await;
+    Ok(json!({"slowEndpoints": 2, "fastEndpoints": 18, "slowRate": slow_rate}))
+}
+
+/// `--messages` deliveries queued while the receiver holds every request, then drained.
+pub async fn backlog(run: &mut Run<'_>) -> anyhow::Result<Value> {
+    let a = run.args;
+    // Long attempt timeouts (a Herald extension; other servers ignore it) so held requests
+    // do not turn into retries while the backlog builds.
+    let spec = AppSpec { endpoints: vec![Behaviour::Fast], delivery: Some(json!({"timeoutMs": 300_000})) };
+    let first = run.setup(&vec![spec; a.apps]).await?;
+    run.receiver.pause();
+    let duration = a.messages as f64 / a.rate;
+    run.phase("backlog", &[(stream(first..first + a.apps, a.rate, duration), 0)], &[]).await;
+    let with_backlog = run.target.sample();
+    let resumed = Instant::now();
+    run.receiver.resume();
+    let closed = run.drain(secs(a.drain_stall)).await;
+    let drain_secs = run.ledger.last_delivery.map(|t| (t - resumed).as_secs_f64());
+    Ok(json!({
+        "backlogMessages": run.messages,
+        "rssWithBacklogBytes": with_backlog.map(|s| s.rss),
+        "peakRssDuringBacklogBytes": with_backlog.map(|s| s.peak_rss),
+        "drainSeconds": drain_secs,
+        "drainRate": drain_secs.map(|s| run.messages as f64 / s),
+        "closed": closed,
+    }))
+}
+
+/// Steps of +15 % while every step's deliveries arrive within a second (or a fifth of the
+/// step) of its last send and nothing is refused; reports the highest such rate.
+pub async fn ramp(run: &mut Run<'_>) -> anyhow::Result<Value> {
+    let a = run.args;
+    let first = run.setup(&vec![AppSpec::fast(1); a.apps]).await?;
+    let mut rate = a.rate;
+    let mut steps = vec![];
+    let mut sustained = 0.0;
+    for step in 0..40 {
+        let label = format!("ramp step {step} ({rate:.0}/s)");
+        let delivered_before = run.ledger.delivered;
+        let phase = run.phase(&label, &[(stream(first..first + a.apps, rate, a.duration), 0)], &[]).await;
+        let grace = secs((a.duration * 0.2).max(1.0));
+        let deadline = phase.last_scheduled + grace;
+        let mut kept_up = false;
+        while Instant::now() < deadline {
+            run.ledger.record(run.receiver.take_receipts());
+            if run.ledger.outstanding() == 0 {
+                kept_up = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let delivered = run.ledger.delivered - delivered_before;
+        let elapsed = (Instant::now().min(deadline) - phase.start).as_secs_f64();
+        let passed = kept_up && phase.failures == 0;
+        steps.push(json!({"offered": rate, "delivered": delivered, "deliveredPerSecond": delivered as f64 / elapsed,
+                          "failures": phase.failures, "passed": passed}));
+        eprintln!("{label}: {}", if passed { "kept up" } else { "fell behind" });
+        if !passed {
+            break;
+        }
+        sustained = rate;
+        rate *= 1.15;
+    }
+    run.drain(secs(a.drain_stall)).await;
+    Ok(json!({"maxSustainedRate": sustained, "steps": steps}))
+}

@@ -1,0 +1,100 @@
+//! Recording outcomes in batches. Attempts hand their outcome here and move on; one task
+//! writes everything that is waiting in a single store call (only while this process still
+//! holds each delivery), then schedules the retries that stay in memory and lets the rest
+//! go. Outcomes are off the latency path, so the batches can be generous.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::{Dispatcher, Job};
+use crate::store::{NextState, OutcomeRecord, Trigger};
+
+/// Most outcomes written in one store call.
+const BATCH_MAX: usize = 1024;
+/// How long an outcome may wait for others to join its batch.
+const LINGER: Duration = Duration::from_millis(5);
+/// Waits between tries while the store is unreachable; the last one repeats until the store
+/// answers or the dispatcher stops. An outcome is never dropped while the process runs
+/// (dropping it would strand the delivery under this process's claim until a restart).
+const RETRY_DELAYS_MS: &[u64] = &[50, 200, 1000, 2000, 5000, 10_000, 30_000];
+
+/// An attempt's outcome waiting to be recorded, with its job.
+pub struct Pending {
+    pub job: Job,
+    pub record: OutcomeRecord,
+}
+
+pub type Sender = mpsc::UnboundedSender<Pending>;
+pub type Receiver = mpsc::UnboundedReceiver<Pending>;
+
+pub fn channel() -> (Sender, Receiver) {
+    mpsc::unbounded_channel()
+}
+
+/// Writes outcomes until `stop` is cancelled and nothing is left waiting.
+pub async fn run(dispatcher: Arc<Dispatcher>, mut rx: Receiver, stop: CancellationToken) {
+    let mut batch = Vec::with_capacity(BATCH_MAX);
+    loop {
+        let first = tokio::select! {
+            first = rx.recv() => first,
+            _ = stop.cancelled() => rx.try_recv().ok(),
+        };
+        let Some(first) = first else { return };
+        batch.push(first);
+        let deadline = tokio::time::Instant::now() + LINGER;
+        while batch.len() < BATCH_MAX {
+            match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Some(pending)) => batch.push(pending),
+                _ => break,
+            }
+        }
+        write(&dispatcher, &mut batch, &stop).await;
+    }
+}
+
+async fn write(dispatcher: &Dispatcher, batch: &mut Vec<Pending>, stop: &CancellationToken) {
+    let records: Vec<OutcomeRecord> = batch.iter().map(|p| p.record.clone()).collect();
+    let mut delays = RETRY_DELAYS_MS.iter().copied();
+    let mut delay = 0;
+    let applied = loop {
+        match dispatcher.store.record_outcomes(&dispatcher.owner, records.clone()).await {
+            Ok(applied) => break applied,
+            // Stopping: the claims are dropped at the next start and the deliveries retried.
+            Err(e) if stop.is_cancelled() => {
+                tracing::error!(error = %e, outcomes = records.len(), "outcomes not recorded at shutdown");
+                break vec![false; records.len()];
+            }
+            Err(e) => {
+                delay = delays.next().unwrap_or(delay);
+                tracing::warn!(error = %e, outcomes = records.len(), "recording outcomes failed; retrying");
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+            }
+        }
+    };
+    let mut lanes = dispatcher.lanes();
+    let mut retained = false;
+    for (Pending { mut job, record }, applied) in batch.drain(..).zip(applied) {
+        match (applied, record.next) {
+            (true, NextState::Retry { at, keep: true }) => {
+                job.attempts = record.attempts;
+                job.trigger = Trigger::Scheduled;
+                lanes.add_timer(job, at);
+                retained = true;
+            }
+            (applied, _) => {
+                if !applied {
+                    tracing::info!(delivery = record.delivery_id, "claim lost; outcome not recorded");
+                }
+                lanes.forget(1);
+            }
+        }
+    }
+    drop(lanes);
+    if retained {
+        dispatcher.wake_pump.notify_one();
+    }
+    dispatcher.wake_loader.notify_one();
+}
