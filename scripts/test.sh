@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Runs Herald's whole test suite: unit tests, integration tests against real servers,
-# receivers and SQLite, the crash test, and the Svix Python SDK compatibility test.
+# Runs Herald's whole test suite: unit tests (the store conformance suite on SQLite and on
+# PostgreSQL), integration tests against real servers, receivers and databases, the crash
+# tests, the Svix Python SDK compatibility test, and then the HTTP integration suite once
+# more with PostgreSQL as the store.
 #
 # It prepares what the tests need: a Python virtual environment with the pinned SDK
 # packages (tests/sdk/requirements.txt), kept in ~/.cache/herald so later runs reuse it.
+# PostgreSQL clusters are started by the tests themselves (initdb + postgres from the server
+# binaries on this machine, on free ports, in temporary directories).
 # Extra arguments go to the test runner (e.g. a test name filter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,8 +27,19 @@ if ! cmp -s "$requirements" "$stamp" 2>/dev/null; then
 fi
 export HERALD_TEST_PYTHON="$venv/bin/python"
 
+# PostgreSQL refuses to run as root; as root the tests run it as the `postgres` user.
+if [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; then
+    useradd --system --no-create-home postgres
+fi
+
 if cargo nextest --version >/dev/null 2>&1; then
     cargo nextest run --workspace --no-fail-fast "$@"
+    echo "==> the HTTP integration suite again, on PostgreSQL"
+    HERALD_TEST_BACKEND=postgres cargo nextest run --workspace --no-fail-fast --test it \
+        -E 'not test(/^postgres::/) and not test(/^bench::/) ' "$@"
 else
     cargo test --workspace --no-fail-fast "$@"
+    echo "==> the HTTP integration suite again, on PostgreSQL"
+    HERALD_TEST_BACKEND=postgres cargo test --workspace --no-fail-fast --test it -- \
+        --skip postgres:: --skip bench:: "$@"
 fi

@@ -13,7 +13,10 @@ use crate::clock::Millis;
 use crate::endpoint_settings::{Defaults, EffectiveSettings};
 use crate::ids::{AppId, EndpointId};
 use crate::signing::SigningKey;
-use crate::store::{App, Endpoint, Store, StoreResult};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use crate::store::{App, CatalogChange, Endpoint, Store, StoreResult};
 
 /// An endpoint prepared for delivery.
 #[derive(Debug)]
@@ -151,11 +154,38 @@ impl Catalog {
 
     /// Forgets an application (and its routing) after it changed.
     pub fn invalidate_app(&self, app: &App) {
+        self.invalidate_app_id(&app.id);
+    }
+
+    fn invalidate_app_id(&self, app: &AppId) {
         self.generation.fetch_add(1, Ordering::AcqRel);
-        let mut apps = write(&self.apps);
-        apps.retain(|_, cached| cached.id != app.id);
-        drop(apps);
-        self.invalidate_routes(&app.id);
+        write(&self.apps).retain(|_, cached| cached.id != *app);
+        self.invalidate_routes(app);
+    }
+
+    /// Forgets everything (announcements may have been missed).
+    fn clear(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        write(&self.apps).clear();
+        write(&self.routes).clear();
+        write(&self.targets).clear();
+    }
+
+    /// Applies changes other processes announce until `stop` (shared stores only; a
+    /// single-process store never announces anything).
+    pub async fn follow(self: Arc<Self>, mut changes: broadcast::Receiver<CatalogChange>, stop: CancellationToken) {
+        loop {
+            let change = tokio::select! {
+                change = changes.recv() => change,
+                _ = stop.cancelled() => return,
+            };
+            match change {
+                Ok(CatalogChange::App(app)) => self.invalidate_app_id(&app),
+                Ok(CatalogChange::Endpoint(app, endpoint)) => self.invalidate_endpoint(&app, &endpoint),
+                Ok(CatalogChange::All) | Err(broadcast::error::RecvError::Lagged(_)) => self.clear(),
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
     }
 
     /// Forgets an endpoint after it changed.

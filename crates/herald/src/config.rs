@@ -22,6 +22,8 @@ const ENV_ALIASES: &[(&str, &str)] = &[
     ("HERALD_DATA_DIR", "server.data_dir"),
     ("HERALD_ADMIN_TOKEN", "auth.admin_token"),
     ("HERALD_ALLOWED_NETWORKS", "delivery.allowed_networks"),
+    ("HERALD_DATABASE_URL", "store.database_url"),
+    ("HERALD_ROLE", "server.role"),
 ];
 
 #[derive(Debug, Clone)]
@@ -41,6 +43,18 @@ pub struct ServerConfig {
     pub max_payload_bytes: usize,
     pub public_url: Option<String>,
     pub idempotency_ttl: Duration,
+    pub role: Role,
+}
+
+/// What a process does (`server.role`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The API and delivery.
+    All,
+    /// The API only: accepted deliveries are left for workers.
+    Api,
+    /// Delivery only: the HTTP listener answers health checks.
+    Worker,
 }
 
 #[derive(Clone)]
@@ -76,10 +90,15 @@ pub struct QueueConfig {
     pub poll_interval: Duration,
     pub retry_horizon: Duration,
     pub shutdown_grace: Duration,
+    pub lease: Duration,
 }
 
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
+    pub database_url: Option<String>,
+    pub pool_size: usize,
+    pub ingest_batch_max: usize,
+    pub ingest_linger: Duration,
     pub read_connections: usize,
     pub write_batch_max: usize,
     pub commit_interval: Duration,
@@ -112,6 +131,7 @@ struct RawServer {
     max_payload_bytes: usize,
     public_url: String,
     idempotency_ttl_secs: u64,
+    role: String,
 }
 
 #[derive(Deserialize)]
@@ -141,11 +161,16 @@ struct RawQueue {
     poll_interval_ms: u64,
     retry_horizon_ms: u64,
     shutdown_grace_ms: u64,
+    lease_ms: u64,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawStore {
+    database_url: String,
+    pool_size: usize,
+    ingest_batch_max: usize,
+    ingest_linger_us: u64,
     read_connections: usize,
     write_batch_max: usize,
     commit_interval_us: u64,
@@ -293,6 +318,12 @@ impl Raw {
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             bail!("{name} must be positive");
         }
+        let role = match self.server.role.as_str() {
+            "all" => Role::All,
+            "api" => Role::Api,
+            "worker" => Role::Worker,
+            other => bail!("server.role must be \"all\", \"api\" or \"worker\", not {other:?}"),
+        };
         let json = match self.log.format.as_str() {
             "text" => false,
             "json" => true,
@@ -305,6 +336,7 @@ impl Raw {
                 max_payload_bytes: self.server.max_payload_bytes,
                 public_url: non_empty(self.server.public_url),
                 idempotency_ttl: Duration::from_secs(self.server.idempotency_ttl_secs),
+                role,
             },
             auth: AuthConfig {
                 admin_token: non_empty(self.auth.admin_token),
@@ -325,8 +357,13 @@ impl Raw {
                 poll_interval: Duration::from_millis(self.queue.poll_interval_ms),
                 retry_horizon: Duration::from_millis(self.queue.retry_horizon_ms),
                 shutdown_grace: Duration::from_millis(self.queue.shutdown_grace_ms),
+                lease: Duration::from_millis(self.queue.lease_ms.max(1000)),
             },
             store: StoreConfig {
+                database_url: non_empty(self.store.database_url),
+                pool_size: self.store.pool_size.max(2),
+                ingest_batch_max: self.store.ingest_batch_max.max(1),
+                ingest_linger: Duration::from_micros(self.store.ingest_linger_us),
                 read_connections: self.store.read_connections,
                 write_batch_max: self.store.write_batch_max,
                 commit_interval: Duration::from_micros(self.store.commit_interval_us),

@@ -13,6 +13,8 @@ pub struct Ingestor {
     store: Arc<dyn Store>,
     catalog: Arc<Catalog>,
     dispatcher: Arc<Dispatcher>,
+    /// Whether this process delivers what it accepts (false for an API-only process).
+    delivers: bool,
 }
 
 /// Which endpoints a message goes to.
@@ -24,8 +26,8 @@ pub enum Route<'a> {
 }
 
 impl Ingestor {
-    pub fn new(store: Arc<dyn Store>, catalog: Arc<Catalog>, dispatcher: Arc<Dispatcher>) -> Self {
-        Self { store, catalog, dispatcher }
+    pub fn new(store: Arc<dyn Store>, catalog: Arc<Catalog>, dispatcher: Arc<Dispatcher>, delivers: bool) -> Self {
+        Self { store, catalog, dispatcher, delivers }
     }
 
     /// Commits `message` and its deliveries; returns once the commit is durable.
@@ -45,14 +47,14 @@ impl Ingestor {
             .map(|t| t.endpoint.id.clone())
             .collect();
         let count = endpoints.len();
-        let in_memory = count > 0 && self.dispatcher.try_reserve(count);
+        let in_memory = self.delivers && count > 0 && self.dispatcher.try_reserve(count);
         let message = Arc::new(message);
         let result = self
             .store
             .ingest(NewMessage {
                 message: (*message).clone(),
                 endpoints: endpoints.clone(),
-                owner: in_memory.then(|| self.dispatcher.owner().to_owned()),
+                owner: in_memory.then(|| self.dispatcher.owner().to_string()),
                 idempotency,
             })
             .await;

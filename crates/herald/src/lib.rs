@@ -18,6 +18,7 @@ pub mod housekeeping;
 pub mod ids;
 pub mod ingest;
 pub mod outcome;
+pub mod pg_cluster;
 pub mod retry;
 pub mod server;
 pub mod signing;

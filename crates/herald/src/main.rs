@@ -33,6 +33,17 @@ enum Command {
         /// Data directory for the embedded database (default ./herald-data).
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        /// Run on PostgreSQL instead of the embedded database (also HERALD_DATABASE_URL).
+        #[arg(long)]
+        database_url: Option<String>,
+        /// What this process does: all, api or worker (default all).
+        #[arg(long)]
+        role: Option<String>,
+    },
+    /// Apply PostgreSQL migrations and exit (they are also applied at start-up).
+    Migrate {
+        #[arg(long, env = "HERALD_DATABASE_URL")]
+        database_url: String,
     },
     /// Measure a Herald (or any Svix-compatible server) end to end.
     Bench(herald::bench::BenchArgs),
@@ -44,14 +55,17 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Command::Serve { config, listen, data_dir } => {
-            let mut overrides = Vec::new();
-            if let Some(listen) = listen {
-                overrides.push(("server.listen".to_owned(), toml::Value::String(listen)));
-            }
-            if let Some(dir) = data_dir {
-                overrides.push(("server.data_dir".to_owned(), toml::Value::String(dir.display().to_string())));
-            }
+        Command::Serve { config, listen, data_dir, database_url, role } => {
+            let flags = [
+                ("server.listen", listen),
+                ("server.data_dir", data_dir.map(|d| d.display().to_string())),
+                ("store.database_url", database_url),
+                ("server.role", role),
+            ];
+            let overrides = flags
+                .into_iter()
+                .filter_map(|(key, value)| Some((key.to_owned(), toml::Value::String(value?))))
+                .collect();
             let sources = Sources { file: config, env: std::env::vars().collect(), overrides };
             let config = Config::load(&sources)?;
             telemetry::init(&config.log);
@@ -61,6 +75,11 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(args) => {
             let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
             runtime.block_on(herald::bench::run(args))
+        }
+        Command::Migrate { database_url } => {
+            telemetry::init(&Config::defaults().log);
+            let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+            runtime.block_on(herald::store::postgres::migrate_url(&database_url))
         }
         Command::DefaultConfig => {
             print!("{DEFAULT_TOML}");

@@ -8,6 +8,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use tokio::net::TcpListener;
@@ -15,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, AdminToken, ApiSettings, AppState, Limits};
 use crate::catalog::Catalog;
-use crate::config::Config;
+use crate::config::{Config, Role};
 use crate::deliver::{Deliverer, DelivererConfig};
 use crate::dispatch::{DispatchConfig, Dispatcher};
 use crate::endpoint_settings::Defaults;
@@ -24,12 +25,13 @@ use crate::ids::random_token;
 use crate::ingest::Ingestor;
 use crate::ssrf::Guard;
 use crate::store::Store;
+use crate::store::postgres::{PgOptions, PgStore};
 use crate::store::sqlite::SqliteStore;
 
 /// Attempts in flight per application (the fairness cap).
 const APP_MAX_IN_FLIGHT: u32 = 16;
 /// How often housekeeping runs.
-const HOUSEKEEPING_EVERY: std::time::Duration = std::time::Duration::from_secs(600);
+const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(600);
 /// Room for the JSON around a maximal payload.
 const BODY_OVERHEAD_BYTES: usize = 64 * 1024;
 
@@ -38,26 +40,16 @@ pub struct Server {
     router: axum::Router,
     dispatcher: Arc<Dispatcher>,
     store: Arc<dyn Store>,
-    idempotency_ttl: std::time::Duration,
-    /// Held for the life of the process: a second Herald on the same data directory fails.
-    _lock: File,
+    catalog: Arc<Catalog>,
+    config: Config,
+    /// Held for the life of the process (SQLite): a second Herald on the same data
+    /// directory fails at once.
+    _lock: Option<File>,
 }
 
 impl Server {
     pub async fn build(config: Config) -> anyhow::Result<Self> {
-        let data_dir = &config.server.data_dir;
-        std::fs::create_dir_all(data_dir).with_context(|| format!("creating data directory {}", data_dir.display()))?;
-        let lock = lock_data_dir(data_dir)?;
-        let admin_token = admin_token(&config, data_dir)?;
-
-        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&data_dir.join("herald.db"), &config.store)?);
-        // Only this process can open the database, so every claim left in it belongs to a
-        // process that is gone.
-        let reclaimed = store.release_all().await?;
-        if reclaimed > 0 {
-            tracing::info!(reclaimed, "took back deliveries held by a previous process");
-        }
-
+        let (store, lock, admin_token) = open_store(&config).await?;
         let guard = Arc::new(Guard::new(config.delivery.allowed_networks.clone()));
         let defaults = Defaults { timeout: config.delivery.timeout, retry: config.delivery.default_retry.clone() };
         let catalog = Arc::new(Catalog::new(store.clone(), defaults));
@@ -69,19 +61,21 @@ impl Server {
                 user_agent: config.delivery.user_agent.clone(),
             },
         );
-        let owner = format!("node-{}", random_token(12));
         let dispatcher = Dispatcher::new(
-            owner,
+            format!("node-{}", random_token(12)),
             store.clone(),
             catalog.clone(),
             deliverer,
             DispatchConfig {
                 queue: config.queue.clone(),
+                lease: config.queue.lease,
                 max_in_flight: config.delivery.max_in_flight,
                 app_max_in_flight: APP_MAX_IN_FLIGHT,
             },
         );
-        let ingestor = Arc::new(Ingestor::new(store.clone(), catalog.clone(), dispatcher.clone()));
+        // An API-only process never claims: what it accepts is left for the workers.
+        let delivers = config.server.role != Role::Api;
+        let ingestor = Arc::new(Ingestor::new(store.clone(), catalog.clone(), dispatcher.clone(), delivers));
 
         let listener = TcpListener::bind(config.server.listen)
             .await
@@ -89,7 +83,7 @@ impl Server {
         let local = listener.local_addr()?;
         let state = AppState {
             store: store.clone(),
-            catalog,
+            catalog: catalog.clone(),
             ingestor,
             dispatcher: dispatcher.clone(),
             guard,
@@ -105,14 +99,11 @@ impl Server {
             }),
             key_locks: Default::default(),
         };
-        Ok(Self {
-            listener,
-            router: api::router(state),
-            dispatcher,
-            store,
-            idempotency_ttl: config.server.idempotency_ttl,
-            _lock: lock,
-        })
+        let router = match config.server.role {
+            Role::Worker => api::health_router(state),
+            Role::All | Role::Api => api::router(state),
+        };
+        Ok(Self { listener, router, dispatcher, store, catalog, config, _lock: lock })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -122,20 +113,58 @@ impl Server {
     /// Serves until `shutdown` is cancelled, then stops taking requests, lets in-flight
     /// attempts finish within the grace period, and gives back every held delivery.
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        tracing::info!(addr = %self.local_addr(), "Herald is listening");
-        let stop_dispatch = CancellationToken::new();
-        let dispatcher = tokio::spawn(self.dispatcher.clone().run(stop_dispatch.clone()));
-        let upkeep =
-            housekeeping::run(self.store.clone(), self.idempotency_ttl, HOUSEKEEPING_EVERY, stop_dispatch.clone());
-        tokio::spawn(upkeep);
+        tracing::info!(addr = %self.local_addr(), role = ?self.config.server.role, "Herald is listening");
+        let stop_background = CancellationToken::new();
+        let dispatcher = match self.config.server.role {
+            Role::All | Role::Worker => Some(tokio::spawn(self.dispatcher.clone().run(stop_background.clone()))),
+            Role::Api => None,
+        };
+        tokio::spawn(self.catalog.clone().follow(self.store.signals().catalog.subscribe(), stop_background.clone()));
+        let ttl = self.config.server.idempotency_ttl;
+        tokio::spawn(housekeeping::run(self.store.clone(), ttl, HOUSEKEEPING_EVERY, stop_background.clone()));
         let served = axum::serve(self.listener, self.router)
             .with_graceful_shutdown(shutdown.cancelled_owned())
             .await
             .context("serving HTTP");
-        stop_dispatch.cancel();
-        dispatcher.await.context("the dispatcher task failed")?;
+        stop_background.cancel();
+        if let Some(dispatcher) = dispatcher {
+            dispatcher.await.context("the dispatcher task failed")?;
+        }
         served
     }
+}
+
+/// Opens the configured store; returns it with the data-directory lock (SQLite) and the
+/// admin token.
+async fn open_store(config: &Config) -> anyhow::Result<(Arc<dyn Store>, Option<File>, String)> {
+    if let Some(url) = &config.store.database_url {
+        let Some(token) = config.auth.admin_token.clone() else {
+            bail!(
+                "HERALD_ADMIN_TOKEN is required with PostgreSQL: every process sharing the database must use the same one"
+            )
+        };
+        let options = PgOptions {
+            pool_size: config.store.pool_size,
+            connect_timeout: Duration::from_secs(5),
+            ingest_batch_max: config.store.ingest_batch_max,
+            ingest_linger: config.store.ingest_linger,
+            max_payload_bytes: config.server.max_payload_bytes,
+        };
+        let store: Arc<dyn Store> = Arc::new(PgStore::connect(url, &options).await?);
+        return Ok((store, None, token));
+    }
+    let data_dir = &config.server.data_dir;
+    std::fs::create_dir_all(data_dir).with_context(|| format!("creating data directory {}", data_dir.display()))?;
+    let lock = lock_data_dir(data_dir)?;
+    let token = admin_token(config, data_dir)?;
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&data_dir.join("herald.db"), &config.store)?);
+    // Only this process can open the database, so every claim left in it belongs to a
+    // process that is gone.
+    let reclaimed = store.release_all().await?;
+    if reclaimed > 0 {
+        tracing::info!(reclaimed, "took back deliveries held by a previous process");
+    }
+    Ok((store, Some(lock), token))
 }
 
 fn lock_data_dir(data_dir: &Path) -> anyhow::Result<File> {

@@ -85,6 +85,11 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// The API of a worker process: health checks only.
+pub fn health_router(state: AppState) -> Router {
+    Router::new().merge(health::router()).fallback(|| async { ApiError::NotFound("route") }).with_state(state)
+}
+
 /// The application `id_or_uid`, if the caller may see it (404 otherwise).
 async fn visible_app(state: &AppState, principal: &Principal, id_or_uid: &str) -> ApiResult<Arc<App>> {
     match state.catalog.app(id_or_uid).await? {

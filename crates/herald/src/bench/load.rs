@@ -132,7 +132,8 @@ pub async fn drive(
 
 /// Posts one message; returns its id when accepted (202).
 async fn send(api: &Api, app_id: &str, body: Bytes) -> Option<Box<str>> {
-    let request = http::Request::post(format!("{}/api/v1/app/{app_id}/msg", api.base))
+    // Like the Svix SDKs, ask for the answer without the payload echoed back.
+    let request = http::Request::post(format!("{}/api/v1/app/{app_id}/msg?with_content=false", api.base))
         .header("authorization", format!("Bearer {}", api.token))
         .header("content-type", "application/json")
         .body(Full::new(body))

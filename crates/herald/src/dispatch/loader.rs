@@ -14,6 +14,7 @@ const CLAIM_BATCH: usize = 1000;
 
 pub async fn run(dispatcher: Arc<Dispatcher>, shutdown: CancellationToken) {
     let interval = dispatcher.config.queue.poll_interval;
+    let elsewhere = dispatcher.store.signals().work.clone();
     loop {
         if let Err(e) = load_available(&dispatcher).await {
             tracing::warn!(error = %e, "claiming work from the store failed; will retry");
@@ -21,7 +22,34 @@ pub async fn run(dispatcher: Arc<Dispatcher>, shutdown: CancellationToken) {
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
             _ = dispatcher.wake_loader.notified() => {}
+            // Another process committed claimable work (PostgreSQL NOTIFY).
+            _ = elsewhere.notified() => {}
             _ = shutdown.cancelled() => return,
+        }
+    }
+}
+
+/// On a shared store: renews this process's lease, and releases the deliveries of processes
+/// whose lease expired (every process does it; it is idempotent).
+pub async fn keep_lease(dispatcher: Arc<Dispatcher>, shutdown: CancellationToken) {
+    if !dispatcher.store.shared() {
+        return;
+    }
+    let lease = dispatcher.config.lease;
+    let mut beat = tokio::time::interval(lease / 4);
+    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = beat.tick() => {}
+            _ = shutdown.cancelled() => return,
+        }
+        match dispatcher.store.heartbeat(&dispatcher.owner()).await {
+            Ok(true) => {}
+            Ok(false) => dispatcher.forfeit().await,
+            Err(e) => tracing::warn!(error = %e, "renewing the lease failed; will retry"),
+        }
+        if let Err(e) = dispatcher.store.reap_expired(lease).await {
+            tracing::warn!(error = %e, "releasing expired leases failed; will retry");
         }
     }
 }
@@ -35,7 +63,7 @@ async fn load_available(dispatcher: &Dispatcher) -> Result<(), crate::store::Sto
             return Ok(());
         }
         let now = now_ms();
-        let claimed = match dispatcher.store.claim(&dispatcher.owner, now + horizon, batch).await {
+        let claimed = match dispatcher.store.claim(&dispatcher.owner(), now + horizon, batch).await {
             Ok(claimed) => claimed,
             Err(e) => {
                 dispatcher.lanes().forget(batch);

@@ -11,7 +11,7 @@ mod lanes;
 mod loader;
 mod outcomes;
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore};
@@ -31,6 +31,8 @@ use crate::store::Store;
 #[derive(Debug, Clone)]
 pub struct DispatchConfig {
     pub queue: QueueConfig,
+    /// How long a claim outlives its process's last heartbeat (shared stores).
+    pub lease: Duration,
     /// Attempts in flight at once across all applications.
     pub max_in_flight: usize,
     /// Attempts in flight at once per application.
@@ -38,8 +40,11 @@ pub struct DispatchConfig {
 }
 
 pub struct Dispatcher {
-    /// Identifies this process's claims in the store.
-    owner: String,
+    /// Identifies this process's claims in the store: the node name and a generation that
+    /// changes whenever the lease is lost and the process registers anew.
+    node: String,
+    owner: RwLock<Arc<str>>,
+    generation: std::sync::atomic::AtomicU64,
     store: Arc<dyn Store>,
     catalog: Arc<Catalog>,
     deliverer: Deliverer,
@@ -64,7 +69,9 @@ impl Dispatcher {
     ) -> Arc<Self> {
         let (outcomes, outcomes_rx) = outcomes::channel();
         Arc::new(Self {
-            owner,
+            owner: RwLock::new(Arc::from(format!("{owner}-0"))),
+            node: owner,
+            generation: Default::default(),
             store,
             catalog,
             deliverer,
@@ -80,8 +87,22 @@ impl Dispatcher {
     }
 
     /// The owner name this process claims deliveries under.
-    pub fn owner(&self) -> &str {
-        &self.owner
+    pub fn owner(&self) -> Arc<str> {
+        self.owner.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The lease was lost (the process stalled longer than the lease): every delivery it
+    /// held now belongs to others. Forget the waiting ones and continue under a new owner
+    /// name, so no outcome of the old claims can land on new ones.
+    async fn forfeit(&self) {
+        let dropped = self.lanes().drain_waiting().len();
+        let generation = self.generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        let owner: Arc<str> = Arc::from(format!("{}-{generation}", self.node));
+        *self.owner.write().unwrap_or_else(|p| p.into_inner()) = owner.clone();
+        tracing::warn!(dropped, owner = %owner, "lease lost; dropped held deliveries and registered anew");
+        if let Err(e) = self.store.register_node(&owner).await {
+            tracing::warn!(error = %e, "registering after a lost lease failed; will retry");
+        }
     }
 
     /// Reserves memory for `n` deliveries about to be ingested; when this returns false
@@ -117,9 +138,14 @@ impl Dispatcher {
         let rx = self.outcomes_rx.lock().unwrap_or_else(|p| p.into_inner()).take().expect("run is called once");
         let stop_outcomes = CancellationToken::new();
         let writer = tokio::spawn(outcomes::run(self.clone(), rx, stop_outcomes.clone()));
+        if let Err(e) = self.store.register_node(&self.owner()).await {
+            tracing::warn!(error = %e, "registering this process failed; the lease task will retry");
+        }
         let loader = tokio::spawn(loader::run(self.clone(), shutdown.clone()));
+        let leases = tokio::spawn(loader::keep_lease(self.clone(), shutdown.clone()));
         self.clone().pump(shutdown).await;
         let _ = loader.await;
+        let _ = leases.await;
         self.attempts.close();
         let grace = self.config.queue.shutdown_grace;
         if tokio::time::timeout(grace, self.attempts.wait()).await.is_err() {
@@ -129,7 +155,7 @@ impl Dispatcher {
         stop_outcomes.cancel();
         let _ = writer.await;
         let waiting = self.lanes().drain_waiting().len();
-        match self.store.release_owner(&self.owner).await {
+        match self.store.release_owner(&self.owner()).await {
             Ok(released) => tracing::info!(waiting, released, "dispatcher stopped; deliveries released"),
             Err(e) => tracing::error!(error = %e, "releasing deliveries at shutdown failed"),
         }

@@ -60,7 +60,7 @@ async fn write(dispatcher: &Dispatcher, batch: &mut Vec<Pending>, stop: &Cancell
     let mut delays = RETRY_DELAYS_MS.iter().copied();
     let mut delay = 0;
     let applied = loop {
-        match dispatcher.store.record_outcomes(&dispatcher.owner, records.clone()).await {
+        match dispatcher.store.record_outcomes(&dispatcher.owner(), records.clone()).await {
             Ok(applied) => break applied,
             // Stopping: the claims are dropped at the next start and the deliveries retried.
             Err(e) if stop.is_cancelled() => {

@@ -154,6 +154,10 @@ pub async fn retries_keep_or_release_the_claim(store: &dyn Store) {
 }
 
 pub async fn release_all_frees_every_claim(store: &dyn Store) {
+    if store.shared() {
+        eprintln!("skipped: on a shared store other processes' claims end by lease expiry, not at start-up");
+        return;
+    }
     seeded(store, 3).await;
     store.claim("gone", now_ms() + 1000, 10).await.unwrap();
     assert_eq!(store.release_all().await.unwrap(), 3);
@@ -246,6 +250,30 @@ pub async fn deleting_an_endpoint_cancels_its_pending_deliveries(store: &dyn Sto
     assert_eq!(stats.canceled, msgs.len() as u64);
 }
 
+pub async fn expired_leases_pass_to_others_and_the_stale_owner_records_nothing(store: &dyn Store) {
+    if !store.shared() {
+        eprintln!("skipped: this backend serves one process, so no lease can expire under a live one");
+        return;
+    }
+    let (app, ep, msgs) = seeded(store, 2).await;
+    store.register_node("stale").await.unwrap();
+    assert_eq!(store.claim("stale", now_ms() + 1000, 10).await.unwrap().len(), 2);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    store.register_node("alive").await.unwrap();
+    assert_eq!(store.reap_expired(std::time::Duration::from_millis(200)).await.unwrap(), 2);
+    assert!(!store.heartbeat("stale").await.unwrap(), "the stale node learns it lost its lease");
+    assert!(store.heartbeat("alive").await.unwrap());
+    assert_eq!(store.claim("alive", now_ms() + 1000, 10).await.unwrap().len(), 2);
+    let (msg, delivery) = msgs[0].clone();
+    let late = OutcomeRecord {
+        delivery_id: delivery,
+        attempt: Some(attempt(&app, &msg, &ep.id, true)),
+        attempts: 1,
+        next: NextState::Delivered,
+    };
+    assert_eq!(store.record_outcomes("stale", vec![late]).await.unwrap(), vec![false]);
+}
+
 /// Instantiates every case as a `#[tokio::test]` against the store `$make` builds.
 #[macro_export]
 macro_rules! conformance_suite {
@@ -261,6 +289,7 @@ macro_rules! conformance_suite {
             idempotency_keys_replay_and_expire,
             a_repeated_event_id_is_refused,
             deleting_an_endpoint_cancels_its_pending_deliveries,
+            expired_leases_pass_to_others_and_the_stale_owner_records_nothing,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {

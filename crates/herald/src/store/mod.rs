@@ -9,9 +9,14 @@
 #[cfg(test)]
 pub mod conformance;
 mod model;
+pub mod postgres;
 pub mod sqlite;
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use async_trait::async_trait;
+use tokio::sync::{Notify, broadcast};
 
 pub use model::*;
 
@@ -111,6 +116,14 @@ pub trait QueueStore: Send + Sync {
     async fn release_owner(&self, owner: &str) -> StoreResult<u64>;
     /// Drops every claim: used at start-up by a backend that only one process can open.
     async fn release_all(&self) -> StoreResult<u64>;
+    /// Announces a process that will claim deliveries under `owner`.
+    async fn register_node(&self, owner: &str) -> StoreResult<()>;
+    /// Renews `owner`'s lease; false when it expired and its deliveries were given to
+    /// others (the process must then drop everything it holds and register anew).
+    async fn heartbeat(&self, owner: &str) -> StoreResult<bool>;
+    /// Releases the deliveries of processes whose lease expired more than `lease` ago and
+    /// forgets those processes; returns how many deliveries were released.
+    async fn reap_expired(&self, lease: Duration) -> StoreResult<u64>;
     /// Puts deliveries back to pending for a manual retry; returns how many.
     async fn requeue(&self, request: Requeue) -> StoreResult<u64>;
     /// Counts of deliveries by state (for health and shutdown checks).
@@ -129,7 +142,34 @@ pub trait AccessStore: Send + Sync {
     async fn prune_idempotency(&self, before: Millis, limit: usize) -> StoreResult<u64>;
 }
 
-/// Everything Herald needs from a database.
-pub trait Store: CatalogStore + MessageStore + QueueStore + AccessStore + 'static {}
+/// A change another process made to applications or endpoints, announced through the
+/// database so every process's catalog forgets its stale copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CatalogChange {
+    App(AppId),
+    Endpoint(AppId, EndpointId),
+    /// Announcements may have been missed (a reconnect): forget everything.
+    All,
+}
 
-impl<T: CatalogStore + MessageStore + QueueStore + AccessStore + 'static> Store for T {}
+/// What processes sharing a database tell each other. A backend used by one process only
+/// never fires them.
+#[derive(Clone)]
+pub struct Signals {
+    /// Claimable work appeared (a delivery committed unclaimed, a requeue, a reaped lease).
+    pub work: Arc<Notify>,
+    pub catalog: broadcast::Sender<CatalogChange>,
+}
+
+impl Default for Signals {
+    fn default() -> Self {
+        Self { work: Arc::new(Notify::new()), catalog: broadcast::channel(1024).0 }
+    }
+}
+
+/// Everything Herald needs from a database.
+pub trait Store: CatalogStore + MessageStore + QueueStore + AccessStore + 'static {
+    fn signals(&self) -> &Signals;
+    /// Whether several processes may share this store (claims then need live leases).
+    fn shared(&self) -> bool;
+}

@@ -2,7 +2,6 @@
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -10,14 +9,14 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::json;
 
-use crate::support::server::ADMIN_TOKEN;
+use crate::support::server::{ADMIN_TOKEN, Backend, Storage, backend, test_config};
 use crate::support::{Receiver, Reply, TestServer, eventually};
 
 #[tokio::test]
 async fn graceful_shutdown_finishes_the_in_flight_attempt_and_records_it() {
     let receiver = Receiver::start(|_, _| Reply::ok().after(Duration::from_millis(800))).await;
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start_in(dir.path(), |_| {}).await;
+    let storage = Storage::new().await;
+    let server = TestServer::start_on(&storage, |_| {}).await;
     let app = server.create_app("a").await;
     let endpoint = server.create_endpoint(&app, &receiver.url("/slow"), json!({})).await;
     let msg = server.send(&app, json!({"eventType": "a", "payload": {}})).await;
@@ -26,7 +25,7 @@ async fn graceful_shutdown_finishes_the_in_flight_attempt_and_records_it() {
     server.begin_stop();
     server.stopped().await.expect("a graceful stop returns Ok");
 
-    let server = TestServer::start_in(dir.path(), |_| {}).await;
+    let server = TestServer::start_on(&storage, |_| {}).await;
     let status = server.delivery_status(&app, &msg, endpoint["id"].as_str().unwrap()).await;
     assert_eq!(status, Some(0), "the in-flight attempt's success was recorded before exit");
     assert_eq!(server.attempts(&app, &msg).await.len(), 1);
@@ -36,19 +35,23 @@ async fn graceful_shutdown_finishes_the_in_flight_attempt_and_records_it() {
 #[tokio::test]
 async fn a_generated_admin_token_is_stored_owner_only_and_reused() {
     use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    let config = |dir: &Path| {
-        let mut config = crate::support::server::test_config(dir);
+    if backend() == Backend::Postgres {
+        eprintln!("skipped on PostgreSQL: processes sharing a database need HERALD_ADMIN_TOKEN; none is generated");
+        return;
+    }
+    let storage = Storage::new().await;
+    let config = || {
+        let mut config = test_config(&storage);
         config.auth.admin_token = None;
         config
     };
-    let server = herald::Server::build(config(dir.path())).await.unwrap();
+    let server = herald::Server::build(config()).await.unwrap();
     drop(server);
-    let path = dir.path().join("admin-token");
+    let path = storage.dir.path().join("admin-token");
     let token = std::fs::read_to_string(&path).unwrap().trim().to_owned();
     assert!(token.len() >= 40, "a long random token");
     assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
-    let server = herald::Server::build(config(dir.path())).await.unwrap();
+    let server = herald::Server::build(config()).await.unwrap();
     let addr = server.local_addr();
     let shutdown = tokio_util::sync::CancellationToken::new();
     let running = tokio::spawn(server.run_until_stopped(shutdown.clone()));
@@ -62,26 +65,41 @@ async fn a_generated_admin_token_is_stored_owner_only_and_reused() {
 
 #[tokio::test]
 async fn a_second_server_on_the_same_data_directory_fails_at_once() {
+    if backend() == Backend::Postgres {
+        eprintln!(
+            "skipped on PostgreSQL: many processes share one database by design; only SQLite locks its directory"
+        );
+        return;
+    }
     let first = TestServer::start_with(|_| {}).await;
-    let dir = tempfile::tempdir().unwrap();
-    let _held = TestServer::start_in(dir.path(), |_| {}).await;
-    let second = herald::Server::build(crate::support::server::test_config(dir.path())).await;
+    let storage = Storage::new().await;
+    let _held = TestServer::start_on(&storage, |_| {}).await;
+    let second = herald::Server::build(test_config(&storage)).await;
     let error = format!("{:#}", second.err().expect("the data directory is locked"));
     assert!(error.contains("another Herald process is using the data directory"), "{error}");
     first.stop().await;
 }
 
-/// A `herald serve` child process on a data directory.
-struct Process {
+/// A `herald serve` child process on test storage.
+pub struct Process {
     child: Child,
-    base: String,
+    pub base: String,
 }
 
 impl Process {
-    fn start(data_dir: &Path) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_herald"))
+    pub fn start(storage: &Storage) -> Self {
+        Self::start_with(storage, &[])
+    }
+
+    pub fn start_with(storage: &Storage, env: &[(&str, &str)]) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_herald"));
+        if let Some(url) = &storage.database_url {
+            command.env("HERALD_DATABASE_URL", url).env("HERALD_QUEUE__LEASE_MS", "2000");
+        }
+        command.envs(env.iter().copied());
+        let mut child = command
             .arg("serve")
-            .env("HERALD_DATA_DIR", data_dir)
+            .env("HERALD_DATA_DIR", storage.dir.path())
             .env("HERALD_LISTEN", "127.0.0.1:0")
             .env("HERALD_ADMIN_TOKEN", ADMIN_TOKEN)
             .env("HERALD_ALLOWED_NETWORKS", "127.0.0.0/8")
@@ -103,7 +121,7 @@ impl Process {
         Self { child, base: format!("http://{addr}") }
     }
 
-    fn kill(mut self) {
+    pub fn kill(mut self) {
         self.child.kill().unwrap(); // SIGKILL
         self.child.wait().unwrap();
     }
@@ -112,8 +130,8 @@ impl Process {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_under_load_loses_no_accepted_message() {
     let receiver = Receiver::start(|_, _| Reply::ok().after(Duration::from_millis(3))).await;
-    let dir = tempfile::tempdir().unwrap();
-    let first = Process::start(dir.path());
+    let storage = Storage::new().await;
+    let first = Process::start(&storage);
     let client = reqwest::Client::new();
     let post = |base: &str, path: &str, body: serde_json::Value| {
         client.post(format!("{base}{path}")).bearer_auth(ADMIN_TOKEN).json(&body).send()
@@ -155,7 +173,7 @@ async fn sigkill_under_load_loses_no_accepted_message() {
     let accepted = accepted.lock().unwrap().clone();
     assert!(accepted.len() >= 400);
 
-    let second = Process::start(dir.path());
+    let second = Process::start(&storage);
     eventually("every accepted message to arrive", || async {
         let received: HashSet<String> = receiver.requests().iter().map(|r| r.header("webhook-id").to_owned()).collect();
         accepted.is_subset(&received).then_some(())

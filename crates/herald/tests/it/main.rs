@@ -2,7 +2,9 @@
 //! SQLite. One test binary so the suite links once.
 
 mod api;
+mod bench;
 mod delivery;
 mod lifecycle;
+mod postgres;
 mod sdk;
 mod support;

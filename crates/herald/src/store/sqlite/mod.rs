@@ -16,7 +16,7 @@ use anyhow::Context;
 use rusqlite::{Connection, OpenFlags};
 
 use crate::config::StoreConfig;
-use crate::store::StoreError;
+use crate::store::{Signals, Store, StoreError};
 use readers::Readers;
 use writer::{Batching, Writer};
 
@@ -27,6 +27,18 @@ const STATEMENT_CACHE: usize = 256;
 pub struct SqliteStore {
     writer: Writer,
     readers: Readers,
+    signals: Signals,
+}
+
+impl Store for SqliteStore {
+    fn signals(&self) -> &Signals {
+        &self.signals
+    }
+
+    /// The data directory is locked to one process.
+    fn shared(&self) -> bool {
+        false
+    }
 }
 
 impl SqliteStore {
@@ -61,7 +73,7 @@ impl SqliteStore {
             commit_interval: config.commit_interval,
             checkpoint_interval: config.checkpoint_interval,
         };
-        Ok(Self { writer: Writer::start(conn, batching), readers: Readers::new(readers) })
+        Ok(Self { writer: Writer::start(conn, batching), readers: Readers::new(readers), signals: Signals::default() })
     }
 }
 
@@ -110,7 +122,7 @@ impl From<rusqlite::Error> for StoreError {
 mod tests {
     use super::*;
     use crate::config::Config;
-    use crate::store::{CatalogStore, Store};
+    use crate::store::CatalogStore;
 
     /// A fresh database in a temporary directory, removed when the fixture drops.
     struct Fixture {

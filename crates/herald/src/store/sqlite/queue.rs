@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -54,6 +55,19 @@ impl QueueStore for SqliteStore {
         self.writer
             .write(|conn| Ok(conn.execute("UPDATE delivery SET owner = NULL WHERE owner IS NOT NULL", [])? as u64))
             .await
+    }
+
+    async fn register_node(&self, _owner: &str) -> StoreResult<()> {
+        Ok(())
+    }
+
+    /// One process per database: its lease cannot be lost to another.
+    async fn heartbeat(&self, _owner: &str) -> StoreResult<bool> {
+        Ok(true)
+    }
+
+    async fn reap_expired(&self, _lease: Duration) -> StoreResult<u64> {
+        Ok(0)
     }
 
     async fn requeue(&self, request: Requeue) -> StoreResult<u64> {

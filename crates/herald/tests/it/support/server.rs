@@ -1,7 +1,6 @@
 //! A real Herald server on port 0 with its own data directory.
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::Duration;
 
 use herald::{Config, Server};
@@ -12,20 +11,62 @@ use tokio_util::sync::CancellationToken;
 
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 
+/// Which store the suite runs against: SQLite, or PostgreSQL with
+/// `HERALD_TEST_BACKEND=postgres` (scripts/test.sh runs the suite both ways).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+pub fn backend() -> Backend {
+    match std::env::var("HERALD_TEST_BACKEND").as_deref() {
+        Ok("postgres") => Backend::Postgres,
+        _ => Backend::Sqlite,
+    }
+}
+
+/// Where a test server keeps its state, surviving restarts: a data directory, and on
+/// PostgreSQL a throwaway cluster with a fresh database.
+pub struct Storage {
+    pub dir: tempfile::TempDir,
+    pub database_url: Option<String>,
+    pub cluster: Option<herald::pg_cluster::TempCluster>,
+}
+
+impl Storage {
+    /// Storage of the suite's backend.
+    pub async fn new() -> Self {
+        match backend() {
+            Backend::Sqlite => Self { dir: tempfile::tempdir().unwrap(), database_url: None, cluster: None },
+            Backend::Postgres => Self::postgres().await,
+        }
+    }
+
+    /// PostgreSQL storage, whatever the suite's backend (for PostgreSQL-only tests).
+    pub async fn postgres() -> Self {
+        let cluster = herald::pg_cluster::TempCluster::start().expect("starting a throwaway PostgreSQL");
+        let url = cluster.create_database().await.unwrap();
+        Self { dir: tempfile::tempdir().unwrap(), database_url: Some(url), cluster: Some(cluster) }
+    }
+}
+
 pub struct TestServer {
     pub addr: SocketAddr,
-    /// Keeps the temporary directory alive for the whole test.
-    _dir: Option<tempfile::TempDir>,
+    /// Keeps the storage alive for the whole test (when the server owns it).
+    _storage: Option<Storage>,
     shutdown: CancellationToken,
     handle: Option<JoinHandle<anyhow::Result<()>>>,
     client: reqwest::Client,
 }
 
 /// The configuration every test server starts from: loopback delivery allowed, quick polls.
-pub fn test_config(data_dir: &Path) -> Config {
+pub fn test_config(storage: &Storage) -> Config {
     let mut config = Config::defaults();
     config.server.listen = "127.0.0.1:0".parse().unwrap();
-    config.server.data_dir = data_dir.to_owned();
+    config.server.data_dir = storage.dir.path().to_owned();
+    config.store.database_url = storage.database_url.clone();
+    config.queue.lease = Duration::from_secs(3);
     config.auth.admin_token = Some(ADMIN_TOKEN.to_owned());
     config.delivery.allowed_networks = vec!["127.0.0.0/8".parse().unwrap()];
     config.queue.poll_interval = Duration::from_millis(50);
@@ -40,21 +81,21 @@ impl TestServer {
 
     /// Starts a server after `tweak` adjusted the test configuration.
     pub async fn start_with(tweak: impl FnOnce(&mut Config)) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let mut server = Self::start_in(dir.path(), tweak).await;
-        server._dir = Some(dir);
+        let storage = Storage::new().await;
+        let mut server = Self::start_on(&storage, tweak).await;
+        server._storage = Some(storage);
         server
     }
 
-    /// Starts a server on an existing data directory (to test restarts).
-    pub async fn start_in(data_dir: &Path, tweak: impl FnOnce(&mut Config)) -> Self {
-        let mut config = test_config(data_dir);
+    /// Starts a server on existing storage (to test restarts).
+    pub async fn start_on(storage: &Storage, tweak: impl FnOnce(&mut Config)) -> Self {
+        let mut config = test_config(storage);
         tweak(&mut config);
         let server = Server::build(config).await.expect("the server builds");
         let addr = server.local_addr();
         let shutdown = CancellationToken::new();
         let handle = tokio::spawn(server.run_until_stopped(shutdown.clone()));
-        Self { addr, _dir: None, shutdown, handle: Some(handle), client: reqwest::Client::new() }
+        Self { addr, _storage: None, shutdown, handle: Some(handle), client: reqwest::Client::new() }
     }
 
     pub fn url(&self, path: &str) -> String {

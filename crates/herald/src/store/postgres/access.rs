@@ -1,0 +1,86 @@
+//! App-portal tokens and idempotency records on PostgreSQL.
+
+use async_trait::async_trait;
+
+use super::{PgStore, db_err};
+use crate::clock::Millis;
+use crate::ids::AppId;
+use crate::store::{AccessStore, PortalToken, StoreResult, StoredResponse};
+
+#[async_trait]
+impl AccessStore for PgStore {
+    async fn insert_token(&self, token: &PortalToken) -> StoreResult<()> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "INSERT INTO herald.portal_token (hash, app_id, expires_at, created_at) VALUES ($1, $2, $3, $4)",
+                &[&token.hash, &token.app_id.as_str(), &token.expires_at, &token.created_at],
+            )
+            .await
+            .map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn token(&self, hash: &str) -> StoreResult<Option<PortalToken>> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt("SELECT hash, app_id, expires_at, created_at FROM herald.portal_token WHERE hash = $1", &[&hash])
+            .await
+            .map_err(db_err)?;
+        Ok(row.map(|r| PortalToken {
+            hash: r.get(0),
+            app_id: AppId::from_trusted(r.get(1)),
+            expires_at: r.get(2),
+            created_at: r.get(3),
+        }))
+    }
+
+    async fn revoke_token(&self, hash: &str) -> StoreResult<()> {
+        let client = self.client().await?;
+        client.execute("DELETE FROM herald.portal_token WHERE hash = $1", &[&hash]).await.map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn idempotent_response(&self, scope: &str, key: &str) -> StoreResult<Option<StoredResponse>> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT fingerprint, status, body, created_at FROM herald.idempotency WHERE scope = $1 AND key = $2",
+                &[&scope, &key],
+            )
+            .await
+            .map_err(db_err)?;
+        Ok(row.map(|r| StoredResponse {
+            fingerprint: r.get(0),
+            status: r.get::<_, i32>(1) as u16,
+            body: r.get(2),
+            created_at: r.get(3),
+        }))
+    }
+
+    async fn save_idempotent_response(&self, scope: &str, key: &str, r: &StoredResponse) -> StoreResult<()> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "INSERT INTO herald.idempotency (scope, key, fingerprint, status, body, created_at)
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+                &[&scope, &key, &r.fingerprint, &i32::from(r.status), &r.body, &r.created_at],
+            )
+            .await
+            .map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn prune_idempotency(&self, before: Millis, limit: usize) -> StoreResult<u64> {
+        let client = self.client().await?;
+        let deleted = client
+            .execute(
+                "DELETE FROM herald.idempotency WHERE (scope, key) IN
+                     (SELECT scope, key FROM herald.idempotency WHERE created_at < $1 LIMIT $2)",
+                &[&before, &(limit as i64)],
+            )
+            .await
+            .map_err(db_err)?;
+        Ok(deleted)
+    }
+}

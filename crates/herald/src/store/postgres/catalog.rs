@@ -1,0 +1,265 @@
+//! Applications, endpoints and event types on PostgreSQL. Every change is announced on
+//! `herald_catalog` in the same transaction, so other processes drop their cached copies.
+
+use async_trait::async_trait;
+use tokio_postgres::types::{Json, ToSql};
+
+use super::rows::{self, APP_COLUMNS, ENDPOINT_COLUMNS, EVENT_TYPE_COLUMNS, Query};
+use super::{PgStore, db_err, pg_err};
+use crate::ids::{AppId, EndpointId};
+use crate::store::{App, CatalogStore, DeliveryState, Endpoint, EventType, PageQuery, StoreResult};
+
+const APP_CONFLICT: &str = "an application with this uid already exists";
+const ENDPOINT_CONFLICT: &str = "an endpoint with this uid already exists";
+
+/// The `herald_catalog` payload naming what changed (see `listen`).
+fn app_change(app: &AppId) -> String {
+    format!("app:{app}")
+}
+
+fn endpoint_change(app: &AppId, endpoint: &EndpointId) -> String {
+    format!("endpoint:{app}:{endpoint}")
+}
+
+const NOTIFY: &str = "SELECT pg_notify('herald_catalog', $1)";
+
+impl PgStore {
+    /// Runs one statement and the catalog announcement in one transaction.
+    async fn change(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+        announce: String,
+        conflict: &'static str,
+    ) -> StoreResult<u64> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db_err)?;
+        let changed = tx.execute(sql, params).await.map_err(pg_err(conflict))?;
+        tx.execute(NOTIFY, &[&announce]).await.map_err(db_err)?;
+        tx.commit().await.map_err(db_err)?;
+        Ok(changed)
+    }
+}
+
+fn endpoint_params(e: &Endpoint) -> Vec<Box<dyn ToSql + Sync + Send>> {
+    vec![
+        Box::new(e.id.to_string()),
+        Box::new(e.app_id.to_string()),
+        Box::new(e.uid.clone()),
+        Box::new(e.url.clone()),
+        Box::new(e.description.clone()),
+        Box::new(e.disabled),
+        Box::new(e.event_types.clone()),
+        Box::new(e.channels.clone()),
+        Box::new(Json(e.metadata.clone())),
+        Box::new(e.throttle_rate.map(i32::from)),
+        Box::new(Json(e.headers.clone())),
+        Box::new(Json(e.secrets.clone())),
+        Box::new(Json(e.delivery.clone())),
+        Box::new(e.created_at),
+        Box::new(e.updated_at),
+    ]
+}
+
+fn refs(params: &[Box<dyn ToSql + Sync + Send>]) -> Vec<&(dyn ToSql + Sync)> {
+    params.iter().map(|p| p.as_ref() as &(dyn ToSql + Sync)).collect()
+}
+
+#[async_trait]
+impl CatalogStore for PgStore {
+    async fn insert_app(&self, app: &App) -> StoreResult<()> {
+        let sql = format!("INSERT INTO herald.app ({APP_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)");
+        let rate = app.throttle_rate.map(i32::from);
+        let params: [&(dyn ToSql + Sync); 7] =
+            [&app.id.as_str(), &app.uid, &app.name, &Json(&app.metadata), &rate, &app.created_at, &app.updated_at];
+        self.change(&sql, &params, app_change(&app.id), APP_CONFLICT).await.map(drop)
+    }
+
+    async fn app(&self, id_or_uid: &str) -> StoreResult<Option<App>> {
+        let client = self.client().await?;
+        let sql =
+            format!("SELECT {APP_COLUMNS} FROM herald.app WHERE id = $1 OR uid = $1 ORDER BY id = $1 DESC LIMIT 1");
+        let row = client.query_opt(&sql, &[&id_or_uid]).await.map_err(db_err)?;
+        Ok(row.as_ref().map(rows::app))
+    }
+
+    async fn list_apps(&self, page: &PageQuery) -> StoreResult<Vec<App>> {
+        let client = self.client().await?;
+        let mut q = Query::default();
+        let tail = q.page("id", page);
+        let sql = format!("SELECT {APP_COLUMNS} FROM herald.app{}{tail}", q.where_clause());
+        let found = client.query(&sql, &q.params()).await.map_err(db_err)?;
+        Ok(found.iter().map(rows::app).collect())
+    }
+
+    async fn update_app(&self, app: &App) -> StoreResult<()> {
+        let rate = app.throttle_rate.map(i32::from);
+        let params: [&(dyn ToSql + Sync); 6] =
+            [&app.uid, &app.name, &Json(&app.metadata), &rate, &app.updated_at, &app.id.as_str()];
+        let sql = "UPDATE herald.app SET uid = $1, name = $2, metadata = $3, throttle_rate = $4, updated_at = $5 WHERE id = $6";
+        self.change(sql, &params, app_change(&app.id), APP_CONFLICT).await.map(drop)
+    }
+
+    async fn delete_app(&self, id: &AppId) -> StoreResult<()> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db_err)?;
+        for table in ["attempt", "delivery", "message", "endpoint", "portal_token"] {
+            tx.execute(&format!("DELETE FROM herald.{table} WHERE app_id = $1"), &[&id.as_str()])
+                .await
+                .map_err(db_err)?;
+        }
+        tx.execute("DELETE FROM herald.app WHERE id = $1", &[&id.as_str()]).await.map_err(db_err)?;
+        tx.execute(NOTIFY, &[&app_change(id)]).await.map_err(db_err)?;
+        tx.commit().await.map_err(db_err)
+    }
+
+    async fn insert_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()> {
+        let marks = (1..=15).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ");
+        let sql = format!("INSERT INTO herald.endpoint ({ENDPOINT_COLUMNS}) VALUES ({marks})");
+        let params = endpoint_params(endpoint);
+        let announce = endpoint_change(&endpoint.app_id, &endpoint.id);
+        self.change(&sql, &refs(&params), announce, ENDPOINT_CONFLICT).await.map(drop)
+    }
+
+    async fn endpoint(&self, app: &AppId, id_or_uid: &str) -> StoreResult<Option<Endpoint>> {
+        let client = self.client().await?;
+        let sql = format!(
+            "SELECT {ENDPOINT_COLUMNS} FROM herald.endpoint WHERE app_id = $1 AND (id = $2 OR uid = $2)
+             ORDER BY id = $2 DESC LIMIT 1"
+        );
+        let row = client.query_opt(&sql, &[&app.as_str(), &id_or_uid]).await.map_err(db_err)?;
+        Ok(row.as_ref().map(rows::endpoint))
+    }
+
+    async fn endpoint_by_id(&self, id: &EndpointId) -> StoreResult<Option<Endpoint>> {
+        let client = self.client().await?;
+        let sql = format!("SELECT {ENDPOINT_COLUMNS} FROM herald.endpoint WHERE id = $1");
+        let row = client.query_opt(&sql, &[&id.as_str()]).await.map_err(db_err)?;
+        Ok(row.as_ref().map(rows::endpoint))
+    }
+
+    async fn list_endpoints(&self, app: &AppId, page: &PageQuery) -> StoreResult<Vec<Endpoint>> {
+        let client = self.client().await?;
+        let mut q = Query::default();
+        let p = q.bind(app.to_string());
+        q.and(format!("app_id = {p}"));
+        let tail = q.page("id", page);
+        let sql = format!("SELECT {ENDPOINT_COLUMNS} FROM herald.endpoint{}{tail}", q.where_clause());
+        let found = client.query(&sql, &q.params()).await.map_err(db_err)?;
+        Ok(found.iter().map(rows::endpoint).collect())
+    }
+
+    async fn app_endpoints(&self, app: &AppId) -> StoreResult<Vec<Endpoint>> {
+        let client = self.client().await?;
+        let sql = format!("SELECT {ENDPOINT_COLUMNS} FROM herald.endpoint WHERE app_id = $1 ORDER BY id");
+        let found = client.query(&sql, &[&app.as_str()]).await.map_err(db_err)?;
+        Ok(found.iter().map(rows::endpoint).collect())
+    }
+
+    async fn update_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()> {
+        let sql = "UPDATE herald.endpoint SET uid = $2, url = $3, description = $4, disabled = $5, event_types = $6,
+                       channels = $7, metadata = $8, throttle_rate = $9, headers = $10, secrets = $11, delivery = $12,
+                       updated_at = $13
+                   WHERE id = $1";
+        let mut params = endpoint_params(endpoint);
+        params.remove(13); // created_at never changes
+        params.remove(1); // nor does app_id
+        let announce = endpoint_change(&endpoint.app_id, &endpoint.id);
+        self.change(sql, &refs(&params), announce, ENDPOINT_CONFLICT).await.map(drop)
+    }
+
+    async fn delete_endpoint(&self, app: &AppId, id: &EndpointId) -> StoreResult<()> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db_err)?;
+        tx.execute(
+            "UPDATE herald.delivery SET state = $1, owner = NULL WHERE endpoint_id = $2 AND state = $3",
+            &[&(DeliveryState::Canceled.code() as i16), &id.as_str(), &(DeliveryState::Pending.code() as i16)],
+        )
+        .await
+        .map_err(db_err)?;
+        tx.execute("DELETE FROM herald.endpoint WHERE app_id = $1 AND id = $2", &[&app.as_str(), &id.as_str()])
+            .await
+            .map_err(db_err)?;
+        tx.execute(NOTIFY, &[&endpoint_change(app, id)]).await.map_err(db_err)?;
+        tx.commit().await.map_err(db_err)
+    }
+
+    async fn upsert_event_type(&self, et: &EventType) -> StoreResult<bool> {
+        let client = self.client().await?;
+        let sql = format!(
+            "INSERT INTO herald.event_type ({EVENT_TYPE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+             ON CONFLICT (name) DO UPDATE SET description = excluded.description, archived = excluded.archived,
+                deprecated = excluded.deprecated, schemas = excluded.schemas, feature_flag = excluded.feature_flag,
+                updated_at = excluded.updated_at
+             RETURNING (xmax = 0)"
+        );
+        let schemas = et.schemas.as_ref().map(Json);
+        let params: [&(dyn ToSql + Sync); 8] = [
+            &et.name,
+            &et.description,
+            &et.archived,
+            &et.deprecated,
+            &schemas,
+            &et.feature_flag,
+            &et.created_at,
+            &et.updated_at,
+        ];
+        let row = client.query_one(&sql, &params).await.map_err(db_err)?;
+        Ok(row.get(0))
+    }
+
+    async fn insert_event_type(&self, et: &EventType) -> StoreResult<()> {
+        let client = self.client().await?;
+        let sql =
+            format!("INSERT INTO herald.event_type ({EVENT_TYPE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)");
+        let schemas = et.schemas.as_ref().map(Json);
+        let params: [&(dyn ToSql + Sync); 8] = [
+            &et.name,
+            &et.description,
+            &et.archived,
+            &et.deprecated,
+            &schemas,
+            &et.feature_flag,
+            &et.created_at,
+            &et.updated_at,
+        ];
+        client.execute(&sql, &params).await.map_err(pg_err("an event type with this name already exists"))?;
+        Ok(())
+    }
+
+    async fn event_type(&self, name: &str) -> StoreResult<Option<EventType>> {
+        let client = self.client().await?;
+        let sql = format!("SELECT {EVENT_TYPE_COLUMNS} FROM herald.event_type WHERE name = $1");
+        let row = client.query_opt(&sql, &[&name]).await.map_err(db_err)?;
+        Ok(row.as_ref().map(rows::event_type))
+    }
+
+    async fn list_event_types(&self, page: &PageQuery, include_archived: bool) -> StoreResult<Vec<EventType>> {
+        let client = self.client().await?;
+        let mut q = Query::default();
+        if !include_archived {
+            q.and("NOT archived");
+        }
+        let tail = q.page("name", page);
+        let sql = format!("SELECT {EVENT_TYPE_COLUMNS} FROM herald.event_type{}{tail}", q.where_clause());
+        let found = client.query(&sql, &q.params()).await.map_err(db_err)?;
+        Ok(found.iter().map(rows::event_type).collect())
+    }
+
+    async fn delete_event_type(&self, name: &str, expunge: bool) -> StoreResult<bool> {
+        let client = self.client().await?;
+        let changed = if expunge {
+            client.execute("DELETE FROM herald.event_type WHERE name = $1", &[&name]).await
+        } else {
+            let now = crate::clock::now_ms();
+            client
+                .execute(
+                    "UPDATE herald.event_type SET archived = true, updated_at = $2 WHERE name = $1",
+                    &[&name, &now],
+                )
+                .await
+        }
+        .map_err(db_err)?;
+        Ok(changed > 0)
+    }
+}

@@ -1,0 +1,238 @@
+//! Group commit for ingest on PostgreSQL. Concurrent ingests wait here a moment and are
+//! committed together: one transaction, a handful of multi-row statements (`UNNEST`), one
+//! WAL flush, however many messages. Several batches may be committing at once.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::Pool;
+use tokio::sync::{Semaphore, mpsc, oneshot};
+
+use super::db_err;
+use crate::store::{IdempotencyRecord, IngestResult, NewMessage, StoreError, StoreResult, StoredResponse};
+
+/// Batches committing at the same time.
+const CONCURRENT_BATCHES: usize = 4;
+
+type Request = (NewMessage, oneshot::Sender<StoreResult<IngestResult>>);
+
+pub struct Batcher {
+    tx: mpsc::UnboundedSender<Request>,
+}
+
+impl Batcher {
+    pub fn start(pool: Pool, max: usize, linger: Duration) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run(pool, rx, max, linger));
+        Self { tx }
+    }
+
+    pub async fn submit(&self, new: NewMessage) -> StoreResult<IngestResult> {
+        let (reply, rx) = oneshot::channel();
+        let gone = || StoreError::Unavailable("the ingest batcher has stopped".into());
+        self.tx.send((new, reply)).map_err(|_| gone())?;
+        rx.await.map_err(|_| gone())?
+    }
+}
+
+async fn run(pool: Pool, mut rx: mpsc::UnboundedReceiver<Request>, max: usize, linger: Duration) {
+    let slots = Arc::new(Semaphore::new(CONCURRENT_BATCHES));
+    while let Some(first) = rx.recv().await {
+        let permit = slots.clone().acquire_owned().await.expect("never closed");
+        let mut batch = vec![first];
+        let deadline = tokio::time::Instant::now() + linger;
+        while batch.len() < max {
+            match rx.try_recv() {
+                Ok(request) => batch.push(request),
+                Err(_) => match tokio::time::timeout_at(deadline, rx.recv()).await {
+                    Ok(Some(request)) => batch.push(request),
+                    _ => break,
+                },
+            }
+        }
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let (news, replies): (Vec<NewMessage>, Vec<_>) = batch.into_iter().unzip();
+            match commit(&pool, &news).await {
+                Ok(results) => replies.into_iter().zip(results).for_each(|(reply, r)| drop(reply.send(Ok(r)))),
+                Err(e) => {
+                    let message = e.to_string();
+                    for reply in replies {
+                        let _ = reply.send(Err(StoreError::Unavailable(message.clone())));
+                    }
+                }
+            }
+            drop(permit);
+        });
+    }
+}
+
+/// Commits a batch; returns one result per message, in order.
+async fn commit(pool: &Pool, news: &[NewMessage]) -> StoreResult<Vec<IngestResult>> {
+    let mut client = pool.get().await.map_err(super::pool_err)?;
+    let tx = client.transaction().await.map_err(db_err)?;
+    let mut results: Vec<Option<IngestResult>> = vec![None; news.len()];
+    claim_keys(&tx, news, &mut results).await?;
+    let fresh: Vec<&NewMessage> = news.iter().zip(&results).filter(|(_, r)| r.is_none()).map(|(n, _)| n).collect();
+    let created = insert_messages(&tx, &fresh).await?;
+    let delivery_ids = insert_deliveries(&tx, fresh.iter().filter(|n| created.contains(n.message.id.as_str()))).await?;
+    let mut orphaned_keys: (Vec<&str>, Vec<&str>) = (vec![], vec![]);
+    for (n, result) in news.iter().zip(results.iter_mut()).filter(|(_, r)| r.is_none()) {
+        if !created.contains(n.message.id.as_str()) {
+            *result = Some(IngestResult::DuplicateEventId);
+            // The key was claimed for a message that was not created: give it back.
+            if let Some(record) = &n.idempotency {
+                orphaned_keys.0.push(&record.scope);
+                orphaned_keys.1.push(&record.key);
+            }
+            continue;
+        }
+        let deliveries = n.endpoints.iter().map(|e| delivery_ids[&(n.message.id.to_string(), e.to_string())]).collect();
+        *result = Some(IngestResult::Created { deliveries });
+    }
+    if !orphaned_keys.0.is_empty() {
+        tx.execute(
+            "DELETE FROM herald.idempotency WHERE (scope, key) IN (SELECT * FROM UNNEST($1::text[], $2::text[]))",
+            &[&orphaned_keys.0, &orphaned_keys.1],
+        )
+        .await
+        .map_err(db_err)?;
+    }
+    let unclaimed = fresh.iter().any(|n| n.owner.is_none() && !n.endpoints.is_empty());
+    if unclaimed {
+        tx.execute("SELECT pg_notify('herald_work', '')", &[]).await.map_err(db_err)?;
+    }
+    tx.commit().await.map_err(db_err)?;
+    Ok(results.into_iter().map(|r| r.expect("every message has a result")).collect())
+}
+
+/// Claims the batch's idempotency keys before anything else: inserting a key takes its
+/// index entry's lock, so a concurrent batch (of this or another process) with the same key
+/// waits for this one and then finds it taken. Keys taken before, or twice in this batch,
+/// make their message a replay of the first response.
+async fn claim_keys(
+    tx: &deadpool_postgres::Transaction<'_>,
+    news: &[NewMessage],
+    results: &mut [Option<IngestResult>],
+) -> StoreResult<()> {
+    let keyed: Vec<(usize, &IdempotencyRecord)> =
+        news.iter().enumerate().filter_map(|(i, n)| n.idempotency.as_ref().map(|r| (i, r))).collect();
+    if keyed.is_empty() {
+        return Ok(());
+    }
+    let scopes: Vec<&str> = keyed.iter().map(|(_, r)| r.scope.as_str()).collect();
+    let keys: Vec<&str> = keyed.iter().map(|(_, r)| r.key.as_str()).collect();
+    let fps: Vec<&str> = keyed.iter().map(|(_, r)| r.response.fingerprint.as_str()).collect();
+    let statuses: Vec<i32> = keyed.iter().map(|(_, r)| i32::from(r.response.status)).collect();
+    let bodies: Vec<&str> = keyed.iter().map(|(_, r)| r.response.body.as_str()).collect();
+    let ats: Vec<i64> = keyed.iter().map(|(_, r)| r.response.created_at).collect();
+    let mut mine: HashSet<(String, String)> = tx
+        .query(
+            "INSERT INTO herald.idempotency (scope, key, fingerprint, status, body, created_at)
+             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::int4[], $5::text[], $6::int8[])
+             ON CONFLICT DO NOTHING
+             RETURNING scope, key",
+            &[&scopes, &keys, &fps, &statuses, &bodies, &ats],
+        )
+        .await
+        .map_err(db_err)?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    // The first item with a key this batch inserted owns it; every other item with a key
+    // is a replay.
+    let taken: Vec<(usize, &IdempotencyRecord)> =
+        keyed.into_iter().filter(|(_, r)| !mine.remove(&(r.scope.clone(), r.key.clone()))).collect();
+    if taken.is_empty() {
+        return Ok(());
+    }
+    let scopes: Vec<&str> = taken.iter().map(|(_, r)| r.scope.as_str()).collect();
+    let keys: Vec<&str> = taken.iter().map(|(_, r)| r.key.as_str()).collect();
+    let stored: HashMap<(String, String), StoredResponse> = tx
+        .query(
+            "SELECT i.scope, i.key, i.fingerprint, i.status, i.body, i.created_at
+             FROM herald.idempotency i JOIN UNNEST($1::text[], $2::text[]) AS k(scope, key)
+               ON i.scope = k.scope AND i.key = k.key",
+            &[&scopes, &keys],
+        )
+        .await
+        .map_err(db_err)?
+        .iter()
+        .map(|r| {
+            let response = StoredResponse {
+                fingerprint: r.get(2),
+                status: r.get::<_, i32>(3) as u16,
+                body: r.get(4),
+                created_at: r.get(5),
+            };
+            ((r.get(0), r.get(1)), response)
+        })
+        .collect();
+    for (i, record) in taken {
+        let first = stored.get(&(record.scope.clone(), record.key.clone())).cloned();
+        results[i] = Some(IngestResult::Replayed(first.unwrap_or_else(|| record.response.clone())));
+    }
+    Ok(())
+}
+
+/// Inserts the messages; returns the ids of those created (a repeated event id creates
+/// nothing).
+async fn insert_messages(
+    tx: &deadpool_postgres::Transaction<'_>,
+    fresh: &[&NewMessage],
+) -> StoreResult<HashSet<String>> {
+    let column =
+        |f: &dyn Fn(&NewMessage) -> Option<String>| -> Vec<Option<String>> { fresh.iter().map(|n| f(n)).collect() };
+    let ids = column(&|n| Some(n.message.id.to_string()));
+    let apps = column(&|n| Some(n.message.app_id.to_string()));
+    let types = column(&|n| Some(n.message.event_type.clone()));
+    let event_ids = column(&|n| n.message.event_id.clone());
+    let channels = column(&|n| n.message.channels.as_ref().map(|c| serde_json::to_string(c).expect("strings")));
+    let payloads = column(&|n| n.message.payload.as_deref().map(str::to_owned));
+    let created: Vec<i64> = fresh.iter().map(|n| n.message.created_at).collect();
+    let rows = tx
+        .query(
+            "INSERT INTO herald.message (id, app_id, event_type, event_id, channels, payload, created_at)
+             SELECT id, app_id, event_type, event_id,
+                    CASE WHEN ch IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(ch::jsonb)) END,
+                    payload, created_at
+             FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int8[])
+                  AS t(id, app_id, event_type, event_id, ch, payload, created_at)
+             ON CONFLICT DO NOTHING
+             RETURNING id",
+            &[&ids, &apps, &types, &event_ids, &channels, &payloads, &created],
+        )
+        .await
+        .map_err(db_err)?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// Inserts one delivery per (message, endpoint); returns their ids.
+async fn insert_deliveries<'a>(
+    tx: &deadpool_postgres::Transaction<'_>,
+    created: impl Iterator<Item = &'a &'a NewMessage>,
+) -> StoreResult<HashMap<(String, String), i64>> {
+    let (mut msg, mut endpoint, mut app, mut owner, mut at) = (vec![], vec![], vec![], vec![], vec![]);
+    for n in created {
+        for e in &n.endpoints {
+            msg.push(n.message.id.to_string());
+            endpoint.push(e.to_string());
+            app.push(n.message.app_id.to_string());
+            owner.push(n.owner.clone());
+            at.push(n.message.created_at);
+        }
+    }
+    let rows = tx
+        .query(
+            "INSERT INTO herald.delivery (msg_id, endpoint_id, app_id, state, attempts, next_at, trigger, owner, created_at)
+             SELECT msg_id, endpoint_id, app_id, 0, 0, created_at, 0, owner, created_at
+             FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[])
+                  AS t(msg_id, endpoint_id, app_id, owner, created_at)
+             RETURNING msg_id, endpoint_id, id",
+            &[&msg, &endpoint, &app, &owner, &at],
+        )
+        .await
+        .map_err(db_err)?;
+    Ok(rows.iter().map(|r| ((r.get(0), r.get(1)), r.get(2))).collect())
+}

@@ -1,0 +1,182 @@
+//! The PostgreSQL backend: any number of Herald processes, on any number of machines, share
+//! one database. Work is claimed with `FOR UPDATE SKIP LOCKED` under node leases
+//! (`herald.node`), ingests are group-committed in multi-row statements ([`ingest`]),
+//! processes wake each other and invalidate each other's caches with LISTEN/NOTIFY
+//! ([`listen`]), and producers can enqueue from their own transactions with
+//! `herald.send_message(…)` (the transactional outbox, in `v1.sql`).
+
+mod access;
+mod catalog;
+mod ingest;
+mod listen;
+mod messages;
+mod migrate;
+mod queue;
+mod rows;
+
+use std::time::Duration;
+
+use anyhow::Context;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::NoTls;
+use tokio_postgres::error::SqlState;
+
+use crate::store::{Signals, Store, StoreError};
+
+pub use migrate::migrate;
+
+/// How the PostgreSQL store connects and batches.
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    pub pool_size: usize,
+    /// How long a request waits for a connection before answering 503.
+    pub connect_timeout: Duration,
+    pub ingest_batch_max: usize,
+    pub ingest_linger: Duration,
+    /// Written to `herald.setting` for `herald.send_message`.
+    pub max_payload_bytes: usize,
+}
+
+pub struct PgStore {
+    pool: Pool,
+    ingest: ingest::Batcher,
+    signals: Signals,
+}
+
+impl Store for PgStore {
+    fn signals(&self) -> &Signals {
+        &self.signals
+    }
+
+    fn shared(&self) -> bool {
+        true
+    }
+}
+
+impl PgStore {
+    /// Connects (waiting for the database to come up), applies migrations and starts the
+    /// notification listener.
+    pub async fn connect(url: &str, options: &PgOptions) -> anyhow::Result<Self> {
+        let config: tokio_postgres::Config = url.parse().context("parsing the database URL")?;
+        let manager =
+            Manager::from_config(config.clone(), NoTls, ManagerConfig { recycling_method: RecyclingMethod::Verified });
+        let pool = Pool::builder(manager)
+            .max_size(options.pool_size)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(options.connect_timeout))
+            .create_timeout(Some(options.connect_timeout))
+            .recycle_timeout(Some(options.connect_timeout))
+            .build()
+            .context("building the connection pool")?;
+        wait_for_database(&pool).await?;
+        migrate(&pool).await?;
+        let client = pool.get().await?;
+        client
+            .execute(
+                "INSERT INTO herald.setting (name, value) VALUES ('max_payload_bytes', $1)
+                 ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                &[&options.max_payload_bytes.to_string()],
+            )
+            .await?;
+        let signals = Signals::default();
+        listen::start(config, signals.clone());
+        let ingest = ingest::Batcher::start(pool.clone(), options.ingest_batch_max, options.ingest_linger);
+        Ok(Self { pool, ingest, signals })
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.pool.get().await.map_err(pool_err)
+    }
+}
+
+/// `herald migrate`: applies the migrations to the database at `url`.
+pub async fn migrate_url(url: &str) -> anyhow::Result<()> {
+    let config: tokio_postgres::Config = url.parse().context("parsing the database URL")?;
+    let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+    let pool = Pool::builder(manager).max_size(1).runtime(Runtime::Tokio1).build()?;
+    wait_for_database(&pool).await?;
+    migrate(&pool).await
+}
+
+/// Waits up to a minute for the database to accept connections (containers and services
+/// often start together).
+async fn wait_for_database(pool: &Pool) -> anyhow::Result<()> {
+    let mut delay = Duration::from_millis(100);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        match pool.get().await {
+            Ok(_) => return Ok(()),
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                tracing::warn!(error = %e, "waiting for PostgreSQL");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+            Err(e) => return Err(e).context("connecting to PostgreSQL"),
+        }
+    }
+}
+
+fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
+    StoreError::Unavailable(format!("no database connection: {e}"))
+}
+
+/// Maps database errors: connection and availability problems are `Unavailable` (503),
+/// uniqueness violations `Conflict` with the given message, the rest internal.
+fn pg_err(conflict: &'static str) -> impl Fn(tokio_postgres::Error) -> StoreError {
+    move |e| {
+        let Some(db) = e.as_db_error() else {
+            return StoreError::Unavailable(e.to_string());
+        };
+        let code = db.code();
+        if *code == SqlState::UNIQUE_VIOLATION {
+            StoreError::Conflict(conflict)
+        } else if code.code().starts_with("08")
+            || code.code().starts_with("57")
+            || code.code().starts_with("53")
+            || *code == SqlState::T_R_SERIALIZATION_FAILURE
+            || *code == SqlState::T_R_DEADLOCK_DETECTED
+        {
+            StoreError::Unavailable(db.message().to_owned())
+        } else {
+            StoreError::Other(anyhow::anyhow!("database error: {e}"))
+        }
+    }
+}
+
+/// The usual mapping, for statements that cannot violate a uniqueness rule.
+fn db_err(e: tokio_postgres::Error) -> StoreError {
+    pg_err("a uniqueness rule was violated")(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pg_cluster::TempCluster;
+
+    /// A fresh database on a throwaway cluster, removed when the fixture drops.
+    struct Fixture {
+        store: PgStore,
+        _cluster: TempCluster,
+    }
+
+    impl Fixture {
+        async fn new() -> Self {
+            let cluster = TempCluster::start().expect("starting a throwaway PostgreSQL");
+            let url = cluster.create_database().await.unwrap();
+            let options = PgOptions {
+                pool_size: 4,
+                connect_timeout: Duration::from_secs(5),
+                ingest_batch_max: 64,
+                ingest_linger: Duration::from_millis(1),
+                max_payload_bytes: 262_144,
+            };
+            Self { store: PgStore::connect(&url, &options).await.unwrap(), _cluster: cluster }
+        }
+
+        fn store(&self) -> &dyn Store {
+            &self.store
+        }
+    }
+
+    crate::conformance_suite!(Fixture::new());
+}

@@ -1,0 +1,348 @@
+//! The work queue on PostgreSQL: claims with `FOR UPDATE SKIP LOCKED`, outcomes recorded
+//! only while the claim holds, node leases (heartbeats, reaping), manual requeues.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::rows::{self, MESSAGE_COLUMNS};
+use super::{PgStore, db_err};
+use crate::clock::{Millis, now_ms};
+use crate::ids::EndpointId;
+use crate::store::{
+    ClaimedDelivery, DeliveryState, NextState, OutcomeRecord, QueueCounts, QueueStore, Requeue, StoreResult, Trigger,
+};
+
+const NOTIFY_WORK: &str = "SELECT pg_notify('herald_work', '')";
+
+#[async_trait]
+impl QueueStore for PgStore {
+    async fn claim(&self, owner: &str, due_before: Millis, limit: usize) -> StoreResult<Vec<ClaimedDelivery>> {
+        let client = self.client().await?;
+        let claimed = client
+            .query(
+                "WITH due AS (
+                     SELECT id FROM herald.delivery
+                     WHERE state = 0 AND owner IS NULL AND next_at <= $2
+                     ORDER BY next_at LIMIT $3 FOR UPDATE SKIP LOCKED)
+                 UPDATE herald.delivery d SET owner = $1 FROM due WHERE d.id = due.id
+                 RETURNING d.id, d.msg_id, d.endpoint_id, d.attempts, d.next_at, d.trigger",
+                &[&owner, &due_before, &(limit as i64)],
+            )
+            .await
+            .map_err(db_err)?;
+        if claimed.is_empty() {
+            return Ok(vec![]);
+        }
+        let msg_ids: Vec<String> = claimed.iter().map(|r| r.get(1)).collect();
+        let sql = format!("SELECT {MESSAGE_COLUMNS} FROM herald.message m WHERE m.id = ANY ($1)");
+        let messages: HashMap<String, Arc<crate::store::Message>> = client
+            .query(&sql, &[&msg_ids])
+            .await
+            .map_err(db_err)?
+            .iter()
+            .map(|r| {
+                let m = rows::message(r, true);
+                (m.id.to_string(), Arc::new(m))
+            })
+            .collect();
+        let mut out = Vec::with_capacity(claimed.len());
+        let mut orphans = vec![];
+        for row in claimed {
+            let delivery_id: i64 = row.get(0);
+            let Some(message) = messages.get(row.get::<_, &str>(1)).cloned() else {
+                orphans.push(delivery_id);
+                continue;
+            };
+            out.push(ClaimedDelivery {
+                delivery_id,
+                endpoint_id: EndpointId::from_trusted(row.get(2)),
+                message,
+                attempts: row.get::<_, i32>(3) as u32,
+                next_at: row.get(4),
+                trigger: Trigger::from_code(row.get::<_, i16>(5).into()),
+            });
+        }
+        if !orphans.is_empty() {
+            // Their messages are gone (the application was deleted): nothing to send.
+            client
+                .execute("UPDATE herald.delivery SET state = 3, owner = NULL WHERE id = ANY ($1)", &[&orphans])
+                .await
+                .map_err(db_err)?;
+        }
+        Ok(out)
+    }
+
+    async fn record_outcomes(&self, owner: &str, outcomes: Vec<OutcomeRecord>) -> StoreResult<Vec<bool>> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db_err)?;
+        let now = now_ms();
+        let (mut ids, mut states, mut attempts, mut next, mut keep) = (vec![], vec![], vec![], vec![], vec![]);
+        for o in &outcomes {
+            let (state, at, kept) = match o.next {
+                NextState::Delivered => (DeliveryState::Delivered, now, false),
+                NextState::Retry { at, keep } => (DeliveryState::Pending, at, keep),
+                NextState::Dead => (DeliveryState::Dead, now, false),
+                NextState::Canceled => (DeliveryState::Canceled, now, false),
+            };
+            ids.push(o.delivery_id);
+            states.push(state.code() as i16);
+            attempts.push(o.attempts as i32);
+            next.push(at);
+            keep.push(kept);
+        }
+        let applied: std::collections::HashSet<i64> = tx
+            .query(
+                "UPDATE herald.delivery d SET state = u.state, attempts = u.attempts, next_at = u.next_at, trigger = 0,
+                     owner = CASE WHEN u.keep THEN d.owner ELSE NULL END
+                 FROM UNNEST($1::int8[], $2::int2[], $3::int4[], $4::int8[], $5::bool[])
+                      AS u(id, state, attempts, next_at, keep)
+                 WHERE d.id = u.id AND d.owner = $6
+                 RETURNING d.id",
+                &[&ids, &states, &attempts, &next, &keep, &owner],
+            )
+            .await
+            .map_err(db_err)?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        insert_attempts(&tx, outcomes.iter().filter(|o| applied.contains(&o.delivery_id))).await?;
+        let released = outcomes
+            .iter()
+            .any(|o| applied.contains(&o.delivery_id) && matches!(o.next, NextState::Retry { keep: false, .. }));
+        if released {
+            tx.execute(NOTIFY_WORK, &[]).await.map_err(db_err)?;
+        }
+        tx.commit().await.map_err(db_err)?;
+        Ok(outcomes.iter().map(|o| applied.contains(&o.delivery_id)).collect())
+    }
+
+    async fn release(&self, owner: &str, deliveries: Vec<i64>) -> StoreResult<()> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "UPDATE herald.delivery SET owner = NULL WHERE id = ANY ($1) AND owner = $2",
+                &[&deliveries, &owner],
+            )
+            .await
+            .map_err(db_err)?;
+        client.execute(NOTIFY_WORK, &[]).await.map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn release_owner(&self, owner: &str) -> StoreResult<u64> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db_err)?;
+        let released =
+            tx.execute("UPDATE herald.delivery SET owner = NULL WHERE owner = $1", &[&owner]).await.map_err(db_err)?;
+        tx.execute("DELETE FROM herald.node WHERE id = $1", &[&owner]).await.map_err(db_err)?;
+        tx.execute(NOTIFY_WORK, &[]).await.map_err(db_err)?;
+        tx.commit().await.map_err(db_err)?;
+        Ok(released)
+    }
+
+    /// Never used on a shared database: other processes' claims are theirs until their
+    /// leases expire (see `reap_expired`).
+    async fn release_all(&self) -> StoreResult<u64> {
+        Ok(0)
+    }
+
+    async fn register_node(&self, owner: &str) -> StoreResult<()> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "INSERT INTO herald.node (id, heartbeat_at) VALUES ($1, now())
+                 ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()",
+                &[&owner],
+            )
+            .await
+            .map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn heartbeat(&self, owner: &str) -> StoreResult<bool> {
+        let client = self.client().await?;
+        let renewed = client
+            .execute("UPDATE herald.node SET heartbeat_at = now() WHERE id = $1", &[&owner])
+            .await
+            .map_err(db_err)?;
+        Ok(renewed == 1)
+    }
+
+    async fn reap_expired(&self, lease: Duration) -> StoreResult<u64> {
+        let client = self.client().await?;
+        let seconds = lease.as_secs_f64();
+        let released = client
+            .query_one(
+                "WITH dead AS (
+                     DELETE FROM herald.node WHERE heartbeat_at < now() - make_interval(secs => $1) RETURNING id),
+                 freed AS (
+                     UPDATE herald.delivery SET owner = NULL
+                     WHERE owner IN (SELECT id FROM dead) RETURNING 1)
+                 SELECT count(*) FROM freed",
+                &[&seconds],
+            )
+            .await
+            .map_err(db_err)?
+            .get::<_, i64>(0);
+        if released > 0 {
+            client.execute(NOTIFY_WORK, &[]).await.map_err(db_err)?;
+            tracing::warn!(released, "released the deliveries of processes whose lease expired");
+        }
+        Ok(released as u64)
+    }
+
+    async fn requeue(&self, request: Requeue) -> StoreResult<u64> {
+        let client = self.client().await?;
+        let now = now_ms();
+        let changed = match &request {
+            Requeue::Resend { app, msg, endpoint } => {
+                let existing = client
+                    .query_opt(
+                        "SELECT id, state, owner FROM herald.delivery WHERE msg_id = $1 AND endpoint_id = $2",
+                        &[&msg.as_str(), &endpoint.as_str()],
+                    )
+                    .await
+                    .map_err(db_err)?;
+                match existing {
+                    // Already pending and held by a dispatcher: it is about to be attempted.
+                    Some(row) if row.get::<_, i16>(1) == 0 && row.get::<_, Option<String>>(2).is_some() => 0,
+                    Some(row) => client
+                        .execute(
+                            "UPDATE herald.delivery SET state = 0, attempts = 0, next_at = $1, trigger = 1, owner = NULL
+                             WHERE id = $2",
+                            &[&now, &row.get::<_, i64>(0)],
+                        )
+                        .await
+                        .map_err(db_err)?,
+                    None => client
+                        .execute(
+                            "INSERT INTO herald.delivery
+                                 (msg_id, endpoint_id, app_id, state, attempts, next_at, trigger, owner, created_at)
+                             SELECT id, $1, app_id, 0, 0, $2, 1, NULL, created_at FROM herald.message
+                             WHERE id = $3 AND app_id = $4",
+                            &[&endpoint.as_str(), &now, &msg.as_str(), &app.as_str()],
+                        )
+                        .await
+                        .map_err(db_err)?,
+                }
+            }
+            Requeue::Recover { endpoint, since, until } => client
+                .execute(
+                    "UPDATE herald.delivery SET state = 0, attempts = 0, next_at = $1, trigger = 1, owner = NULL
+                     WHERE endpoint_id = $2 AND state = 2 AND created_at >= $3 AND created_at < $4",
+                    &[&now, &endpoint.as_str(), since, until],
+                )
+                .await
+                .map_err(db_err)?,
+        };
+        if changed > 0 {
+            client.execute(NOTIFY_WORK, &[]).await.map_err(db_err)?;
+        }
+        Ok(changed)
+    }
+
+    async fn queue_counts(&self) -> StoreResult<QueueCounts> {
+        let client = self.client().await?;
+        let mut counts = QueueCounts::default();
+        let rows = client
+            .query("SELECT state, owner IS NOT NULL, count(*) FROM herald.delivery GROUP BY 1, 2", &[])
+            .await
+            .map_err(db_err)?;
+        for row in rows {
+            let (state, owned, count): (i16, bool, i64) = (row.get(0), row.get(1), row.get(2));
+            let count = count as u64;
+            match DeliveryState::from_code(state.into()) {
+                DeliveryState::Pending if owned => counts.claimed += count,
+                DeliveryState::Pending => counts.pending += count,
+                DeliveryState::Delivered => counts.delivered += count,
+                DeliveryState::Dead => counts.dead += count,
+                DeliveryState::Canceled => {}
+            }
+        }
+        Ok(counts)
+    }
+}
+
+/// Attempt rows as one array per column, for a single multi-row INSERT.
+#[derive(Default)]
+struct AttemptColumns {
+    id: Vec<String>,
+    delivery: Vec<i64>,
+    msg: Vec<String>,
+    endpoint: Vec<String>,
+    app: Vec<String>,
+    created: Vec<i64>,
+    url: Vec<String>,
+    status: Vec<i32>,
+    duration: Vec<i64>,
+    delivered: Vec<bool>,
+    class: Vec<Option<String>>,
+    error: Vec<Option<String>>,
+    response: Vec<String>,
+    trigger: Vec<i16>,
+    number: Vec<i32>,
+}
+
+impl AttemptColumns {
+    fn push(&mut self, delivery_id: i64, a: &crate::store::Attempt) {
+        self.id.push(a.id.to_string());
+        self.delivery.push(delivery_id);
+        self.msg.push(a.msg_id.to_string());
+        self.endpoint.push(a.endpoint_id.to_string());
+        self.app.push(a.app_id.to_string());
+        self.created.push(a.created_at);
+        self.url.push(a.url.clone());
+        self.status.push(i32::from(a.status_code));
+        self.duration.push(a.duration_ms as i64);
+        self.delivered.push(a.delivered);
+        self.class.push(a.error_class.clone());
+        self.error.push(a.error.clone());
+        self.response.push(a.response.clone());
+        self.trigger.push(a.trigger.code() as i16);
+        self.number.push(a.attempt_no as i32);
+    }
+}
+
+async fn insert_attempts<'a>(
+    tx: &deadpool_postgres::Transaction<'_>,
+    outcomes: impl Iterator<Item = &'a OutcomeRecord>,
+) -> StoreResult<()> {
+    let mut c = AttemptColumns::default();
+    for o in outcomes {
+        if let Some(a) = &o.attempt {
+            c.push(o.delivery_id, a);
+        }
+    }
+    if c.id.is_empty() {
+        return Ok(());
+    }
+    tx.execute(
+        "INSERT INTO herald.attempt (id, delivery_id, msg_id, endpoint_id, app_id, created_at, url, status_code,
+             duration_ms, delivered, error_class, error, response, trigger, attempt_no)
+         SELECT * FROM UNNEST($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[], $6::int8[], $7::text[],
+             $8::int4[], $9::int8[], $10::bool[], $11::text[], $12::text[], $13::text[], $14::int2[], $15::int4[])",
+        &[
+            &c.id,
+            &c.delivery,
+            &c.msg,
+            &c.endpoint,
+            &c.app,
+            &c.created,
+            &c.url,
+            &c.status,
+            &c.duration,
+            &c.delivered,
+            &c.class,
+            &c.error,
+            &c.response,
+            &c.trigger,
+            &c.number,
+        ],
+    )
+    .await
+    .map_err(db_err)?;
+    Ok(())
+}

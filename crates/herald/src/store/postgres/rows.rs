@@ -1,0 +1,170 @@
+//! Turning rows into records, and building queries with numbered parameters.
+
+use std::sync::Arc;
+
+use tokio_postgres::Row;
+use tokio_postgres::types::{Json, ToSql};
+
+use crate::ids::{AppId, AttemptId, EndpointId, MessageId};
+use crate::store::{
+    App, Attempt, DeliveryState, DeliveryView, Endpoint, EventType, Message, MessageFilter, PageQuery, Trigger,
+};
+
+pub const APP_COLUMNS: &str = "id, uid, name, metadata, throttle_rate, created_at, updated_at";
+
+pub fn app(row: &Row) -> App {
+    App {
+        id: AppId::from_trusted(row.get(0)),
+        uid: row.get(1),
+        name: row.get(2),
+        metadata: row.get::<_, Json<_>>(3).0,
+        throttle_rate: row.get::<_, Option<i32>>(4).map(|v| v as u16),
+        created_at: row.get(5),
+        updated_at: row.get(6),
+    }
+}
+
+pub const ENDPOINT_COLUMNS: &str = "id, app_id, uid, url, description, disabled, event_types, channels, metadata, \
+     throttle_rate, headers, secrets, delivery, created_at, updated_at";
+
+pub fn endpoint(row: &Row) -> Endpoint {
+    Endpoint {
+        id: EndpointId::from_trusted(row.get(0)),
+        app_id: AppId::from_trusted(row.get(1)),
+        uid: row.get(2),
+        url: row.get(3),
+        description: row.get(4),
+        disabled: row.get(5),
+        event_types: row.get(6),
+        channels: row.get(7),
+        metadata: row.get::<_, Json<_>>(8).0,
+        throttle_rate: row.get::<_, Option<i32>>(9).map(|v| v as u16),
+        headers: row.get::<_, Json<_>>(10).0,
+        secrets: row.get::<_, Json<_>>(11).0,
+        delivery: row.get::<_, Json<_>>(12).0,
+        created_at: row.get(13),
+        updated_at: row.get(14),
+    }
+}
+
+pub const EVENT_TYPE_COLUMNS: &str =
+    "name, description, archived, deprecated, schemas, feature_flag, created_at, updated_at";
+
+pub fn event_type(row: &Row) -> EventType {
+    EventType {
+        name: row.get(0),
+        description: row.get(1),
+        archived: row.get(2),
+        deprecated: row.get(3),
+        schemas: row.get::<_, Option<Json<serde_json::Value>>>(4).map(|j| j.0),
+        feature_flag: row.get(5),
+        created_at: row.get(6),
+        updated_at: row.get(7),
+    }
+}
+
+pub const MESSAGE_COLUMNS: &str = "m.id, m.app_id, m.event_type, m.event_id, m.channels, m.payload, m.created_at";
+
+pub fn message(row: &Row, with_payload: bool) -> Message {
+    Message {
+        id: MessageId::from_trusted(row.get(0)),
+        app_id: AppId::from_trusted(row.get(1)),
+        event_type: row.get(2),
+        event_id: row.get(3),
+        channels: row.get(4),
+        payload: if with_payload { row.get::<_, Option<String>>(5).map(Arc::from) } else { None },
+        created_at: row.get(6),
+    }
+}
+
+pub const ATTEMPT_COLUMNS: &str = "a.id, a.msg_id, a.endpoint_id, a.app_id, a.created_at, a.url, a.status_code, \
+     a.duration_ms, a.delivered, a.error_class, a.error, a.response, a.trigger, a.attempt_no";
+
+pub fn attempt(row: &Row, with_content: bool) -> Attempt {
+    Attempt {
+        id: AttemptId::from_trusted(row.get(0)),
+        msg_id: MessageId::from_trusted(row.get(1)),
+        endpoint_id: EndpointId::from_trusted(row.get(2)),
+        app_id: AppId::from_trusted(row.get(3)),
+        created_at: row.get(4),
+        url: row.get(5),
+        status_code: row.get::<_, i32>(6) as u16,
+        duration_ms: row.get::<_, i64>(7) as u64,
+        delivered: row.get(8),
+        error_class: row.get(9),
+        error: row.get(10),
+        response: if with_content { row.get(11) } else { String::new() },
+        trigger: Trigger::from_code(row.get::<_, i16>(12).into()),
+        attempt_no: row.get::<_, i32>(13) as u32,
+    }
+}
+
+/// Reads `endpoint_id, state, attempts, next_at` starting at column `at`.
+pub fn delivery_view(row: &Row, at: usize) -> DeliveryView {
+    let state = DeliveryState::from_code(row.get::<_, i16>(at + 1).into());
+    DeliveryView {
+        endpoint_id: EndpointId::from_trusted(row.get(at)),
+        state,
+        attempts: row.get::<_, i32>(at + 2) as u32,
+        next_at: (state == DeliveryState::Pending).then(|| row.get(at + 3)),
+    }
+}
+
+pub type Param = Box<dyn ToSql + Sync + Send>;
+
+/// A WHERE clause with `$n` parameters.
+#[derive(Default)]
+pub struct Query {
+    conditions: Vec<String>,
+    params: Vec<Param>,
+}
+
+impl Query {
+    /// Adds a parameter and returns its placeholder.
+    pub fn bind(&mut self, value: impl ToSql + Sync + Send + 'static) -> String {
+        self.params.push(Box::new(value));
+        format!("${}", self.params.len())
+    }
+
+    pub fn and(&mut self, condition: impl Into<String>) {
+        self.conditions.push(condition.into());
+    }
+
+    /// Adds the keyset condition on `column` and returns the ORDER BY / LIMIT tail.
+    pub fn page(&mut self, column: &str, page: &PageQuery) -> String {
+        let (op, dir) = if page.descending { ("<", "DESC") } else { (">", "ASC") };
+        if let Some(iterator) = &page.iterator {
+            let p = self.bind(iterator.clone());
+            self.and(format!("{column} {op} {p}"));
+        }
+        format!(" ORDER BY {column} {dir} LIMIT {}", page.limit)
+    }
+
+    /// The standard message filters against the message alias `m`.
+    pub fn messages(&mut self, filter: &MessageFilter) {
+        if let Some(channel) = &filter.channel {
+            let p = self.bind(channel.clone());
+            self.and(format!("{p} = ANY (m.channels)"));
+        }
+        if !filter.event_types.is_empty() {
+            let p = self.bind(filter.event_types.clone());
+            self.and(format!("m.event_type = ANY ({p})"));
+        }
+        if let Some(before) = filter.before {
+            let p = self.bind(before);
+            self.and(format!("m.created_at < {p}"));
+        }
+        if let Some(after) = filter.after {
+            let p = self.bind(after);
+            self.and(format!("m.created_at > {p}"));
+        }
+    }
+
+    pub fn where_clause(&self) -> String {
+        if self.conditions.is_empty() { String::new() } else { format!(" WHERE {}", self.conditions.join(" AND ")) }
+    }
+
+    pub fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        self.params.iter().map(|p| p.as_ref() as &(dyn ToSql + Sync)).collect()
+    }
+}

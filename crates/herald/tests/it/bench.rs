@@ -1,0 +1,46 @@
+//! A smoke run of `herald bench`: a few seconds at a small rate against a Herald it spawns;
+//! the ledger must close (nothing missing) and the JSON report carry the documented fields.
+//! The full scenarios have their own command (see BENCHMARKS.md).
+
+use std::process::Command;
+
+use serde_json::Value;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_bench_run_closes_its_ledger() {
+    let output = tokio::task::spawn_blocking(|| {
+        Command::new(env!("CARGO_BIN_EXE_herald"))
+            .args([
+                "bench",
+                "--scenario",
+                "steady",
+                "--spawn",
+                "--rate",
+                "200",
+                "--duration",
+                "2",
+                "--apps",
+                "3",
+                "--json",
+            ])
+            .output()
+    })
+    .await
+    .unwrap()
+    .expect("running herald bench");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "bench failed\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    let report: Value = serde_json::from_str(stdout.lines().last().unwrap()).expect("the last line is JSON");
+    assert_eq!(report["ledger"]["missing"], 0, "{report}");
+    assert_eq!(report["ledger"]["sent"], 400, "{report}");
+    assert_eq!(report["ledger"]["delivered"], 400, "{report}");
+    assert_eq!(report["signaturesFailed"], 0);
+    assert!(report["signaturesVerified"].as_u64().unwrap() > 0, "signatures were sampled");
+    for field in ["achievedRate", "cpuMicrosPerMessage", "peakRssBytes", "bytesWrittenPerMessage", "fsyncPerSecond"] {
+        assert!(report[field].is_number(), "{field} missing: {report}");
+    }
+    for p in ["p50", "p90", "p99", "p999"] {
+        assert!(report["latencyMs"][p].as_f64().unwrap() > 0.0, "latency {p}: {report}");
+    }
+    assert!(report["ackLatencyMs"]["p99"].is_number());
+}

@@ -1,0 +1,251 @@
+//! What only PostgreSQL offers: many Herald processes on one database, the transactional
+//! outbox, wake-ups and cache invalidation across processes, and riding out a database
+//! restart. These tests start their own throwaway cluster whatever the suite's backend.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use crate::lifecycle::Process;
+use crate::support::server::{ADMIN_TOKEN, Storage};
+use crate::support::{Receiver, Reply, eventually};
+
+async fn post(base: &str, path: &str, body: Value) -> reqwest::Response {
+    reqwest::Client::new().post(format!("{base}{path}")).bearer_auth(ADMIN_TOKEN).json(&body).send().await.unwrap()
+}
+
+async fn setup_app(base: &str, receiver: &Receiver, path: &str) -> String {
+    let app: Value = post(base, "/api/v1/app", json!({"name": "pg"})).await.json().await.unwrap();
+    let app = app["id"].as_str().unwrap().to_owned();
+    let ep = post(base, &format!("/api/v1/app/{app}/endpoint"), json!({"url": receiver.url(path)})).await;
+    assert_eq!(ep.status(), StatusCode::CREATED);
+    app
+}
+
+fn received_ids(receiver: &Receiver) -> Vec<String> {
+    receiver.requests().iter().map(|r| r.header("webhook-id").to_owned()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processes_share_the_work_and_lose_nothing_when_one_is_killed() {
+    let receiver = Receiver::start(|_, _| Reply::ok().after(Duration::from_millis(2))).await;
+    let storage = Storage::postgres().await;
+    let processes: Vec<Process> = (0..3).map(|_| Process::start(&storage)).collect();
+    let app = setup_app(&processes[0].base, &receiver, "/hook").await;
+
+    // Producers spread 5,000 messages over the three processes.
+    let accepted = Arc::new(Mutex::new(HashSet::new()));
+    let bases: Vec<String> = processes.iter().map(|p| p.base.clone()).collect();
+    let producers: Vec<_> = (0..6)
+        .map(|p| {
+            let (bases, app, accepted) = (bases.clone(), app.clone(), accepted.clone());
+            tokio::spawn(async move {
+                let client = reqwest::Client::new();
+                for n in 0..(5000 / 6 + 1) {
+                    let body = json!({"eventType": "load", "payload": {"p": p, "n": n}});
+                    // Like a real client behind a load balancer: try the next process when one
+                    // is gone. The same idempotency key makes the retry safe.
+                    for shift in 0..bases.len() {
+                        let base = &bases[(p + n + shift) % bases.len()];
+                        let sent = client
+                            .post(format!("{base}/api/v1/app/{app}/msg"))
+                            .bearer_auth(ADMIN_TOKEN)
+                            .header("idempotency-key", format!("{p}-{n}"))
+                            .json(&body);
+                        if let Ok(resp) = sent.send().await
+                            && resp.status() == StatusCode::ACCEPTED
+                        {
+                            let msg: Value = resp.json().await.unwrap();
+                            accepted.lock().unwrap().insert(msg["id"].as_str().unwrap().to_owned());
+                            break;
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    eventually("a third of the load", || async { (receiver.requests().len() >= 1500).then_some(()) }).await;
+    let mut processes = processes;
+    processes.remove(0).kill();
+    let killed_at = Instant::now();
+    for producer in producers {
+        producer.await.unwrap();
+    }
+    let accepted = accepted.lock().unwrap().clone();
+    assert!(accepted.len() >= 5000, "every message was accepted by some process ({})", accepted.len());
+    eventually("every accepted message to arrive", || async {
+        let received: HashSet<String> = received_ids(&receiver).into_iter().collect();
+        accepted.is_subset(&received).then_some(())
+    })
+    .await;
+    // Duplicates can only come from work the killed process had in flight: the first copy
+    // of every duplicated message arrived before the kill.
+    let mut first_seen: HashMap<String, Instant> = HashMap::new();
+    let mut duplicated = HashSet::new();
+    for r in receiver.requests() {
+        let id = r.header("webhook-id").to_owned();
+        match first_seen.entry(id) {
+            std::collections::hash_map::Entry::Occupied(seen) => {
+                duplicated.insert(seen.key().clone());
+            }
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(r.at);
+            }
+        }
+    }
+    for id in &duplicated {
+        assert!(first_seen[id] <= killed_at, "{id} was delivered twice without a crash to excuse it");
+    }
+    processes.into_iter().for_each(Process::kill);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_outbox_delivers_committed_transactions_and_never_rolled_back_ones() {
+    let receiver = Receiver::ok().await;
+    let storage = Storage::postgres().await;
+    let herald = Process::start(&storage);
+    let app = setup_app(&herald.base, &receiver, "/outbox").await;
+    let url = storage.database_url.clone().unwrap();
+    let (mut client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+
+    let send = "SELECT herald.send_message(app => $1, event_type => 'payment.succeeded', payload => $2::text::jsonb, \
+                event_id => $3)";
+    let tx = client.transaction().await.unwrap();
+    tx.execute(send, &[&app, &json!({"order": "rolled-back"}).to_string(), &"ev-1"]).await.unwrap();
+    tx.rollback().await.unwrap();
+    let tx = client.transaction().await.unwrap();
+    let row = tx.query_one(send, &[&app, &json!({"order": "committed"}).to_string(), &"ev-2"]).await.unwrap();
+    let msg_id: String = row.get(0);
+    tx.commit().await.unwrap();
+    assert!(msg_id.starts_with("msg_"));
+
+    let got = receiver.wait_for(Some("/outbox"), 1).await;
+    assert_eq!(got[0].header("webhook-id"), msg_id);
+    assert_eq!(serde_json::from_slice::<Value>(&got[0].body).unwrap(), json!({"order": "committed"}));
+    // A message posted after the rolled-back one arrives; the rolled-back one never does.
+    let marker =
+        post(&herald.base, &format!("/api/v1/app/{app}/msg"), json!({"eventType": "m", "payload": {"marker": 1}}))
+            .await;
+    assert_eq!(marker.status(), StatusCode::ACCEPTED);
+    let got = receiver.wait_for(Some("/outbox"), 2).await;
+    assert!(got.iter().all(|r| !String::from_utf8_lossy(&r.body).contains("rolled-back")));
+    // The outbox enforces the API's rules: a repeated event id fails the producer's statement.
+    let again = client.execute(send, &[&app, &json!({}).to_string(), &"ev-2"]).await;
+    assert!(again.is_err(), "a repeated event id is refused");
+    herald.kill();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_process_hands_work_to_a_worker_without_waiting_for_a_poll() {
+    let receiver = Receiver::ok().await;
+    let storage = Storage::postgres().await;
+    let slow_poll = [("HERALD_QUEUE__POLL_INTERVAL_MS", "600000")];
+    let api = Process::start_with(&storage, &[("HERALD_ROLE", "api"), slow_poll[0]]);
+    let worker = Process::start_with(&storage, &[("HERALD_ROLE", "worker"), slow_poll[0]]);
+    let app = setup_app(&api.base, &receiver, "/w").await;
+    let sent = post(&api.base, &format!("/api/v1/app/{app}/msg"), json!({"eventType": "a", "payload": {}})).await;
+    assert_eq!(sent.status(), StatusCode::ACCEPTED);
+    // The worker polls every ten minutes: only a NOTIFY can bring this within the wait.
+    receiver.wait_for(Some("/w"), 1).await;
+    let health = reqwest::get(format!("{}/api/v1/health", worker.base)).await.unwrap();
+    assert_eq!(health.status(), StatusCode::NO_CONTENT, "a worker answers health checks");
+    let apps = reqwest::Client::new().get(format!("{}/api/v1/app", worker.base)).bearer_auth(ADMIN_TOKEN).send();
+    assert_eq!(apps.await.unwrap().status(), StatusCode::NOT_FOUND, "and nothing else");
+    api.kill();
+    worker.kill();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_created_through_one_process_is_routed_by_another() {
+    let receiver = Receiver::ok().await;
+    let storage = Storage::postgres().await;
+    let (a, b) = (Process::start(&storage), Process::start(&storage));
+    let app = setup_app(&a.base, &receiver, "/first").await;
+    // B routes a message, caching the application's single endpoint...
+    post(&b.base, &format!("/api/v1/app/{app}/msg"), json!({"eventType": "x", "payload": {"n": 1}})).await;
+    receiver.wait_for(Some("/first"), 1).await;
+    // ...A adds a second endpoint, and B's next message must reach it too.
+    post(&a.base, &format!("/api/v1/app/{app}/endpoint"), json!({"url": receiver.url("/second")})).await;
+    eventually("B to route to the new endpoint", || async {
+        post(&b.base, &format!("/api/v1/app/{app}/msg"), json!({"eventType": "x", "payload": {"n": 2}})).await;
+        (!receiver.requests_to("/second").is_empty()).then_some(())
+    })
+    .await;
+    a.kill();
+    b.kill();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_restart_under_load_answers_503_loses_nothing_and_heals_itself() {
+    let receiver = Receiver::ok().await;
+    let mut storage = Storage::postgres().await;
+    let herald = Process::start(&storage);
+    let app = setup_app(&herald.base, &receiver, "/r").await;
+    let accepted = Arc::new(Mutex::new(HashSet::new()));
+    let statuses = Arc::new(Mutex::new(HashMap::<u16, usize>::new()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let producer = {
+        let (base, app, accepted, statuses, stop) =
+            (herald.base.clone(), app.clone(), accepted.clone(), statuses.clone(), stop.clone());
+        tokio::spawn(async move {
+            let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                n += 1;
+                let body = json!({"eventType": "r", "payload": {"n": n}});
+                let sent = client.post(format!("{base}/api/v1/app/{app}/msg")).bearer_auth(ADMIN_TOKEN).json(&body);
+                if let Ok(resp) = sent.send().await {
+                    *statuses.lock().unwrap().entry(resp.status().as_u16()).or_default() += 1;
+                    if resp.status() == StatusCode::ACCEPTED {
+                        let msg: Value = resp.json().await.unwrap();
+                        accepted.lock().unwrap().insert(msg["id"].as_str().unwrap().to_owned());
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+    };
+    eventually("load before the restart", || async { (accepted.lock().unwrap().len() >= 100).then_some(()) }).await;
+    let cluster = storage.cluster.as_mut().unwrap();
+    cluster.stop("immediate").unwrap();
+    eventually("503s while the database is down", || async {
+        (statuses.lock().unwrap().get(&503).copied().unwrap_or(0) >= 3).then_some(())
+    })
+    .await;
+    cluster.restart().unwrap();
+    let before = accepted.lock().unwrap().len();
+    eventually("ingest to recover without restarting Herald", || async {
+        (accepted.lock().unwrap().len() >= before + 100).then_some(())
+    })
+    .await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    producer.await.unwrap();
+    let accepted = accepted.lock().unwrap().clone();
+    eventually("every accepted message to arrive", || async {
+        let received: HashSet<String> = received_ids(&receiver).into_iter().collect();
+        accepted.is_subset(&received).then_some(())
+    })
+    .await;
+    let statuses = statuses.lock().unwrap().clone();
+    assert!(statuses.keys().all(|s| *s == 202 || *s == 503), "only 202 or 503, never a 500: {statuses:?}");
+    herald.kill();
+}
+
+#[tokio::test]
+async fn processes_starting_together_apply_each_migration_once() {
+    let storage = Storage::postgres().await;
+    let url = storage.database_url.clone().unwrap();
+    let runs = (0..4).map(|_| herald::store::postgres::migrate_url(&url));
+    for result in futures_util::future::join_all(runs).await {
+        result.expect("concurrent migrations succeed");
+    }
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let rows = client.query("SELECT version FROM herald.schema_migrations", &[]).await.unwrap();
+    assert_eq!(rows.len(), 1, "version 1 recorded once");
+}
