@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Runs every benchmark scenario three times against a Herald the bench spawns (SQLite in a
-# temporary directory) and appends each run's JSON report to bench-results/<date>.jsonl.
-# Takes about 35 minutes on a 2-core machine; not part of the test suite.
-#   scripts/bench-all.sh [scenario ...]     (default: all scenarios)
+# Runs the benchmark scenarios three times each against a Herald the bench spawns (SQLite in
+# a temporary directory, or a throwaway PostgreSQL cluster for the "-pg" runs) and appends
+# each run's JSON report to bench-results/<date>.jsonl. Summarise with
+# scripts/bench-summary.py. Takes about an hour on a 2-core machine; not part of the tests.
+#   scripts/bench-all.sh [run ...]     (default: every run below)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${HERALD_CACHE_DIR:-$HOME/.cache/herald}/target}"
@@ -11,23 +12,30 @@ herald="$CARGO_TARGET_DIR/release/herald"
 mkdir -p bench-results
 out="bench-results/$(date +%Y%m%d-%H%M%S).jsonl"
 
-declare -A args=(
-    [ramp]="--rate 3000 --duration 5"
-    [steady]="--rate 3000 --duration 20"
-    [fanout]="--rate 600 --duration 15"
-    [burst]="--rate 400 --duration 15 --burst-seconds 60"
-    [noisy-neighbour]="--rate 2000 --duration 15"
-    [slow-endpoints]="--rate 3000 --duration 15"
-    [backlog]="--rate 6000 --messages 1000000 --drain-stall 60"
+declare -A runs=(
+    [ramp]="--scenario ramp --rate 3000 --duration 5"
+    [steady]="--scenario steady --rate 3000 --duration 20"
+    [fanout]="--scenario fanout --rate 600 --duration 15"
+    [burst]="--scenario burst --rate 400 --duration 15 --burst-seconds 60"
+    [noisy-neighbour]="--scenario noisy-neighbour --rate 2000 --duration 15"
+    [slow-endpoints]="--scenario slow-endpoints --rate 3000 --duration 15"
+    [backlog]="--scenario backlog --rate 6000 --messages 1000000 --drain-stall 60"
+    [ramp-pg]="--scenario ramp --postgres --rate 1500 --duration 5"
+    [steady-pg]="--scenario steady --postgres --rate 2500 --duration 20"
+    [outbox-pg]="--scenario outbox --postgres --rate 2500 --duration 20"
 )
-scenarios=("$@")
-[ ${#scenarios[@]} -gt 0 ] || scenarios=(ramp steady fanout burst noisy-neighbour slow-endpoints backlog)
-for scenario in "${scenarios[@]}"; do
+order=(ramp steady fanout burst noisy-neighbour slow-endpoints backlog ramp-pg steady-pg outbox-pg)
+selected=("$@")
+[ ${#selected[@]} -gt 0 ] || selected=("${order[@]}")
+for name in "${selected[@]}"; do
     for run in 1 2 3; do
-        echo "==> $scenario, run $run: herald bench --scenario $scenario --spawn ${args[$scenario]} --json"
+        echo "==> $name, run $run: herald bench --spawn ${runs[$name]} --json"
         # shellcheck disable=SC2086
-        "$herald" bench --scenario "$scenario" --spawn ${args[$scenario]} --json 2>/dev/null | tail -n 1 >> "$out" \
-            || echo "{\"scenario\":\"$scenario\",\"failed\":true}" >> "$out"
+        if report=$("$herald" bench --spawn ${runs[$name]} --json 2>/dev/null | tail -n 1); then
+            echo "$report" | python3 -c "import json,sys; r=json.load(sys.stdin); r['run']='$name'; print(json.dumps(r))" >> "$out"
+        else
+            echo "{\"run\":\"$name\",\"scenario\":\"$name\",\"failed\":true}" >> "$out"
+        fi
     done
 done
 echo "results: $out"

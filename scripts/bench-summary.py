@@ -66,11 +66,12 @@ def main(path):
     runs = defaultdict(list)
     for line in open(path):
         report = json.loads(line)
-        runs[report["scenario"]].append(report)
+        runs[report.get("run", report["scenario"])].append(report)
     for scenario, reports in runs.items():
         ok = [r for r in reports if not r.get("failed")]
         print(f"\n### {scenario} ({len(ok)} runs; median (min–max))\n")
-        columns = COLUMNS + EXTRA.get(scenario, [])
+        kind = ok[0]["scenario"] if ok else scenario
+        columns = COLUMNS + EXTRA.get(kind, [])
         print("| " + " | ".join(name for name, _, _ in columns) + " |")
         print("|" + "---|" * len(columns))
         print("| " + " | ".join(cell([figure(r, p) for r in ok], d) for _, p, d in columns) + " |")

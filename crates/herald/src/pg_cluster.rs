@@ -17,6 +17,19 @@ use anyhow::{Context, bail};
 
 use crate::ids::random_token;
 
+/// Server settings: loopback only, room for several Herald processes, and the usual
+/// production WAL tuning (durability untouched: fsync, synchronous_commit and
+/// full_page_writes stay on).
+const SETTINGS: &[&str] = &[
+    "listen_addresses=127.0.0.1",
+    "max_connections=300",
+    "shared_buffers=256MB",
+    "wal_buffers=16MB",
+    "wal_compression=on",
+    "max_wal_size=4GB",
+    "checkpoint_timeout=15min",
+];
+
 pub struct TempCluster {
     dir: PathBuf,
     port: u16,
@@ -45,7 +58,8 @@ impl TempCluster {
         command
             .arg("-D")
             .arg(&dir)
-            .args(["-p", &port.to_string(), "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300"])
+            .args(["-p", &port.to_string()])
+            .args(SETTINGS.iter().flat_map(|setting| ["-c", setting]))
             .arg("-c")
             .arg(format!("unix_socket_directories={}", dir.display()))
             .stdout(Stdio::null())
@@ -102,7 +116,8 @@ impl TempCluster {
         command
             .arg("-D")
             .arg(&self.dir)
-            .args(["-p", &self.port.to_string(), "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300"])
+            .args(["-p", &self.port.to_string()])
+            .args(SETTINGS.iter().flat_map(|setting| ["-c", setting]))
             .arg("-c")
             .arg(format!("unix_socket_directories={}", self.dir.display()))
             .stdout(Stdio::null())

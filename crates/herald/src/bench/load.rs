@@ -13,6 +13,14 @@ use tokio::time::Instant;
 
 use super::target::Api;
 
+/// How messages are produced: through the HTTP API, or with `herald.send_message(…)` in
+/// the database (the transactional outbox).
+#[derive(Clone)]
+pub enum Producer {
+    Api(Box<Api>),
+    Outbox(deadpool_postgres::Pool),
+}
+
 /// A constant-rate stream of messages to a set of applications (round-robin).
 #[derive(Debug, Clone)]
 pub struct Stream {
@@ -69,6 +77,14 @@ impl Body {
         }
     }
 
+    /// Just the payload object (for the outbox, which takes it separately).
+    fn payload(&self, seq: u64) -> String {
+        let full = self.render(seq);
+        let text = std::str::from_utf8(&full).expect("ASCII");
+        let start = text.find("\"payload\":").expect("template has a payload") + "\"payload\":".len();
+        text[start..text.len() - 1].to_owned()
+    }
+
     fn render(&self, seq: u64) -> Bytes {
         let mut out = Vec::with_capacity(self.prefix.len() + self.suffix.len() + 20);
         out.extend_from_slice(&self.prefix);
@@ -81,7 +97,7 @@ impl Body {
 /// Drives one stream with `concurrency` connections; returns when every message has been
 /// answered.
 pub async fn drive(
-    api: &Api,
+    producer: &Producer,
     app_ids: Arc<Vec<String>>,
     stream: &Stream,
     start: Instant,
@@ -94,8 +110,8 @@ pub async fn drive(
     let start = start + stream.offset;
     let mut workers = Vec::with_capacity(concurrency);
     for _ in 0..concurrency.min(total.max(1) as usize) {
-        let (api, app_ids, next, body, progress) =
-            (api.clone(), app_ids.clone(), next.clone(), body.clone(), progress.clone());
+        let (producer, app_ids, next, body, progress) =
+            (producer.clone(), app_ids.clone(), next.clone(), body.clone(), progress.clone());
         let (apps, rate) = (stream.apps.clone(), stream.rate);
         workers.push(tokio::spawn(async move {
             let mut outcome = Outcome::default();
@@ -108,7 +124,11 @@ pub async fn drive(
                 tokio::time::sleep_until(scheduled).await;
                 progress.offered.fetch_add(1, Ordering::Relaxed);
                 let app = apps[i as usize % apps.len()];
-                match send(&api, &app_ids[app], body.render(i)).await {
+                let sent = match &producer {
+                    Producer::Api(api) => send(api, &app_ids[app], body.render(i)).await,
+                    Producer::Outbox(pool) => send_outbox(pool, &app_ids[app], body.payload(i)).await,
+                };
+                match sent {
                     Some(msg_id) => {
                         progress.acked.fetch_add(1, Ordering::Relaxed);
                         outcome.acks.push(Ack { msg_id, app, scheduled, acked: Instant::now() });
@@ -147,6 +167,16 @@ async fn send(api: &Api, app_id: &str, body: Bytes) -> Option<Box<str>> {
     message_id(&bytes)
 }
 
+/// Enqueues one message with `herald.send_message` in its own transaction.
+async fn send_outbox(pool: &deadpool_postgres::Pool, app_id: &str, payload: String) -> Option<Box<str>> {
+    let client = pool.get().await.ok()?;
+    let row = client
+        .query_one("SELECT herald.send_message($1, 'bench.event', $2::text::jsonb)", &[&app_id, &payload])
+        .await
+        .ok()?;
+    Some(row.get::<_, String>(0).into())
+}
+
 /// Picks `"id":"…"` out of a response without a full JSON parse.
 fn message_id(body: &[u8]) -> Option<Box<str>> {
     let text = std::str::from_utf8(body).ok()?;
@@ -167,6 +197,13 @@ mod tests {
         assert_eq!(parsed["payload"]["seq"], 42);
         let payload = serde_json::to_string(&parsed["payload"]).unwrap();
         assert!((1000..=1050).contains(&payload.len()), "{}", payload.len());
+    }
+
+    #[test]
+    fn the_outbox_payload_is_the_payload_object_alone() {
+        let payload: serde_json::Value = serde_json::from_str(&Body::new(200).payload(7)).unwrap();
+        assert_eq!(payload["seq"], 7);
+        assert!(payload.get("eventType").is_none());
     }
 
     #[test]

@@ -33,6 +33,8 @@ pub enum Scenario {
     SlowEndpoints,
     /// `--messages` deliveries pending while the receiver is paused; memory and drain rate.
     Backlog,
+    /// Producers call `herald.send_message` in their own transactions (PostgreSQL only).
+    Outbox,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -43,8 +45,12 @@ pub struct BenchArgs {
     #[arg(long, conflicts_with_all = ["url", "token"])]
     pub spawn: bool,
     /// With --spawn: run the spawned Herald on this PostgreSQL database.
-    #[arg(long, requires = "spawn")]
+    #[arg(long, requires = "spawn", conflicts_with = "postgres")]
     pub database_url: Option<String>,
+    /// With --spawn: start a throwaway PostgreSQL cluster too, run Herald on it, and count
+    /// its CPU with Herald's.
+    #[arg(long, requires = "spawn")]
+    pub postgres: bool,
     /// A running Svix-compatible server.
     #[arg(long, requires = "token")]
     pub url: Option<String>,
@@ -82,6 +88,16 @@ pub struct BenchArgs {
     pub drain_stall: f64,
 }
 
+/// The database a spawned Herald runs on, if any.
+async fn database(args: &BenchArgs) -> anyhow::Result<Option<target::Database>> {
+    if args.postgres {
+        let cluster = crate::pg_cluster::TempCluster::start()?;
+        let url = cluster.create_database().await?;
+        return Ok(Some(target::Database { url, cluster: Some(cluster) }));
+    }
+    Ok(args.database_url.clone().map(|url| target::Database { url, cluster: None }))
+}
+
 /// Runs a benchmark and prints its report; fails if the ledger does not close.
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let target = match (&args.url, args.spawn) {
@@ -90,7 +106,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         }
         (None, true) => Target::spawn(SpawnOptions {
             binary: &std::env::current_exe().context("locating the herald binary")?,
-            database_url: args.database_url.as_deref(),
+            database: database(&args).await?,
             env: vec![],
             connections: args.concurrency,
         })?,
@@ -111,6 +127,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Scenario::NoisyNeighbour => scenario::noisy_neighbour(&mut run).await,
         Scenario::SlowEndpoints => scenario::slow_endpoints(&mut run).await,
         Scenario::Backlog => scenario::backlog(&mut run).await,
+        Scenario::Outbox => scenario::outbox(&mut run).await,
     };
     let name = format!("{:?}", args.scenario).to_lowercase();
     let details = match details {

@@ -47,6 +47,30 @@ impl ProcessSample {
     }
 }
 
+impl ProcessSample {
+    /// A process and its direct children, summed (PostgreSQL's postmaster and backends).
+    /// Memory is summed too, so shared buffers are counted more than once: use it for CPU
+    /// and I/O, not for RSS.
+    pub fn tree(pid: u32) -> Option<Self> {
+        let mut total = Self::read(pid)?;
+        for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+            let Some(child) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+            let parent = std::fs::read_to_string(format!("/proc/{child}/stat")).ok().and_then(|stat| {
+                stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok())
+            });
+            if parent == Some(pid)
+                && let Some(sample) = Self::read(child)
+            {
+                total.cpu_secs += sample.cpu_secs;
+                total.write_bytes += sample.write_bytes;
+                total.rss += sample.rss;
+                total.peak_rss += sample.peak_rss;
+            }
+        }
+        Some(total)
+    }
+}
+
 fn clock_ticks_per_sec() -> f64 {
     // SAFETY: sysconf only reads a system constant.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };

@@ -75,6 +75,8 @@ pub struct Report {
     pub groups: Vec<GroupLatency>,
     /// Server CPU (plus its database when spawned) per delivered message, in µs.
     pub cpu_micros_per_message: Option<f64>,
+    /// The spawned PostgreSQL's share of that, in µs.
+    pub database_cpu_micros_per_message: Option<f64>,
     pub cpu_seconds_per_1000: Option<f64>,
     pub peak_rss_bytes: Option<u64>,
     pub bytes_written_per_message: Option<f64>,
@@ -116,6 +118,9 @@ impl Report {
         println!("ingest ack (ms)     p50 {:.2}  p99 {:.2}", self.ack_latency_ms.p50, self.ack_latency_ms.p99);
         println!("cpu per message     {}", opt(self.cpu_micros_per_message, " µs"));
         println!("cpu per 1000        {}", opt(self.cpu_seconds_per_1000, " s"));
+        if self.database_cpu_micros_per_message.is_some() {
+            println!("  of which database {}", opt(self.database_cpu_micros_per_message, " µs/msg"));
+        }
         println!("bench cpu / message {}", opt(self.bench_cpu_micros_per_message, " µs"));
         println!("peak rss            {}", opt(self.peak_rss_bytes.map(|b| b as f64 / 1_048_576.0), " MiB"));
         println!("written per message {}", opt(self.bytes_written_per_message, " B"));

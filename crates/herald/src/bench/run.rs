@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::BenchArgs;
 use super::ledger::Ledger;
-use super::load::{self, Body, Outcome, Progress, Stream};
+use super::load::{self, Body, Outcome, Producer, Progress, Stream};
 use super::probe::{self, ProcessSample};
 use super::receiver::{Behaviour, Receiver};
 use super::report::{AckLatency, GroupLatency, LedgerCounts, Percentiles, Report};
@@ -48,6 +48,9 @@ pub struct Run<'a> {
     body: Arc<Body>,
     started: Option<Instant>,
     before: Option<ProcessSample>,
+    db_before: Option<ProcessSample>,
+    /// How messages are produced (the API, or the outbox).
+    pub producer: Producer,
     /// This process (generator and receiver) at the start, for its own CPU figure.
     bench_before: Option<ProcessSample>,
     fsync: Option<f64>,
@@ -71,6 +74,7 @@ impl<'a> Run<'a> {
             target.data_dir.as_deref().and_then(|dir| probe::fsync_per_second(dir, Duration::from_secs(1)).ok());
         Ok(Self {
             args,
+            producer: Producer::Api(Box::new(target.api.clone())),
             target,
             receiver: Receiver::start().await?,
             apps: vec![],
@@ -80,6 +84,7 @@ impl<'a> Run<'a> {
             body: Arc::new(Body::new(args.payload_bytes)),
             started: None,
             before: None,
+            db_before: None,
             bench_before: None,
             fsync,
             messages: 0,
@@ -120,6 +125,7 @@ impl<'a> Run<'a> {
     pub async fn phase(&mut self, label: &str, streams: &[(Stream, usize)], excluded: &[u32]) -> PhaseResult {
         if self.started.is_none() {
             self.before = self.target.sample();
+            self.db_before = self.target.database_sample();
             self.bench_before = ProcessSample::read(std::process::id());
         }
         let start = Instant::now() + Duration::from_millis(50);
@@ -129,7 +135,7 @@ impl<'a> Run<'a> {
         let ticker = tokio::spawn(show_progress(label.to_owned(), total, progress.clone(), self.receiver.counter()));
         let runs = streams.iter().map(|(stream, _)| {
             load::drive(
-                &self.target.api,
+                &self.producer,
                 self.app_ids.clone(),
                 stream,
                 start,
@@ -202,6 +208,7 @@ impl<'a> Run<'a> {
     pub async fn report(&mut self, scenario: &str, details: Value) -> Report {
         self.ledger.record(self.receiver.take_receipts());
         let after = self.target.sample();
+        let db_after = self.target.database_sample();
         let started = self.started.unwrap_or_else(Instant::now);
         let ended = self.ledger.last_delivery.unwrap_or_else(Instant::now).max(started + Duration::from_millis(1));
         let elapsed = (ended - started).as_secs_f64();
@@ -216,13 +223,22 @@ impl<'a> Run<'a> {
             _ => None,
         };
         let per_message = |v: f64| if self.messages == 0 { None } else { Some(v / self.messages as f64) };
+        let database = match (self.db_before, db_after) {
+            (Some(b), Some(a)) => Some((a.cpu_secs - b.cpu_secs, (a.write_bytes - b.write_bytes) as f64)),
+            _ => None,
+        };
+        let (db_cpu, db_written) = database.unwrap_or((0.0, 0.0));
         let bench_cpu = match (self.bench_before, ProcessSample::read(std::process::id())) {
             (Some(b), Some(a)) => per_message((a.cpu_secs - b.cpu_secs) * 1e6),
             _ => None,
         };
         Report {
             scenario: scenario.to_owned(),
-            target: if self.args.spawn { "herald (spawned)".into() } else { self.target.api.base.clone() },
+            target: match (&self.target.database, self.args.spawn) {
+                (Some(_), true) => "herald (spawned) on PostgreSQL".into(),
+                (None, true) => "herald (spawned) on SQLite".into(),
+                _ => self.target.api.base.clone(),
+            },
             cpus: probe::cpu_count(),
             offered_rate: self.offered / elapsed.max(f64::MIN_POSITIVE),
             achieved_rate: self.messages as f64 / elapsed,
@@ -240,10 +256,12 @@ impl<'a> Run<'a> {
                 .zip(&self.ledger.latency)
                 .map(|(g, h)| GroupLatency { group: g.clone(), latency_ms: Percentiles::of(h) })
                 .collect(),
-            cpu_micros_per_message: server.and_then(|(b, a)| per_message((a.cpu_secs - b.cpu_secs) * 1e6)),
-            cpu_seconds_per_1000: server.and_then(|(b, a)| per_message((a.cpu_secs - b.cpu_secs) * 1000.0)),
+            cpu_micros_per_message: server.and_then(|(b, a)| per_message((a.cpu_secs - b.cpu_secs + db_cpu) * 1e6)),
+            cpu_seconds_per_1000: server.and_then(|(b, a)| per_message((a.cpu_secs - b.cpu_secs + db_cpu) * 1000.0)),
+            database_cpu_micros_per_message: database.and_then(|(cpu, _)| per_message(cpu * 1e6)),
             peak_rss_bytes: after.map(|a| a.peak_rss),
-            bytes_written_per_message: server.and_then(|(b, a)| per_message((a.write_bytes - b.write_bytes) as f64)),
+            bytes_written_per_message: server
+                .and_then(|(b, a)| per_message((a.write_bytes - b.write_bytes) as f64 + db_written)),
             fsync_per_second: self.fsync,
             bench_cpu_micros_per_message: bench_cpu,
             ledger: LedgerCounts {

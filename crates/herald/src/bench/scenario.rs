@@ -6,7 +6,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::load::Stream;
+use anyhow::Context;
+
+use super::load::{Producer, Stream};
 use super::receiver::Behaviour;
 use super::report::Percentiles;
 use super::run::{AppSpec, Run};
@@ -165,4 +167,24 @@ pub async fn ramp(run: &mut Run<'_>) -> anyhow::Result<Value> {
     }
     run.drain(secs(a.drain_stall)).await;
     Ok(json!({"maxSustainedRate": sustained, "steps": steps}))
+}
+
+/// Producers enqueue with `herald.send_message(…)` in their own transactions (the
+/// transactional outbox) at a constant rate, instead of calling the API.
+pub async fn outbox(run: &mut Run<'_>) -> anyhow::Result<Value> {
+    let a = run.args;
+    let url = run
+        .target
+        .database
+        .as_ref()
+        .map(|d| d.url.clone())
+        .context("the outbox scenario needs PostgreSQL: --spawn --postgres, or --spawn --database-url URL")?;
+    let config: tokio_postgres::Config = url.parse()?;
+    let manager = deadpool_postgres::Manager::new(config, tokio_postgres::NoTls);
+    let pool = deadpool_postgres::Pool::builder(manager).max_size(a.concurrency).build()?;
+    run.producer = Producer::Outbox(pool);
+    let first = run.setup(&vec![AppSpec::fast(1); a.apps]).await?;
+    run.phase("outbox", &[(stream(first..first + a.apps, a.rate, a.duration), 0)], &[]).await;
+    run.drain(secs(a.drain_stall)).await;
+    Ok(json!({"producer": "herald.send_message"}))
 }

@@ -68,11 +68,19 @@ impl Api {
     }
 }
 
+/// The PostgreSQL database a spawned Herald runs on.
+pub struct Database {
+    pub url: String,
+    /// A cluster the bench started itself (its processes are measured with Herald's).
+    pub cluster: Option<crate::pg_cluster::TempCluster>,
+}
+
 /// The server being measured.
 pub struct Target {
     pub api: Api,
     /// The server's process, when known (for CPU, memory and I/O figures).
     pub pid: Option<u32>,
+    pub database: Option<Database>,
     /// Where the server keeps its data (for the fsync probe).
     pub data_dir: Option<PathBuf>,
     child: Option<Child>,
@@ -82,7 +90,7 @@ pub struct Target {
 /// How to start Herald for a run.
 pub struct SpawnOptions<'a> {
     pub binary: &'a Path,
-    pub database_url: Option<&'a str>,
+    pub database: Option<Database>,
     /// Extra `HERALD_*` settings for the spawned server.
     pub env: Vec<(String, String)>,
     pub connections: usize,
@@ -104,8 +112,8 @@ impl Target {
             .env("RUST_LOG", "herald::server=info,warn")
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        if let Some(url) = options.database_url {
-            command.env("HERALD_DATABASE_URL", url);
+        if let Some(database) = &options.database {
+            command.env("HERALD_DATABASE_URL", &database.url);
         }
         for (key, value) in &options.env {
             command.env(key, value);
@@ -127,6 +135,7 @@ impl Target {
         Ok(Self {
             api: Api { client: http_client(options.connections), base: format!("http://{addr}"), token },
             pid: Some(child.id()),
+            database: options.database,
             data_dir: Some(scratch.clone()),
             child: Some(child),
             scratch: Some(scratch),
@@ -142,6 +151,7 @@ impl Target {
                 token: token.into(),
             },
             pid,
+            database: None,
             data_dir: None,
             child: None,
             scratch: None,
@@ -150,6 +160,12 @@ impl Target {
 
     pub fn sample(&self) -> Option<ProcessSample> {
         self.pid.and_then(ProcessSample::read)
+    }
+
+    /// The spawned PostgreSQL cluster's processes, summed.
+    pub fn database_sample(&self) -> Option<ProcessSample> {
+        let cluster = self.database.as_ref()?.cluster.as_ref()?;
+        ProcessSample::tree(cluster.pid())
     }
 
     /// Stops a spawned server (SIGTERM, then SIGKILL after 30 s) and removes its data.

@@ -174,19 +174,23 @@ impl QueueStore for PgStore {
     async fn reap_expired(&self, lease: Duration) -> StoreResult<u64> {
         let client = self.client().await?;
         let seconds = lease.as_secs_f64();
-        let released = client
-            .query_one(
-                "WITH dead AS (
-                     DELETE FROM herald.node WHERE heartbeat_at < now() - make_interval(secs => $1) RETURNING id),
-                 freed AS (
-                     UPDATE herald.delivery SET owner = NULL
-                     WHERE owner IN (SELECT id FROM dead) RETURNING 1)
-                 SELECT count(*) FROM freed",
+        let dead: Vec<String> = client
+            .query(
+                "DELETE FROM herald.node WHERE heartbeat_at < now() - make_interval(secs => $1) RETURNING id",
                 &[&seconds],
             )
             .await
             .map_err(db_err)?
-            .get::<_, i64>(0);
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        if dead.is_empty() {
+            return Ok(0);
+        }
+        let released = client
+            .execute("UPDATE herald.delivery SET owner = NULL WHERE owner = ANY ($1)", &[&dead])
+            .await
+            .map_err(db_err)? as i64;
         if released > 0 {
             client.execute(NOTIFY_WORK, &[]).await.map_err(db_err)?;
             tracing::warn!(released, "released the deliveries of processes whose lease expired");
