@@ -22,7 +22,7 @@ declare -A runs=(
     [backlog]="--scenario backlog --rate 6000 --messages 1000000 --drain-stall 60"
     [ramp-pg]="--scenario ramp --postgres --rate 1500 --duration 5"
     [steady-pg]="--scenario steady --postgres --rate 2500 --duration 20"
-    [outbox-pg]="--scenario outbox --postgres --rate 2500 --duration 20"
+    [outbox-pg]="--scenario outbox --postgres --rate 1500 --duration 20"
 )
 order=(ramp steady fanout burst noisy-neighbour slow-endpoints backlog ramp-pg steady-pg outbox-pg)
 selected=("$@")

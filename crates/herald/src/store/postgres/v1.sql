@@ -196,7 +196,9 @@ BEGIN
       AND (e.event_types IS NULL OR cardinality(e.event_types) = 0 OR send_message.event_type = ANY (e.event_types))
       AND (e.channels IS NULL OR cardinality(e.channels) = 0
            OR (send_message.channels IS NOT NULL AND e.channels && send_message.channels));
-    PERFORM pg_notify('herald_work', '');
+    -- No NOTIFY here: a transaction that notifies takes a database-wide lock until its
+    -- commit is flushed, which would serialize every producer's commits. Workers find
+    -- outbox messages by polling (queue.poll_interval_ms), an index-only probe.
     RETURN v_msg;
 END
 $$;
