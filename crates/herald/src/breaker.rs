@@ -80,7 +80,9 @@ pub enum Admission {
     /// Go, as the single half-open probe.
     Probe,
     /// Park the delivery until this time (no attempt is used).
-    Wait { until: Millis },
+    Wait {
+        until: Millis,
+    },
 }
 
 /// A change worth recording (and alerting on).
@@ -106,7 +108,13 @@ pub struct Breaker {
 
 impl Breaker {
     pub fn new(settings: &BreakerSettings) -> Self {
-        Self { state: BreakerState::Closed, consecutive_failures: 0, opened_at: None, cooldown_ms: settings.cooldown_ms, probe_out: false }
+        Self {
+            state: BreakerState::Closed,
+            consecutive_failures: 0,
+            opened_at: None,
+            cooldown_ms: settings.cooldown_ms,
+            probe_out: false,
+        }
     }
 
     /// When the open breaker lets a probe through.

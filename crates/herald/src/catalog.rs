@@ -18,10 +18,41 @@ use tokio_util::sync::CancellationToken;
 
 use crate::store::{App, CatalogChange, Endpoint, Store, StoreResult};
 
+/// The settings of an application the dispatcher enforces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppLimits {
+    /// Attempts in flight at most.
+    pub max_concurrency: u32,
+    /// Share of contended capacity.
+    pub weight: u32,
+    /// Messages per second at most, across the application's endpoints.
+    pub throttle_rate: Option<u16>,
+}
+
+/// Attempts in flight per application unless it says otherwise.
+pub const DEFAULT_MAX_CONCURRENCY: u32 = 16;
+
+impl Default for AppLimits {
+    fn default() -> Self {
+        Self { max_concurrency: DEFAULT_MAX_CONCURRENCY, weight: 1, throttle_rate: None }
+    }
+}
+
+impl AppLimits {
+    pub fn of(app: &App) -> Self {
+        Self {
+            max_concurrency: app.max_concurrency.unwrap_or(DEFAULT_MAX_CONCURRENCY).max(1),
+            weight: app.weight.unwrap_or(1).max(1),
+            throttle_rate: app.throttle_rate.filter(|r| *r > 0),
+        }
+    }
+}
+
 /// An endpoint prepared for delivery.
 #[derive(Debug)]
 pub struct Target {
     pub endpoint: Endpoint,
+    pub app: AppLimits,
     /// `None` when the stored URL no longer parses (every attempt then fails as internal).
     pub url: Option<Url>,
     pub settings: EffectiveSettings,
@@ -30,7 +61,7 @@ pub struct Target {
 }
 
 impl Target {
-    pub fn new(endpoint: Endpoint, defaults: &Defaults) -> Self {
+    pub fn new(endpoint: Endpoint, app: AppLimits, defaults: &Defaults) -> Self {
         let mut keys = Vec::new();
         if let Ok(key) = SigningKey::decode(&endpoint.secrets.current) {
             keys.push((key, None));
@@ -40,7 +71,7 @@ impl Target {
                 keys.push((key, Some(previous.expires_at)));
             }
         }
-        Self { url: Url::parse(&endpoint.url).ok(), settings: endpoint.delivery.resolve(defaults), keys, endpoint }
+        Self { url: Url::parse(&endpoint.url).ok(), settings: endpoint.delivery.resolve(defaults), keys, endpoint, app }
     }
 
     /// The keys that sign at `now`: the current one and those still inside their overlap.
@@ -123,9 +154,10 @@ impl Catalog {
             return Ok(found.clone());
         }
         let generation = self.generation.load(Ordering::Acquire);
+        let limits = self.limits(app).await?;
         let endpoints = self.store.app_endpoints(app).await?;
         let targets: Arc<[Arc<Target>]> =
-            endpoints.into_iter().map(|e| Arc::new(Target::new(e, &self.defaults))).collect();
+            endpoints.into_iter().map(|e| Arc::new(Target::new(e, limits, &self.defaults))).collect();
         if self.generation.load(Ordering::Acquire) == generation {
             write(&self.routes).insert(app.clone(), targets.clone());
             let mut by_id = write(&self.targets);
@@ -145,11 +177,16 @@ impl Catalog {
         let Some(endpoint) = self.store.endpoint_by_id(id).await? else {
             return Ok(None);
         };
-        let target = Arc::new(Target::new(endpoint, &self.defaults));
+        let limits = self.limits(&endpoint.app_id).await?;
+        let target = Arc::new(Target::new(endpoint, limits, &self.defaults));
         if self.generation.load(Ordering::Acquire) == generation {
             write(&self.targets).insert(id.clone(), target.clone());
         }
         Ok(Some(target))
+    }
+
+    async fn limits(&self, app: &AppId) -> StoreResult<AppLimits> {
+        Ok(self.app(app.as_str()).await?.map(|a| AppLimits::of(&a)).unwrap_or_default())
     }
 
     /// Forgets an application (and its routing) after it changed.
@@ -273,7 +310,7 @@ mod tests {
         let old = SigningKey::generate();
         e.secrets.previous.push(crate::store::PreviousSecret { key: old.to_secret_string(), expires_at: 1000 });
         let defaults = Defaults { timeout: std::time::Duration::from_secs(1), retry: Default::default() };
-        let target = Target::new(e, &defaults);
+        let target = Target::new(e, AppLimits::default(), &defaults);
         assert_eq!(target.signing_keys(999).count(), 2);
         assert_eq!(target.signing_keys(1000).count(), 1);
     }

@@ -1,11 +1,12 @@
-//! The endpoint's `delivery` extension (Herald-only): attempt timeout, retry policy and
-//! which failures are retried. Stored as the user set it; resolved against the server
+//! The endpoint's `delivery` extension (Herald-only): attempt timeout, retry policy, which
+//! failures are retried, circuit breaker thresholds and ordering. Stored as the user set it; resolved against the server
 //! defaults when used, so endpoints that set nothing follow the operator's configuration.
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::breaker::BreakerSettings;
 use crate::outcome::{RetryOn, RetryRules};
 use crate::retry::RetryPolicy;
 
@@ -26,6 +27,23 @@ pub struct DeliverySettings {
     /// Which failures are retried (default: `transient`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_on: Option<RetryOn>,
+    /// Circuit breaker thresholds (defaults: 10 failures, 5 min cooldown, 1 h at most).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub circuit_breaker: Option<BreakerSettings>,
+    /// `strict`: one message at a time, in order (a failing head blocks the rest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ordering: Option<Ordering>,
+}
+
+/// Whether an endpoint's messages may overtake each other.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Ordering {
+    /// Messages go out in parallel; the `herald-sequence` header lets receivers reorder.
+    #[default]
+    None,
+    /// One message in flight at a time, in sequence order; a failing head blocks the rest.
+    Strict,
 }
 
 /// The settings in force for an endpoint, defaults filled in (what `GET` returns).
@@ -35,6 +53,8 @@ pub struct EffectiveSettings {
     pub timeout_ms: u64,
     pub retry: RetryPolicy,
     pub retry_on: RetryOn,
+    pub circuit_breaker: BreakerSettings,
+    pub ordering: Ordering,
 }
 
 impl EffectiveSettings {
@@ -68,6 +88,11 @@ impl DeliverySettings {
                 problems.push((format!("retry.{field}"), msg));
             }
         }
+        if let Some(breaker) = &self.circuit_breaker {
+            for (field, msg) in breaker.problems() {
+                problems.push((format!("circuitBreaker.{field}"), msg));
+            }
+        }
         problems
     }
 
@@ -76,6 +101,8 @@ impl DeliverySettings {
             timeout_ms: self.timeout_ms.unwrap_or(defaults.timeout.as_millis() as u64),
             retry: self.retry.clone().unwrap_or_else(|| defaults.retry.clone()),
             retry_on: self.retry_on.unwrap_or_default(),
+            circuit_breaker: self.circuit_breaker.unwrap_or_default(),
+            ordering: self.ordering.unwrap_or_default(),
         }
     }
 }

@@ -1,5 +1,6 @@
 //! Periodic upkeep that is not on any request's path: forgetting idempotency keys once
-//! their window has passed (in small batches, so the writer is never held for long).
+//! their window has passed (in small batches, so the writer is never held for long), and
+//! latency hours and summary minutes older than the 24-hour health window.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +12,8 @@ use crate::store::Store;
 
 /// Records deleted per transaction.
 const BATCH: usize = 1000;
+/// Latency and summary history kept (the rolling window, plus an hour of slack).
+const HEALTH_HISTORY: Duration = Duration::from_secs(25 * 3600);
 
 pub async fn run(store: Arc<dyn Store>, idempotency_ttl: Duration, every: Duration, shutdown: CancellationToken) {
     loop {
@@ -28,6 +31,9 @@ pub async fn run(store: Arc<dyn Store>, idempotency_ttl: Duration, every: Durati
                     break;
                 }
             }
+        }
+        if let Err(e) = store.prune_health(now_ms() - HEALTH_HISTORY.as_millis() as i64).await {
+            tracing::warn!(error = %e, "pruning latency and summary history failed");
         }
     }
 }

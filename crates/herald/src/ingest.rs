@@ -4,10 +4,11 @@
 
 use std::sync::Arc;
 
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, Target};
 use crate::dispatch::{Dispatcher, Job};
+use crate::endpoint_settings::Ordering;
 use crate::ids::EndpointId;
-use crate::store::{IdempotencyRecord, IngestResult, Message, NewMessage, Store, StoreResult, Trigger};
+use crate::store::{IdempotencyRecord, IngestResult, Message, NewDelivery, NewMessage, Store, StoreResult, Trigger};
 
 pub struct Ingestor {
     store: Arc<dyn Store>,
@@ -38,39 +39,50 @@ impl Ingestor {
         idempotency: Option<IdempotencyRecord>,
     ) -> StoreResult<IngestResult> {
         let targets = self.catalog.targets_of(&message.app_id).await?;
-        let endpoints: Vec<EndpointId> = targets
+        let chosen: Vec<&Arc<Target>> = targets
             .iter()
             .filter(|t| match route {
                 Route::Matching => t.accepts(&message.event_type, message.channels.as_deref()),
                 Route::Only(id) => &t.endpoint.id == id && !t.endpoint.disabled,
             })
-            .map(|t| t.endpoint.id.clone())
             .collect();
-        let count = endpoints.len();
-        let in_memory = self.delivers && count > 0 && self.dispatcher.try_reserve(count);
+        let deliveries: Vec<NewDelivery> = chosen
+            .iter()
+            .map(|t| NewDelivery { endpoint: t.endpoint.id.clone(), strict: t.settings.ordering == Ordering::Strict })
+            .collect();
+        // Strictly ordered deliveries wait for their turn in the store; the rest go
+        // straight to the dispatcher when it has room.
+        let immediate = deliveries.iter().filter(|d| !d.strict).count();
+        let strict = deliveries.len() - immediate;
+        let in_memory = self.delivers && immediate > 0 && self.dispatcher.try_reserve(immediate);
         let message = Arc::new(message);
         let result = self
             .store
             .ingest(NewMessage {
                 message: (*message).clone(),
-                endpoints: endpoints.clone(),
+                deliveries,
                 owner: in_memory.then(|| self.dispatcher.owner().to_string()),
                 idempotency,
             })
             .await;
         match &result {
-            Ok(IngestResult::Created { deliveries }) if in_memory => {
-                let jobs = deliveries.iter().zip(endpoints).map(|(delivery_id, endpoint_id)| Job {
-                    delivery_id: *delivery_id,
-                    endpoint_id,
-                    message: message.clone(),
-                    attempts: 0,
-                    trigger: Trigger::Scheduled,
-                });
-                self.dispatcher.submit(jobs);
+            Ok(IngestResult::Created { deliveries }) => {
+                if in_memory {
+                    let jobs = deliveries.iter().zip(&chosen).filter(|(_, t)| t.settings.ordering != Ordering::Strict);
+                    self.dispatcher.submit(jobs.map(|(delivery_id, target)| Job {
+                        delivery_id: *delivery_id,
+                        endpoint_id: target.endpoint.id.clone(),
+                        message: message.clone(),
+                        attempts: 0,
+                        trigger: Trigger::Scheduled,
+                        target: (*target).clone(),
+                    }));
+                }
+                if strict > 0 || (immediate > 0 && !in_memory) {
+                    self.dispatcher.poke();
+                }
             }
-            Ok(IngestResult::Created { .. }) if count > 0 => self.dispatcher.poke(),
-            _ if in_memory => self.dispatcher.unreserve(count),
+            _ if in_memory => self.dispatcher.unreserve(immediate),
             _ => {}
         }
         result

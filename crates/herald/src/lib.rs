@@ -8,6 +8,7 @@
 
 pub mod api;
 pub mod bench;
+pub mod breaker;
 pub mod catalog;
 pub mod clock;
 pub mod config;
@@ -17,6 +18,8 @@ pub mod endpoint_settings;
 pub mod housekeeping;
 pub mod ids;
 pub mod ingest;
+pub mod latency;
+pub mod metrics;
 pub mod outcome;
 pub mod pg_cluster;
 pub mod retry;
@@ -25,6 +28,7 @@ pub mod signing;
 pub mod ssrf;
 pub mod store;
 pub mod telemetry;
+pub mod throttle;
 
 pub use config::Config;
 pub use server::Server;

@@ -23,13 +23,12 @@ use crate::endpoint_settings::Defaults;
 use crate::housekeeping;
 use crate::ids::random_token;
 use crate::ingest::Ingestor;
+use crate::metrics::Metrics;
 use crate::ssrf::Guard;
 use crate::store::Store;
 use crate::store::postgres::{PgOptions, PgStore};
 use crate::store::sqlite::SqliteStore;
 
-/// Attempts in flight per application (the fairness cap).
-const APP_MAX_IN_FLIGHT: u32 = 16;
 /// How often housekeeping runs.
 const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(600);
 /// Room for the JSON around a maximal payload.
@@ -61,6 +60,7 @@ impl Server {
                 user_agent: config.delivery.user_agent.clone(),
             },
         );
+        let metrics = Arc::new(Metrics::default());
         let dispatcher = Dispatcher::new(
             format!("node-{}", random_token(12)),
             store.clone(),
@@ -70,8 +70,8 @@ impl Server {
                 queue: config.queue.clone(),
                 lease: config.queue.lease,
                 max_in_flight: config.delivery.max_in_flight,
-                app_max_in_flight: APP_MAX_IN_FLIGHT,
             },
+            metrics.clone(),
         );
         // An API-only process never claims: what it accepts is left for the workers.
         let delivers = config.server.role != Role::Api;
@@ -86,6 +86,7 @@ impl Server {
             catalog: catalog.clone(),
             ingestor,
             dispatcher: dispatcher.clone(),
+            metrics,
             guard,
             admin: Arc::new(AdminToken::new(&admin_token)),
             limits: Limits {

@@ -4,18 +4,22 @@
 
 use crate::clock::Millis;
 
+/// Counted in thousandths of a token, so refilling by whole milliseconds is exact.
+const UNIT: i64 = 1000;
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct TokenBucket {
-    /// Tokens per second.
-    rate: f64,
-    tokens: f64,
+    /// Tokens per second, which is also thousandths of a token per millisecond.
+    rate: i64,
+    /// Thousandths of a token.
+    level: i64,
     last: Millis,
 }
 
 impl TokenBucket {
     pub fn new(rate: u16, now: Millis) -> Self {
-        let rate = f64::from(rate.max(1));
-        Self { rate, tokens: rate, last: now }
+        let rate = i64::from(rate.max(1));
+        Self { rate, level: rate * UNIT, last: now }
     }
 
     pub fn rate(&self) -> u16 {
@@ -23,26 +27,26 @@ impl TokenBucket {
     }
 
     fn refill(&mut self, now: Millis) {
-        let elapsed = (now - self.last).max(0) as f64 / 1000.0;
-        self.tokens = (self.tokens + elapsed * self.rate).min(self.rate);
+        let elapsed = (now - self.last).max(0);
+        self.level = (self.level + elapsed.saturating_mul(self.rate)).min(self.rate * UNIT);
         self.last = self.last.max(now);
     }
 
     /// Whether a token is available now, without taking it; `Err` carries when one will be.
     pub fn check(&mut self, now: Millis) -> Result<(), Millis> {
         self.refill(now);
-        if self.tokens >= 1.0 {
+        if self.level >= UNIT {
             Ok(())
         } else {
-            let wait_ms = ((1.0 - self.tokens) / self.rate * 1000.0).ceil() as i64;
-            Err(now + wait_ms.max(1))
+            let missing = UNIT - self.level;
+            Err(now + (missing + self.rate - 1) / self.rate)
         }
     }
 
     /// Takes a token (after a successful `check`).
     pub fn take(&mut self, now: Millis) {
         self.refill(now);
-        self.tokens -= 1.0;
+        self.level -= UNIT;
     }
 }
 

@@ -24,6 +24,10 @@ pub struct ApplicationIn {
     #[serde(default)]
     pub metadata: Option<Metadata>,
     pub throttle_rate: Option<u16>,
+    /// Herald extension: attempts in flight at most (default 16).
+    pub max_concurrency: Option<u32>,
+    /// Herald extension: share of contended delivery capacity (default 1).
+    pub weight: Option<u32>,
 }
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -37,6 +41,12 @@ pub struct ApplicationPatch {
     #[serde(default, deserialize_with = "double_option")]
     #[schema(value_type = Option<u16>)]
     pub throttle_rate: Option<Option<u16>>,
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<u32>)]
+    pub max_concurrency: Option<Option<u32>>,
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<u32>)]
+    pub weight: Option<Option<u32>>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -47,6 +57,10 @@ pub struct ApplicationOut {
     pub name: String,
     pub metadata: Metadata,
     pub throttle_rate: Option<u16>,
+    /// Attempts in flight at most (Herald extension; absent: 16).
+    pub max_concurrency: Option<u32>,
+    /// Share of contended delivery capacity (Herald extension; absent: 1).
+    pub weight: Option<u32>,
     pub created_at: String,
     pub updated_at: String,
 }
@@ -59,6 +73,8 @@ impl From<&App> for ApplicationOut {
             name: app.name.clone(),
             metadata: app.metadata.clone(),
             throttle_rate: app.throttle_rate,
+            max_concurrency: app.max_concurrency,
+            weight: app.weight,
             created_at: to_rfc3339(app.created_at),
             updated_at: to_rfc3339(app.updated_at),
         }
@@ -71,31 +87,39 @@ pub fn router() -> axum::Router<AppState> {
         .route("/api/v1/app/{app_id}", get(get_app).put(upsert_app).patch(patch_app).delete(delete_app))
 }
 
-fn check(name: &str, uid: Option<&str>, throttle_rate: Option<u16>) -> ApiResult<()> {
+/// The largest `maxConcurrency` and `weight` accepted.
+const MAX_CONCURRENCY: u32 = 10_000;
+const MAX_WEIGHT: u32 = 1_000;
+
+fn check(app: &App) -> ApiResult<()> {
     let mut p = Problems::default();
-    p.check(!name.trim().is_empty(), "name", "must not be empty");
-    if let Some(uid) = uid {
+    p.check(!app.name.trim().is_empty(), "name", "must not be empty");
+    if let Some(uid) = &app.uid {
         p.uid("uid", uid, AppId::PREFIX);
     }
-    p.check(throttle_rate != Some(0), "throttleRate", "must be at least 1");
+    p.check(app.throttle_rate != Some(0), "throttleRate", "must be at least 1");
+    let within = |v: Option<u32>, max: u32| v.is_none_or(|v| (1..=max).contains(&v));
+    p.check(within(app.max_concurrency, MAX_CONCURRENCY), "maxConcurrency", "must be between 1 and 10000");
+    p.check(within(app.weight, MAX_WEIGHT), "weight", "must be between 1 and 1000");
     p.finish()
 }
 
 /// Creates an application from `input`; `path_uid` is the uid to use when the input has
 /// none (upserts name the application in the path).
 pub async fn create_app_from(state: &AppState, input: ApplicationIn, path_uid: Option<&str>) -> ApiResult<App> {
-    let uid = input.uid.or_else(|| path_uid.map(str::to_owned));
-    check(&input.name, uid.as_deref(), input.throttle_rate)?;
     let now = now_ms();
     let app = App {
         id: AppId::generate(),
-        uid,
+        uid: input.uid.or_else(|| path_uid.map(str::to_owned)),
         name: input.name,
         metadata: input.metadata.unwrap_or_default(),
         throttle_rate: input.throttle_rate,
+        max_concurrency: input.max_concurrency,
+        weight: input.weight,
         created_at: now,
         updated_at: now,
     };
+    check(&app)?;
     state.store.insert_app(&app).await?;
     Ok(app)
 }
@@ -163,16 +187,17 @@ pub async fn upsert_app(
     let input = body.value;
     match state.catalog.app(&app_id).await? {
         Some(existing) if principal.can_see(&existing.id) => {
-            let uid = input.uid.or_else(|| existing.uid.clone());
-            check(&input.name, uid.as_deref(), input.throttle_rate)?;
             let app = App {
-                uid,
+                uid: input.uid.or_else(|| existing.uid.clone()),
                 name: input.name,
                 metadata: input.metadata.unwrap_or_default(),
                 throttle_rate: input.throttle_rate,
+                max_concurrency: input.max_concurrency,
+                weight: input.weight,
                 updated_at: now_ms(),
                 ..(*existing).clone()
             };
+            check(&app)?;
             save(&state, &app).await?;
             Ok((StatusCode::OK, Json(ApplicationOut::from(&app))))
         }
@@ -208,7 +233,13 @@ pub async fn patch_app(
     if let Some(rate) = patch.throttle_rate {
         app.throttle_rate = rate;
     }
-    check(&app.name, app.uid.as_deref(), app.throttle_rate)?;
+    if let Some(cap) = patch.max_concurrency {
+        app.max_concurrency = cap;
+    }
+    if let Some(weight) = patch.weight {
+        app.weight = weight;
+    }
+    check(&app)?;
     app.updated_at = now_ms();
     save(&state, &app).await?;
     Ok(Json(ApplicationOut::from(&app)))

@@ -16,6 +16,7 @@ mod idempotency;
 mod list;
 mod message;
 pub mod openapi;
+mod stats;
 mod validate;
 
 use std::sync::Arc;
@@ -31,6 +32,7 @@ pub use error::{ApiError, ApiResult};
 use crate::catalog::Catalog;
 use crate::dispatch::Dispatcher;
 use crate::ingest::Ingestor;
+use crate::metrics::Metrics;
 use crate::ssrf::Guard;
 use crate::store::{App, Endpoint, Message, Store};
 use auth::Principal;
@@ -61,6 +63,7 @@ pub struct AppState {
     pub catalog: Arc<Catalog>,
     pub ingestor: Arc<Ingestor>,
     pub dispatcher: Arc<Dispatcher>,
+    pub metrics: Arc<Metrics>,
     pub guard: Arc<Guard>,
     pub admin: Arc<AdminToken>,
     pub limits: Limits,
@@ -77,6 +80,7 @@ pub fn router(state: AppState) -> Router {
         .merge(attempt::router())
         .merge(event_type::router())
         .merge(health::router())
+        .merge(stats::router())
         .route("/api/v1/auth/app-portal-access/{app_id}", axum::routing::post(auth::app_portal_access))
         .route("/api/v1/auth/logout", axum::routing::post(auth::logout))
         .route("/api/v1/openapi.json", get(openapi::serve))

@@ -4,7 +4,7 @@
 use axum::Json;
 use utoipa::OpenApi;
 
-use super::{application, attempt, auth, endpoint, endpoint_ops, event_type, health, message};
+use super::{application, attempt, auth, endpoint, endpoint_ops, event_type, health, message, stats};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -23,6 +23,7 @@ use super::{application, attempt, auth, endpoint, endpoint_ops, event_type, heal
         event_type::list_event_types, event_type::create_event_type, event_type::get_event_type,
         event_type::upsert_event_type, event_type::patch_event_type, event_type::delete_event_type,
         health::health, health::health_head, health::ping, health::ping_head,
+        stats::endpoint_health, stats::slow_endpoints, stats::summary,
     ),
     modifiers(&BearerAuth)
 )]

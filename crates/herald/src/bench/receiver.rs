@@ -61,6 +61,33 @@ pub struct Shared {
     received: AtomicU64,
     verified: AtomicU64,
     bad_signatures: AtomicU64,
+    /// Requests to silent endpoints: in total, held now, and most held at once.
+    silent: SilentCounts,
+}
+
+#[derive(Default)]
+struct SilentCounts {
+    total: AtomicU64,
+    open: AtomicU64,
+    most: AtomicU64,
+}
+
+/// Counts a silent request as held until the sender gives up (the handler is dropped).
+struct Held<'a>(&'a SilentCounts);
+
+impl<'a> Held<'a> {
+    fn new(counts: &'a SilentCounts) -> Self {
+        counts.total.fetch_add(1, Ordering::Relaxed);
+        let open = counts.open.fetch_add(1, Ordering::SeqCst) + 1;
+        counts.most.fetch_max(open, Ordering::SeqCst);
+        Self(counts)
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 pub struct Receiver {
@@ -123,6 +150,11 @@ impl Receiver {
         std::mem::take(&mut *self.shared.receipts.lock().unwrap())
     }
 
+    /// (requests, most held at once) of the silent endpoints.
+    pub fn silent_counts(&self) -> (u64, u64) {
+        (self.shared.silent.total.load(Ordering::Relaxed), self.shared.silent.most.load(Ordering::SeqCst))
+    }
+
     /// (verified, failed) signature checks.
     pub fn signature_checks(&self) -> (u64, u64) {
         (self.shared.verified.load(Ordering::Relaxed), self.shared.bad_signatures.load(Ordering::Relaxed))
@@ -144,7 +176,10 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         resumed.await;
     }
     match behaviour {
-        "silent" => std::future::pending::<()>().await,
+        "silent" => {
+            let _held = Held::new(&shared.silent);
+            std::future::pending::<()>().await
+        }
         "slow" => tokio::time::sleep(Duration::from_millis(500)).await,
         _ => {}
     }

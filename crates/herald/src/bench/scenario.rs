@@ -74,10 +74,17 @@ pub async fn noisy_neighbour(run: &mut Run<'_>) -> anyhow::Result<Value> {
     run.drain(secs(a.drain_stall)).await;
     let alone = Percentiles::of(&run.ledger.latency[0]);
     let together = Percentiles::of(&run.ledger.latency[1]);
+    let (noisy_requests, noisy_most_in_flight) = run.receiver.silent_counts();
     Ok(json!({
+        "healthyAloneP50Ms": alone.p50,
         "healthyAloneP99Ms": alone.p99,
+        "healthyWithNoisyP50Ms": together.p50,
         "healthyWithNoisyP99Ms": together.p99,
         "p99Ratio": if alone.p99 > 0.0 { together.p99 / alone.p99 } else { 0.0 },
+        // The noisy application's side: every attempt hangs until the sender's timeout.
+        "noisyAttempts": noisy_requests,
+        "noisyMostInFlight": noisy_most_in_flight,
+        "noisyDelivered": 0,
     }))
 }
 
@@ -112,6 +119,7 @@ pub async fn backlog(run: &mut Run<'_>) -> anyhow::Result<Value> {
     let duration = a.messages as f64 / a.rate;
     run.phase("backlog", &[(stream(first..first + a.apps, a.rate, duration), 0)], &[]).await;
     let with_backlog = run.target.sample();
+    let summary_ms = summary_cost(&run.target.api).await;
     let resumed = Instant::now();
     run.receiver.resume();
     let closed = run.drain(secs(a.drain_stall)).await;
@@ -120,10 +128,23 @@ pub async fn backlog(run: &mut Run<'_>) -> anyhow::Result<Value> {
         "backlogMessages": run.messages,
         "rssWithBacklogBytes": with_backlog.map(|s| s.rss),
         "peakRssDuringBacklogBytes": with_backlog.map(|s| s.peak_rss),
+        "summaryCallMsWithBacklog": summary_ms,
         "drainSeconds": drain_secs,
         "drainRate": drain_secs.map(|s| run.messages as f64 / s),
         "closed": closed,
     }))
+}
+
+/// The slowest of five `GET /api/v1/stats/summary` calls, in ms (a Herald extension: `None`
+/// when the server does not have it).
+async fn summary_cost(api: &super::target::Api) -> Option<f64> {
+    let mut slowest: f64 = 0.0;
+    for _ in 0..5 {
+        let started = Instant::now();
+        api.get("/api/v1/stats/summary").await.ok()?;
+        slowest = slowest.max(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    Some(slowest)
 }
 
 /// Steps of +15 % while every step's deliveries arrive within a second (or a fifth of the

@@ -24,6 +24,7 @@ pub const RESERVED_HEADERS: &[&str] = &[
     "svix-timestamp",
     "svix-signature",
     "herald-attempt",
+    "herald-sequence",
     "content-type",
     "content-length",
     "host",
@@ -39,6 +40,8 @@ pub struct Outgoing<'a> {
     pub payload: &'a str,
     /// 1 for the first attempt of the delivery's current round.
     pub attempt_no: u32,
+    /// The message's position in its endpoint's stream (increasing, stable across retries).
+    pub sequence: i64,
     pub now: Millis,
 }
 
@@ -84,6 +87,7 @@ impl Outgoing<'_> {
         headers.insert("svix-timestamp", ts);
         headers.insert("svix-signature", sig);
         headers.insert("herald-attempt", HeaderValue::from(self.attempt_no));
+        headers.insert("herald-sequence", HeaderValue::from(self.sequence));
         request.body(Full::new(body)).map_err(|e| (Failure::Internal, format!("building the request: {e}")))
     }
 }

@@ -10,12 +10,16 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::outcomes::Pending;
 use super::{Dispatcher, Job};
+use crate::breaker::{Breaker, BreakerState, Transition};
 use crate::catalog::Target;
 use crate::clock::now_ms;
 use crate::deliver::{Outgoing, Sent};
-use crate::ids::AttemptId;
-use crate::outcome::{AttemptResult, Decision, Failure, decide, error_class};
+use crate::ids::{AttemptId, EndpointId};
+use crate::outcome::{AttemptResult, Decision, Failure, OutcomeClass, classify, decide, error_class};
 use crate::store::{Attempt, NextState, OutcomeRecord};
+
+/// Saves of one breaker transition at most (each later one only if the state moved again).
+const BREAKER_SAVE_TRIES: usize = 3;
 
 impl Dispatcher {
     pub(super) async fn process(self: Arc<Self>, job: Job, permit: OwnedSemaphorePermit) {
@@ -26,7 +30,12 @@ impl Dispatcher {
         };
         drop(permit);
         self.lanes().finished(job.app());
+        let transition = sent.as_ref().and_then(|sent| self.observe(&job, sent));
         self.wake_pump.notify_one();
+        if let Some(transition) = transition {
+            // Saved before the attempt task ends, so a graceful stop never loses it.
+            self.breaker_changed(&job.endpoint_id, transition).await;
+        }
 
         let (next, attempt) = match (target, sent) {
             (Ok(Some(target)), Some(sent)) => self.judge(&target, &job, sent),
@@ -46,13 +55,63 @@ impl Dispatcher {
         let Some(payload) = job.message.payload.clone() else {
             return Sent::failed(Failure::Internal, "the message payload was expunged", Duration::ZERO);
         };
-        let out =
-            Outgoing { target, message: &job.message, payload: &payload, attempt_no: job.attempts + 1, now: now_ms() };
+        let out = Outgoing {
+            target,
+            message: &job.message,
+            payload: &payload,
+            attempt_no: job.attempts + 1,
+            sequence: job.delivery_id,
+            now: now_ms(),
+        };
         // A panic inside one attempt is our own failure for that delivery, nothing more.
         AssertUnwindSafe(self.deliverer.send(out))
             .catch_unwind()
             .await
             .unwrap_or_else(|_| Sent::failed(Failure::Internal, "the attempt panicked", Duration::ZERO))
+    }
+
+    /// Feeds an attempt into the endpoint's latency window, its circuit breaker and the
+    /// metrics; returns the breaker's transition, if any.
+    fn observe(&self, job: &Job, sent: &Sent) -> Option<Transition> {
+        let now = now_ms();
+        let class = classify(&sent.result);
+        self.metrics.attempt(job.app(), &job.endpoint_id, class, sent.duration.as_secs_f64());
+        // Herald's own failures and refused destinations say nothing about the endpoint.
+        let about_endpoint =
+            !matches!(sent.result, AttemptResult::Failed(Failure::Internal | Failure::BlockedDestination));
+        if !about_endpoint {
+            return None;
+        }
+        let slow = self.latency.record(&job.endpoint_id, now, sent.duration.as_secs_f64() * 1000.0);
+        let delivered = class == OutcomeClass::Delivered;
+        self.lanes().record(job.app(), &job.endpoint_id, delivered, slow, now)
+    }
+
+    /// Reports a breaker transition and saves the breaker's state. Saves of one endpoint
+    /// may race (two attempts finishing together); each save re-checks afterwards and
+    /// saves again if the state moved meanwhile, so the last state is the one stored.
+    async fn breaker_changed(&self, endpoint: &EndpointId, transition: Transition) {
+        let kind = match transition {
+            Transition::Opened => "open",
+            Transition::Reopened => "reopen",
+            Transition::Closed => "closed",
+        };
+        self.metrics.circuit_transition(kind);
+        let persisted = |b: Option<Breaker>| b.filter(|b| b.state != BreakerState::Closed);
+        let key = |b: &Option<Breaker>| b.as_ref().map(|b| (b.state, b.opened_at, b.cooldown_ms));
+        let mut saved = persisted(self.breaker(endpoint));
+        tracing::warn!(%endpoint, transition = kind, cooldown_ms = saved.as_ref().map(|b| b.cooldown_ms), "circuit breaker");
+        for _ in 0..BREAKER_SAVE_TRIES {
+            if let Err(e) = self.store.save_breaker(endpoint, saved.as_ref()).await {
+                tracing::warn!(error = %e, "saving a circuit breaker failed");
+                return;
+            }
+            let now = persisted(self.breaker(endpoint));
+            if key(&now) == key(&saved) {
+                return;
+            }
+            saved = now;
+        }
     }
 
     /// Turns an attempt's result into the delivery's next state and the attempt record.
@@ -94,7 +153,13 @@ impl Dispatcher {
     /// keeps or lets go of the job.
     fn conclude(&self, job: Job, next: NextState, attempt: Option<Attempt>) {
         let attempts = if attempt.is_some() { job.attempts + 1 } else { job.attempts };
-        let record = OutcomeRecord { delivery_id: job.delivery_id, attempt, attempts, next };
+        let record = OutcomeRecord {
+            delivery_id: job.delivery_id,
+            message_created_at: job.message.created_at,
+            attempt,
+            attempts,
+            next,
+        };
         if let Err(unsent) = self.outcomes.send(Pending { job, record }) {
             // Only after shutdown: the claim is dropped at the next start.
             tracing::error!(delivery = unsent.0.record.delivery_id, "outcome writer gone; outcome not recorded");

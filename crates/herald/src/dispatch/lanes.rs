@@ -1,19 +1,28 @@
-//! The dispatcher's in-memory state: one lane per application, a round-robin over the
-//! lanes that have work and spare capacity, and a timer heap for retries due soon. Pure
-//! data structure, no I/O and no clock: callers pass the time in.
+//! The dispatcher's in-memory state and its fair choice of what to send next. Pure data
+//! structure: no I/O, and the time is passed in.
 //!
-//! Fairness: the next job comes from the next application in the rotation, never from a
-//! global "oldest first" queue, and an application at its in-flight cap leaves the
-//! rotation until one of its attempts finishes, so a slow endpoint occupies at most its
-//! application's cap while every other application keeps going.
+//! One lane per application, one queue per endpoint inside it. The next job comes from the
+//! application at the front of the rotation, never from a global "oldest first" queue: an
+//! application may take `weight` jobs in a row before yielding its turn (weighted fair
+//! sharing), and one at its `maxConcurrency` leaves the rotation until an attempt of its
+//! own finishes, so a slow endpoint holds at most its application's cap. Within an
+//! application, endpoints take turns; within an endpoint, first attempts and retries
+//! alternate, so a mass of late retries cannot starve new messages.
+//!
+//! Gates that park an endpoint (its deliveries wait, no attempt is used): its circuit
+//! breaker while open, and the token buckets of `throttleRate` (endpoint and application).
+//! A parked endpoint is looked at again when its wake-up time comes.
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 
+use crate::breaker::{Admission, Breaker, BreakerSettings, Transition};
+use crate::catalog::{AppLimits, Target};
 use crate::clock::Millis;
 use crate::ids::{AppId, EndpointId};
 use crate::store::{ClaimedDelivery, Message, Trigger};
+use crate::throttle::TokenBucket;
 
 /// A delivery held in memory, ready to be attempted.
 #[derive(Debug, Clone)]
@@ -24,43 +33,115 @@ pub struct Job {
     /// Attempts already made in this round.
     pub attempts: u32,
     pub trigger: Trigger,
+    /// The endpoint as it was when the job arrived (for the lane's limits and gates; the
+    /// attempt itself reads the current endpoint).
+    pub target: Arc<Target>,
 }
 
 impl Job {
     pub fn app(&self) -> &AppId {
         &self.message.app_id
     }
-}
 
-impl From<ClaimedDelivery> for Job {
-    fn from(c: ClaimedDelivery) -> Self {
+    pub fn from_claim(c: ClaimedDelivery, target: Arc<Target>) -> Self {
         Self {
             delivery_id: c.delivery_id,
             endpoint_id: c.endpoint_id,
             message: c.message,
             attempts: c.attempts,
             trigger: c.trigger,
+            target,
         }
     }
 }
 
+/// Per endpoint: its queues and its gates.
 #[derive(Default)]
-struct Lane {
-    ready: VecDeque<Job>,
-    in_flight: u32,
-    /// Whether the application is in the rotation (at most once).
+struct EndpointQueue {
+    first: VecDeque<Job>,
+    retries: VecDeque<Job>,
+    /// Alternates between first attempts and retries when both wait.
+    retry_next: bool,
+    /// In the application's list of endpoints that may send.
     queued: bool,
 }
 
+impl EndpointQueue {
+    fn is_empty(&self) -> bool {
+        self.first.is_empty() && self.retries.is_empty()
+    }
+
+    fn push(&mut self, job: Job) {
+        if job.attempts == 0 { self.first.push_back(job) } else { self.retries.push_back(job) }
+    }
+
+    fn pop(&mut self) -> Option<Job> {
+        let job = match (self.retry_next, self.first.is_empty(), self.retries.is_empty()) {
+            (_, false, true) => self.first.pop_front(),
+            (_, true, false) => self.retries.pop_front(),
+            (true, false, false) => self.retries.pop_front(),
+            (false, false, false) => self.first.pop_front(),
+            (_, true, true) => None,
+        };
+        self.retry_next = !self.retry_next;
+        job
+    }
+}
+
+/// An endpoint's circuit breaker and rate limit; kept while the process runs.
+struct Gate {
+    breaker: Breaker,
+    settings: BreakerSettings,
+    bucket: Option<TokenBucket>,
+}
+
+struct Lane {
+    limits: AppLimits,
+    in_flight: u32,
+    /// Jobs the application may still take before yielding its turn.
+    credit: u32,
+    bucket: Option<TokenBucket>,
+    endpoints: HashMap<EndpointId, EndpointQueue>,
+    /// Endpoints with work that are not parked, in turn order.
+    ready: VecDeque<EndpointId>,
+    /// In the rotation (at most once).
+    queued: bool,
+}
+
+impl Lane {
+    fn new(limits: AppLimits) -> Self {
+        Self {
+            limits,
+            in_flight: 0,
+            credit: limits.weight,
+            bucket: None,
+            endpoints: HashMap::new(),
+            ready: VecDeque::new(),
+            queued: false,
+        }
+    }
+
+    fn waiting(&self) -> bool {
+        !self.ready.is_empty()
+    }
+}
+
+/// Something to do at a time: a job coming due, or a parked endpoint (or application, when
+/// `endpoint` is `None`) to look at again.
+enum Due {
+    Job(Box<Job>),
+    Wake(AppId, Option<EndpointId>),
+}
+
 struct Timer {
-    due: Millis,
+    at: Millis,
     seq: u64,
-    job: Job,
+    due: Due,
 }
 
 impl PartialEq for Timer {
     fn eq(&self, other: &Self) -> bool {
-        (self.due, self.seq) == (other.due, other.seq)
+        (self.at, self.seq) == (other.at, other.seq)
     }
 }
 impl Eq for Timer {}
@@ -72,29 +153,29 @@ impl PartialOrd for Timer {
 impl Ord for Timer {
     /// Reversed, so the max-heap pops the earliest timer.
     fn cmp(&self, other: &Self) -> Ordering {
-        (other.due, other.seq).cmp(&(self.due, self.seq))
+        (other.at, other.seq).cmp(&(self.at, self.seq))
     }
 }
 
 pub struct Lanes {
     lanes: HashMap<AppId, Lane>,
+    gates: HashMap<EndpointId, Gate>,
     rotation: VecDeque<AppId>,
     timers: BinaryHeap<Timer>,
     seq: u64,
-    app_cap: u32,
-    /// Jobs in memory (ready, waiting on a timer, in flight) plus reservations.
+    /// Jobs in memory (ready, parked, on a timer, in flight) plus reservations.
     held: usize,
     limit: usize,
 }
 
 impl Lanes {
-    pub fn new(limit: usize, app_cap: u32) -> Self {
+    pub fn new(limit: usize) -> Self {
         Self {
             lanes: HashMap::new(),
+            gates: HashMap::new(),
             rotation: VecDeque::new(),
             timers: BinaryHeap::new(),
             seq: 0,
-            app_cap: app_cap.max(1),
             held: 0,
             limit,
         }
@@ -125,72 +206,219 @@ impl Lanes {
         self.held
     }
 
+    /// Attempts in flight across all applications.
+    pub fn in_flight(&self) -> u32 {
+        self.lanes.values().map(|l| l.in_flight).sum()
+    }
+
     /// Adds a job (whose room is already reserved) that is due now.
-    pub fn add_ready(&mut self, job: Job) {
+    pub fn add_ready(&mut self, job: Job, now: Millis) {
         let app = job.app().clone();
-        self.lanes.entry(app.clone()).or_default().ready.push_back(job);
+        let endpoint = job.endpoint_id.clone();
+        self.configure(&job.target, now);
+        let lane = self.lanes.entry(app.clone()).or_insert_with(|| Lane::new(job.target.app));
+        let queue = lane.endpoints.entry(endpoint.clone()).or_default();
+        queue.push(job);
+        if !queue.queued {
+            queue.queued = true;
+            lane.ready.push_back(endpoint);
+        }
         self.make_eligible(&app);
     }
 
-    /// Adds a job (whose room is already reserved) that is due at `due`.
-    pub fn add_timer(&mut self, job: Job, due: Millis) {
-        self.seq += 1;
-        self.timers.push(Timer { due, seq: self.seq, job });
+    /// Adds a job (whose room is already reserved) that is due at `at`.
+    pub fn add_timer(&mut self, job: Job, at: Millis) {
+        self.push_timer(at, Due::Job(Box::new(job)));
     }
 
-    /// Moves every timer due at or before `now` into its lane.
+    fn push_timer(&mut self, at: Millis, due: Due) {
+        self.seq += 1;
+        self.timers.push(Timer { at, seq: self.seq, due });
+    }
+
+    /// Keeps the lane's and the gate's settings in step with the latest endpoint.
+    fn configure(&mut self, target: &Target, now: Millis) {
+        let settings = target.settings.circuit_breaker;
+        let gate = self.gates.entry(target.endpoint.id.clone()).or_insert_with(|| Gate {
+            breaker: Breaker::new(&settings),
+            settings,
+            bucket: None,
+        });
+        gate.settings = settings;
+        gate.bucket = rebucket(gate.bucket.take(), target.endpoint.throttle_rate, now);
+        let lane = self.lanes.entry(target.endpoint.app_id.clone()).or_insert_with(|| Lane::new(target.app));
+        lane.limits = target.app;
+        lane.bucket = rebucket(lane.bucket.take(), target.app.throttle_rate, now);
+    }
+
+    /// Restores a breaker saved before a restart.
+    pub fn restore_breaker(&mut self, endpoint: EndpointId, breaker: Breaker) {
+        let settings = BreakerSettings { cooldown_ms: breaker.cooldown_ms, ..BreakerSettings::default() };
+        self.gates.insert(endpoint, Gate { breaker, settings, bucket: None });
+    }
+
+    pub fn breaker(&self, endpoint: &EndpointId) -> Option<&Breaker> {
+        self.gates.get(endpoint).map(|g| &g.breaker)
+    }
+
+    /// Every endpoint's breaker (for metrics).
+    pub fn breakers(&self) -> impl Iterator<Item = (&EndpointId, &Breaker)> {
+        self.gates.iter().map(|(id, g)| (id, &g.breaker))
+    }
+
+    /// Moves what came due at or before `now` into the lanes, and wakes parked endpoints.
     pub fn promote(&mut self, now: Millis) {
-        while self.timers.peek().is_some_and(|t| t.due <= now) {
-            let timer = self.timers.pop().expect("peeked");
-            self.add_ready(timer.job);
+        while self.timers.peek().is_some_and(|t| t.at <= now) {
+            match self.timers.pop().expect("peeked").due {
+                Due::Job(job) => self.add_ready(*job, now),
+                Due::Wake(app, endpoint) => self.wake(&app, endpoint.as_ref()),
+            }
         }
+    }
+
+    fn wake(&mut self, app: &AppId, endpoint: Option<&EndpointId>) {
+        let Some(lane) = self.lanes.get_mut(app) else { return };
+        if let Some(endpoint) = endpoint
+            && let Some(queue) = lane.endpoints.get_mut(endpoint)
+            && !queue.queued
+            && !queue.is_empty()
+        {
+            queue.queued = true;
+            lane.ready.push_back(endpoint.clone());
+        }
+        self.make_eligible(app);
     }
 
     pub fn next_due(&self) -> Option<Millis> {
-        self.timers.peek().map(|t| t.due)
+        self.timers.peek().map(|t| t.at)
     }
 
-    /// The next job to attempt, chosen round-robin among applications under their cap.
-    pub fn pop(&mut self) -> Option<Job> {
-        while let Some(app) = self.rotation.pop_front() {
-            let cap = self.app_cap;
-            let lane = self.lanes.get_mut(&app).expect("queued applications have lanes");
-            if lane.in_flight >= cap || lane.ready.is_empty() {
-                lane.queued = false;
-                continue;
+    /// The next job to attempt, or `None` when every application with work is at its cap,
+    /// parked, or out of tokens.
+    pub fn pop(&mut self, now: Millis) -> Option<Job> {
+        for _ in 0..self.rotation.len() {
+            let app = self.rotation.pop_front()?;
+            if let Some(job) = self.pop_from(&app, now) {
+                return Some(job);
             }
-            let job = lane.ready.pop_front().expect("checked non-empty");
-            lane.in_flight += 1;
-            if !lane.ready.is_empty() && lane.in_flight < cap {
-                self.rotation.push_back(app);
-            } else {
-                lane.queued = false;
-            }
-            return Some(job);
         }
         None
+    }
+
+    /// Tries to take a job from one application; re-queues or parks it as needed.
+    fn pop_from(&mut self, app: &AppId, now: Millis) -> Option<Job> {
+        let lane = self.lanes.get_mut(app).expect("applications in the rotation have lanes");
+        lane.queued = false;
+        if lane.in_flight >= lane.limits.max_concurrency {
+            return None; // back in the rotation when one of its attempts finishes
+        }
+        if let Some(bucket) = lane.bucket.as_mut()
+            && let Err(at) = bucket.check(now)
+        {
+            self.push_timer(at, Due::Wake(app.clone(), None));
+            return None;
+        }
+        let mut parked = vec![];
+        let mut picked = None;
+        while let Some(endpoint) = lane.ready.pop_front() {
+            let queue = lane.endpoints.get_mut(&endpoint).expect("ready endpoints have queues");
+            if queue.is_empty() {
+                queue.queued = false;
+                continue;
+            }
+            let gate = self.gates.get_mut(&endpoint).expect("endpoints with jobs have gates");
+            let admission = gate.breaker.admit(now);
+            if let Admission::Wait { until } = admission {
+                queue.queued = false;
+                parked.push((until, endpoint));
+                continue;
+            }
+            if let Some(bucket) = gate.bucket.as_mut()
+                && let Err(at) = bucket.check(now)
+            {
+                if admission == Admission::Probe {
+                    gate.breaker.abandon_probe();
+                }
+                queue.queued = false;
+                parked.push((at, endpoint));
+                continue;
+            }
+            if let Some(bucket) = gate.bucket.as_mut() {
+                bucket.take(now);
+            }
+            let job = queue.pop().expect("checked non-empty");
+            if queue.is_empty() {
+                queue.queued = false;
+            } else {
+                lane.ready.push_back(endpoint);
+            }
+            picked = Some(job);
+            break;
+        }
+        if let Some(bucket) = lane.bucket.as_mut().filter(|_| picked.is_some()) {
+            bucket.take(now);
+        }
+        if picked.is_some() {
+            lane.in_flight += 1;
+            lane.credit = lane.credit.saturating_sub(1);
+        }
+        let keeps_turn = lane.credit > 0;
+        if lane.credit == 0 {
+            lane.credit = lane.limits.weight;
+        }
+        if picked.is_some() && lane.waiting() && lane.in_flight < lane.limits.max_concurrency {
+            lane.queued = true;
+            if keeps_turn { self.rotation.push_front(app.clone()) } else { self.rotation.push_back(app.clone()) }
+        }
+        for (at, endpoint) in parked {
+            self.push_timer(at, Due::Wake(app.clone(), Some(endpoint)));
+        }
+        picked
     }
 
     /// An attempt of `app` finished (its slot is free again).
     pub fn finished(&mut self, app: &AppId) {
         if let Some(lane) = self.lanes.get_mut(app) {
             lane.in_flight = lane.in_flight.saturating_sub(1);
-            self.make_eligible(app);
         }
+        self.make_eligible(app);
     }
 
-    /// Attempts in flight for `app`.
-    #[cfg(test)]
-    pub fn in_flight(&self, app: &AppId) -> u32 {
-        self.lanes.get(app).map_or(0, |l| l.in_flight)
+    /// Records an attempt's result in the endpoint's breaker; returns a transition worth
+    /// saving and reporting. A transition to closed wakes the endpoint.
+    pub fn record(
+        &mut self,
+        app: &AppId,
+        endpoint: &EndpointId,
+        success: bool,
+        slow: bool,
+        now: Millis,
+    ) -> Option<Transition> {
+        let gate = self.gates.get_mut(endpoint)?;
+        let transition = gate.breaker.record(success, slow, now, &gate.settings);
+        if let Some(Transition::Closed) = transition {
+            self.wake(app, Some(endpoint));
+        }
+        transition
     }
 
-    /// Removes every job that is waiting (ready or on a timer), e.g. to release them at
-    /// shutdown. In-flight jobs stay accounted until they finish.
+    /// Removes every job that is waiting (ready, parked or on a timer), e.g. to release
+    /// them at shutdown. In-flight jobs stay accounted until they finish.
     pub fn drain_waiting(&mut self) -> Vec<Job> {
-        let mut jobs: Vec<Job> = self.timers.drain().map(|t| t.job).collect();
+        let mut jobs: Vec<Job> = std::mem::take(&mut self.timers)
+            .into_iter()
+            .filter_map(|t| match t.due {
+                Due::Job(job) => Some(*job),
+                Due::Wake(..) => None,
+            })
+            .collect();
         for lane in self.lanes.values_mut() {
-            jobs.extend(lane.ready.drain(..));
+            for queue in lane.endpoints.values_mut() {
+                jobs.extend(queue.first.drain(..));
+                jobs.extend(queue.retries.drain(..));
+                queue.queued = false;
+            }
+            lane.ready.clear();
             lane.queued = false;
         }
         self.rotation.clear();
@@ -199,118 +427,263 @@ impl Lanes {
     }
 
     fn make_eligible(&mut self, app: &AppId) {
-        let cap = self.app_cap;
-        let Some(lane) = self.lanes.get_mut(app) else {
-            return;
-        };
-        if !lane.queued && !lane.ready.is_empty() && lane.in_flight < cap {
+        let Some(lane) = self.lanes.get_mut(app) else { return };
+        if !lane.queued && lane.waiting() && lane.in_flight < lane.limits.max_concurrency {
             lane.queued = true;
             self.rotation.push_back(app.clone());
-        } else if !lane.queued && lane.ready.is_empty() && lane.in_flight == 0 {
+        } else if !lane.queued && lane.in_flight == 0 && lane.endpoints.values().all(EndpointQueue::is_empty) {
             self.lanes.remove(app);
         }
+    }
+}
+
+/// A token bucket for `rate`, keeping the existing one's tokens when the rate is unchanged.
+fn rebucket(existing: Option<TokenBucket>, rate: Option<u16>, now: Millis) -> Option<TokenBucket> {
+    match (existing, rate) {
+        (Some(bucket), Some(rate)) if bucket.rate() == rate => Some(bucket),
+        (_, Some(rate)) if rate > 0 => Some(TokenBucket::new(rate, now)),
+        _ => None,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::endpoint_settings::{Defaults, DeliverySettings};
     use crate::ids::MessageId;
+    use crate::store::{Endpoint, Secrets};
 
-    fn job(app: &AppId, n: i64) -> Job {
-        Job {
-            delivery_id: n,
-            endpoint_id: EndpointId::from_trusted("ep_test".into()),
-            message: Arc::new(Message {
-                id: MessageId::generate(),
-                app_id: app.clone(),
-                event_type: "t".into(),
-                event_id: None,
+    struct Fixture {
+        targets: HashMap<String, Arc<Target>>,
+        next: i64,
+    }
+
+    impl Fixture {
+        fn new() -> Self {
+            Self { targets: HashMap::new(), next: 0 }
+        }
+
+        /// The endpoint `name` of application `app` (created on first use).
+        fn target(
+            &mut self,
+            app: &str,
+            name: &str,
+            limits: AppLimits,
+            tune: impl FnOnce(&mut Endpoint),
+        ) -> Arc<Target> {
+            let key = format!("{app}/{name}");
+            if let Some(t) = self.targets.get(&key) {
+                return t.clone();
+            }
+            let mut endpoint = Endpoint {
+                id: EndpointId::from_trusted(format!("ep_{app}_{name}")),
+                app_id: AppId::from_trusted(format!("app_{app}")),
+                uid: None,
+                url: "https://example.com/".into(),
+                description: String::new(),
+                disabled: false,
+                event_types: None,
                 channels: None,
-                payload: Some("{}".into()),
+                metadata: Default::default(),
+                throttle_rate: None,
+                headers: Default::default(),
+                secrets: Secrets { current: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(), previous: vec![] },
+                delivery: DeliverySettings::default(),
                 created_at: 0,
-            }),
-            attempts: 0,
-            trigger: Trigger::Scheduled,
+                updated_at: 0,
+            };
+            tune(&mut endpoint);
+            let defaults = Defaults { timeout: std::time::Duration::from_secs(1), retry: Default::default() };
+            let target = Arc::new(Target::new(endpoint, limits, &defaults));
+            self.targets.insert(key, target.clone());
+            target
+        }
+
+        fn job(&mut self, target: &Arc<Target>, attempts: u32) -> Job {
+            self.next += 1;
+            Job {
+                delivery_id: self.next,
+                endpoint_id: target.endpoint.id.clone(),
+                message: Arc::new(Message {
+                    id: MessageId::generate(),
+                    app_id: target.endpoint.app_id.clone(),
+                    event_type: "t".into(),
+                    event_id: None,
+                    channels: None,
+                    payload: Some("{}".into()),
+                    created_at: 0,
+                }),
+                attempts,
+                trigger: Trigger::Scheduled,
+                target: target.clone(),
+            }
         }
     }
 
-    fn lanes_with(apps: &[(&AppId, i64)], cap: u32) -> Lanes {
-        let mut lanes = Lanes::new(10_000, cap);
-        for (app, count) in apps {
-            for n in 0..*count {
-                assert!(lanes.try_reserve(1));
-                lanes.add_ready(job(app, n));
-            }
+    fn limits(cap: u32, weight: u32) -> AppLimits {
+        AppLimits { max_concurrency: cap, weight, throttle_rate: None }
+    }
+
+    fn add(lanes: &mut Lanes, fx: &mut Fixture, target: &Arc<Target>, n: usize) {
+        for _ in 0..n {
+            assert!(lanes.try_reserve(1));
+            let job = fx.job(target, 0);
+            lanes.add_ready(job, 0);
         }
-        lanes
+    }
+
+    fn drain_apps(lanes: &mut Lanes, now: Millis) -> Vec<String> {
+        std::iter::from_fn(|| lanes.pop(now)).map(|j| j.app().to_string()).collect()
     }
 
     #[test]
     fn applications_take_turns_instead_of_oldest_first() {
-        let (a, b) = (AppId::generate(), AppId::generate());
-        let mut lanes = lanes_with(&[(&a, 5), (&b, 2)], 100);
-        let order: Vec<AppId> = std::iter::from_fn(|| lanes.pop()).map(|j| j.app().clone()).collect();
-        assert_eq!(order, vec![a.clone(), b.clone(), a.clone(), b.clone(), a.clone(), a.clone(), a]);
+        let (mut lanes, mut fx) = (Lanes::new(100), Fixture::new());
+        let a = fx.target("a", "1", limits(100, 1), |_| {});
+        let b = fx.target("b", "1", limits(100, 1), |_| {});
+        add(&mut lanes, &mut fx, &a, 4);
+        add(&mut lanes, &mut fx, &b, 2);
+        assert_eq!(drain_apps(&mut lanes, 0), vec!["app_a", "app_b", "app_a", "app_b", "app_a", "app_a"]);
+    }
+
+    #[test]
+    fn weights_share_contended_capacity_proportionally() {
+        let (mut lanes, mut fx) = (Lanes::new(100), Fixture::new());
+        let heavy = fx.target("h", "1", limits(100, 3), |_| {});
+        let light = fx.target("l", "1", limits(100, 1), |_| {});
+        add(&mut lanes, &mut fx, &heavy, 30);
+        add(&mut lanes, &mut fx, &light, 30);
+        let first: Vec<String> = drain_apps(&mut lanes, 0).into_iter().take(16).collect();
+        let heavy_share = first.iter().filter(|a| *a == "app_h").count();
+        assert_eq!(heavy_share, 12, "3:1 while both have work: {first:?}");
     }
 
     #[test]
     fn an_application_at_its_cap_is_skipped_not_waited_on() {
-        let (slow, fast) = (AppId::generate(), AppId::generate());
-        let mut lanes = lanes_with(&[(&slow, 10), (&fast, 3)], 2);
-        let mut taken = vec![];
-        while let Some(j) = lanes.pop() {
-            taken.push(j.app().clone());
+        let (mut lanes, mut fx) = (Lanes::new(100), Fixture::new());
+        let slow = fx.target("slow", "1", limits(2, 1), |_| {});
+        let fast = fx.target("fast", "1", limits(100, 1), |_| {});
+        add(&mut lanes, &mut fx, &slow, 10);
+        add(&mut lanes, &mut fx, &fast, 5);
+        let taken = drain_apps(&mut lanes, 0);
+        assert_eq!(taken.iter().filter(|a| *a == "app_slow").count(), 2, "slow stops at its cap");
+        assert_eq!(taken.iter().filter(|a| *a == "app_fast").count(), 5, "fast is never held up");
+        lanes.finished(&slow.endpoint.app_id);
+        assert_eq!(lanes.pop(0).unwrap().app(), &slow.endpoint.app_id, "a finished slot lets it back in");
+        assert!(lanes.pop(0).is_none());
+    }
+
+    #[test]
+    fn endpoints_of_one_application_take_turns() {
+        let (mut lanes, mut fx) = (Lanes::new(100), Fixture::new());
+        let e1 = fx.target("a", "1", limits(100, 1), |_| {});
+        let e2 = fx.target("a", "2", limits(100, 1), |_| {});
+        add(&mut lanes, &mut fx, &e1, 3);
+        add(&mut lanes, &mut fx, &e2, 1);
+        let order: Vec<String> = std::iter::from_fn(|| lanes.pop(0)).map(|j| j.endpoint_id.to_string()).collect();
+        assert_eq!(order, vec!["ep_a_1", "ep_a_2", "ep_a_1", "ep_a_1"]);
+    }
+
+    #[test]
+    fn first_attempts_and_retries_alternate() {
+        let (mut lanes, mut fx) = (Lanes::new(100), Fixture::new());
+        let e = fx.target("a", "1", limits(100, 1), |_| {});
+        for attempts in [3, 3, 3, 3, 0, 0] {
+            assert!(lanes.try_reserve(1));
+            let job = fx.job(&e, attempts);
+            lanes.add_ready(job, 0);
         }
-        assert_eq!(taken.iter().filter(|a| **a == slow).count(), 2, "slow app stops at its cap");
-        assert_eq!(taken.iter().filter(|a| **a == fast).count(), 2, "fast app also capped at 2");
-        assert_eq!(lanes.in_flight(&slow), 2);
-        lanes.finished(&fast);
-        assert_eq!(lanes.pop().unwrap().app(), &fast, "a finished slot lets the app back in");
-        lanes.finished(&slow);
-        assert_eq!(lanes.pop().unwrap().app(), &slow);
-        assert!(lanes.pop().is_none());
+        let kinds: Vec<bool> = std::iter::from_fn(|| lanes.pop(0)).map(|j| j.attempts == 0).collect();
+        assert_eq!(kinds, vec![true, false, true, false, false, false], "new messages are not starved");
     }
 
     #[test]
-    fn timers_release_jobs_only_when_due() {
-        let app = AppId::generate();
-        let mut lanes = Lanes::new(10, 4);
+    fn an_endpoint_throttle_parks_it_until_tokens_come_back() {
+        let (mut lanes, mut fx) = (Lanes::new(100), Fixture::new());
+        let e = fx.target("a", "1", limits(100, 1), |e| e.throttle_rate = Some(2));
+        let other = fx.target("b", "1", limits(100, 1), |_| {});
+        add(&mut lanes, &mut fx, &e, 5);
+        add(&mut lanes, &mut fx, &other, 3);
+        let now0 = drain_apps(&mut lanes, 0);
+        assert_eq!(now0.iter().filter(|a| *a == "app_a").count(), 2, "a burst of one second's worth");
+        assert_eq!(now0.iter().filter(|a| *a == "app_b").count(), 3, "other applications are unaffected");
+        assert_eq!(lanes.next_due(), Some(500));
+        lanes.promote(499);
+        assert!(lanes.pop(499).is_none());
+        lanes.promote(500);
+        assert!(lanes.pop(500).is_some());
+        assert!(lanes.pop(500).is_none());
+    }
+
+    #[test]
+    fn an_application_throttle_covers_all_its_endpoints() {
+        let (mut lanes, mut fx) = (Lanes::new(100), Fixture::new());
+        let app = AppLimits { max_concurrency: 100, weight: 1, throttle_rate: Some(3) };
+        let e1 = fx.target("a", "1", app, |_| {});
+        let e2 = fx.target("a", "2", app, |_| {});
+        add(&mut lanes, &mut fx, &e1, 5);
+        add(&mut lanes, &mut fx, &e2, 5);
+        assert_eq!(drain_apps(&mut lanes, 0).len(), 3);
+        lanes.promote(1000);
+        assert_eq!(drain_apps(&mut lanes, 1000).len(), 3);
+    }
+
+    #[test]
+    fn an_open_breaker_parks_the_endpoint_and_a_probe_reopens_the_way() {
+        let (mut lanes, mut fx) = (Lanes::new(100), Fixture::new());
+        let breaker = BreakerSettings { failure_threshold: 2, cooldown_ms: 1000, max_cooldown_ms: 4000 };
+        let e = fx.target("a", "1", limits(100, 1), |e| e.delivery.circuit_breaker = Some(breaker));
+        add(&mut lanes, &mut fx, &e, 5);
+        let (app, ep) = (e.endpoint.app_id.clone(), e.endpoint.id.clone());
+        for _ in 0..2 {
+            lanes.pop(0).unwrap();
+            lanes.finished(&app);
+        }
+        assert_eq!(lanes.record(&app, &ep, false, false, 10), None);
+        assert_eq!(lanes.record(&app, &ep, false, false, 10), Some(Transition::Opened));
+        assert!(lanes.pop(10).is_none(), "open: the remaining jobs wait, no attempt is made");
+        assert_eq!(lanes.held(), 5, "parked jobs stay in memory");
+        lanes.promote(1009);
+        assert!(lanes.pop(1009).is_none());
+        lanes.promote(1010);
+        let probe = lanes.pop(1010).expect("one probe after the cooldown");
+        assert!(lanes.pop(1010).is_none(), "exactly one probe");
+        lanes.finished(probe.app());
+        assert_eq!(lanes.record(&app, &ep, true, false, 1020), Some(Transition::Closed));
+        assert_eq!(drain_apps(&mut lanes, 1020).len(), 2, "closed again: the rest flows");
+    }
+
+    #[test]
+    fn timers_release_jobs_only_when_due_and_reservations_bound_memory() {
+        let (mut lanes, mut fx) = (Lanes::new(3), Fixture::new());
+        let e = fx.target("a", "1", limits(100, 1), |_| {});
         assert!(lanes.try_reserve(2));
-        lanes.add_timer(job(&app, 1), 200);
-        lanes.add_timer(job(&app, 2), 100);
-        assert_eq!(lanes.next_due(), Some(100));
+        let (j1, j2) = (fx.job(&e, 1), fx.job(&e, 1));
+        lanes.add_timer(j1, 200);
+        lanes.add_timer(j2, 100);
+        assert!(!lanes.try_reserve(2) && lanes.try_reserve(1));
+        lanes.forget(1);
         lanes.promote(99);
-        assert!(lanes.pop().is_none());
+        assert!(lanes.pop(99).is_none());
         lanes.promote(150);
-        assert_eq!(lanes.pop().unwrap().delivery_id, 2);
+        assert_eq!(lanes.pop(150).unwrap().delivery_id, 2);
         lanes.promote(200);
-        assert_eq!(lanes.pop().unwrap().delivery_id, 1);
-        assert_eq!(lanes.next_due(), None);
-    }
-
-    #[test]
-    fn reservations_bound_memory() {
-        let mut lanes = Lanes::new(3, 4);
-        assert!(lanes.try_reserve(2));
-        assert!(!lanes.try_reserve(2));
-        assert!(lanes.try_reserve(1));
-        assert_eq!(lanes.free(), 0);
-        lanes.forget(3);
-        assert_eq!(lanes.free(), 3);
+        assert_eq!(lanes.pop(200).unwrap().delivery_id, 1);
     }
 
     #[test]
     fn draining_returns_every_waiting_job_and_their_room() {
-        let app = AppId::generate();
-        let mut lanes = lanes_with(&[(&app, 3)], 1);
+        let (mut lanes, mut fx) = (Lanes::new(100), Fixture::new());
+        let e = fx.target("a", "1", limits(1, 1), |_| {});
+        add(&mut lanes, &mut fx, &e, 3);
         assert!(lanes.try_reserve(1));
-        lanes.add_timer(job(&app, 9), 1_000);
-        let in_flight = lanes.pop().unwrap();
+        let later = fx.job(&e, 1);
+        lanes.add_timer(later, 1_000);
+        let in_flight = lanes.pop(0).unwrap();
         let drained = lanes.drain_waiting();
         assert_eq!(drained.len(), 3);
         assert!(drained.iter().all(|j| j.delivery_id != in_flight.delivery_id));
         assert_eq!(lanes.held(), 1, "the in-flight job is still accounted for");
-        assert!(lanes.pop().is_none());
+        assert!(lanes.pop(0).is_none());
     }
 }

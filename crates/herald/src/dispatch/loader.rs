@@ -2,12 +2,14 @@
 //! left), whenever the poll interval passes (retries that came due), and when poked (manual
 //! requeues, memory freed). Claims are batched and bounded by the free room in memory.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
 use super::{Dispatcher, Job};
 use crate::clock::now_ms;
+use crate::store::{ClaimedDelivery, NextState, OutcomeRecord, StoreError};
 
 /// Most deliveries claimed in one store call.
 const CLAIM_BATCH: usize = 1000;
@@ -54,16 +56,24 @@ pub async fn keep_lease(dispatcher: Arc<Dispatcher>, shutdown: CancellationToken
     }
 }
 
-/// Claims due work until memory is full or nothing claimable is left.
-async fn load_available(dispatcher: &Dispatcher) -> Result<(), crate::store::StoreError> {
+/// Claims due work until memory is full or nothing claimable is left: the heads of strictly
+/// ordered endpoints first, then everything else.
+async fn load_available(dispatcher: &Dispatcher) -> Result<(), StoreError> {
     let horizon = dispatcher.config.queue.retry_horizon.as_millis() as i64;
+    let mut heads = true;
     loop {
         let batch = dispatcher.lanes().free().min(CLAIM_BATCH);
         if batch == 0 || !dispatcher.try_reserve(batch) {
             return Ok(());
         }
         let now = now_ms();
-        let claimed = match dispatcher.store.claim(&dispatcher.owner(), now + horizon, batch).await {
+        let owner = dispatcher.owner();
+        let claimed = if heads {
+            dispatcher.store.claim_heads(&owner, now + horizon, batch).await
+        } else {
+            dispatcher.store.claim(&owner, now + horizon, batch).await
+        };
+        let claimed = match claimed {
             Ok(claimed) => claimed,
             Err(e) => {
                 dispatcher.lanes().forget(batch);
@@ -71,21 +81,62 @@ async fn load_available(dispatcher: &Dispatcher) -> Result<(), crate::store::Sto
             }
         };
         let got = claimed.len();
+        dispatcher.lanes().forget(batch - got);
+        let jobs = with_targets(dispatcher, claimed).await?;
         {
             let mut lanes = dispatcher.lanes();
-            lanes.forget(batch - got);
-            for delivery in claimed {
-                let due = delivery.next_at;
-                let job = Job::from(delivery);
-                if due <= now { lanes.add_ready(job) } else { lanes.add_timer(job, due) }
+            for job in jobs {
+                let due = job.due;
+                if due <= now { lanes.add_ready(job.job, now) } else { lanes.add_timer(job.job, due) }
             }
         }
         if got > 0 {
-            tracing::debug!(claimed = got, "claimed deliveries from the store");
+            tracing::debug!(claimed = got, heads, "claimed deliveries from the store");
             dispatcher.wake_pump.notify_one();
         }
         if got < batch {
-            return Ok(());
+            if !heads {
+                return Ok(());
+            }
+            heads = false;
         }
     }
+}
+
+struct Claimed {
+    job: Job,
+    due: crate::clock::Millis,
+}
+
+/// Attaches each claimed delivery's endpoint; deliveries of deleted endpoints are cancelled
+/// on the spot (and leave memory).
+async fn with_targets(dispatcher: &Dispatcher, claimed: Vec<ClaimedDelivery>) -> Result<Vec<Claimed>, StoreError> {
+    let mut targets = HashMap::new();
+    let mut jobs = Vec::with_capacity(claimed.len());
+    let mut cancelled = vec![];
+    for delivery in claimed {
+        if !targets.contains_key(&delivery.endpoint_id) {
+            let target = dispatcher.catalog.target(&delivery.endpoint_id).await?;
+            targets.insert(delivery.endpoint_id.clone(), target);
+        }
+        match targets[&delivery.endpoint_id].clone() {
+            Some(target) => {
+                let due = delivery.next_at;
+                jobs.push(Claimed { job: Job::from_claim(delivery, target), due });
+            }
+            None => cancelled.push(OutcomeRecord {
+                delivery_id: delivery.delivery_id,
+                message_created_at: delivery.message.created_at,
+                attempt: None,
+                attempts: delivery.attempts,
+                next: NextState::Canceled,
+            }),
+        }
+    }
+    if !cancelled.is_empty() {
+        let n = cancelled.len();
+        dispatcher.store.record_outcomes(&dispatcher.owner(), cancelled).await?;
+        dispatcher.lanes().forget(n);
+    }
+    Ok(jobs)
 }

@@ -8,6 +8,7 @@
 
 mod attempt;
 mod lanes;
+pub mod latency;
 mod loader;
 mod outcomes;
 
@@ -25,6 +26,7 @@ use crate::catalog::Catalog;
 use crate::clock::{Millis, now_ms};
 use crate::config::QueueConfig;
 use crate::deliver::Deliverer;
+use crate::metrics::Metrics;
 use crate::store::Store;
 
 /// Settings the dispatcher runs with.
@@ -35,9 +37,10 @@ pub struct DispatchConfig {
     pub lease: Duration,
     /// Attempts in flight at once across all applications.
     pub max_in_flight: usize,
-    /// Attempts in flight at once per application.
-    pub app_max_in_flight: u32,
 }
+
+/// How often the latency histograms are flushed to the store.
+const LATENCY_FLUSH: Duration = Duration::from_secs(5);
 
 pub struct Dispatcher {
     /// Identifies this process's claims in the store: the node name and a generation that
@@ -57,6 +60,8 @@ pub struct Dispatcher {
     outcomes: outcomes::Sender,
     /// The outcome writer's receiving end, taken by `run`.
     outcomes_rx: Mutex<Option<outcomes::Receiver>>,
+    latency: Arc<latency::Tracker>,
+    metrics: Arc<Metrics>,
 }
 
 impl Dispatcher {
@@ -66,6 +71,7 @@ impl Dispatcher {
         catalog: Arc<Catalog>,
         deliverer: Deliverer,
         config: DispatchConfig,
+        metrics: Arc<Metrics>,
     ) -> Arc<Self> {
         let (outcomes, outcomes_rx) = outcomes::channel();
         Arc::new(Self {
@@ -75,13 +81,15 @@ impl Dispatcher {
             store,
             catalog,
             deliverer,
-            lanes: Mutex::new(Lanes::new(config.queue.memory_limit, config.app_max_in_flight)),
+            lanes: Mutex::new(Lanes::new(config.queue.memory_limit)),
             slots: Arc::new(Semaphore::new(config.max_in_flight)),
             wake_pump: Notify::new(),
             wake_loader: Notify::new(),
             attempts: TaskTracker::new(),
             outcomes,
             outcomes_rx: Mutex::new(Some(outcomes_rx)),
+            latency: Arc::default(),
+            metrics,
             config,
         })
     }
@@ -119,12 +127,32 @@ impl Dispatcher {
 
     /// Hands over reserved, committed and claimed deliveries for immediate attempts.
     pub fn submit(&self, jobs: impl IntoIterator<Item = Job>) {
+        let now = now_ms();
         let mut lanes = self.lanes();
         for job in jobs {
-            lanes.add_ready(job);
+            lanes.add_ready(job, now);
         }
         drop(lanes);
         self.wake_pump.notify_one();
+    }
+
+    /// This process's circuit breaker of an endpoint, if it has one.
+    pub fn breaker(&self, endpoint: &crate::ids::EndpointId) -> Option<crate::breaker::Breaker> {
+        self.lanes().breaker(endpoint).cloned()
+    }
+
+    /// Every circuit breaker this process holds (for metrics).
+    pub fn breakers(&self) -> Vec<(crate::ids::EndpointId, crate::breaker::Breaker)> {
+        self.lanes().breakers().map(|(id, b)| (id.clone(), b.clone())).collect()
+    }
+
+    /// Attempts in flight in this process.
+    pub fn in_flight(&self) -> u32 {
+        self.lanes().in_flight()
+    }
+
+    pub fn latency(&self) -> &latency::Tracker {
+        &self.latency
     }
 
     /// Asks the loader to look for claimable work now (after a manual requeue).
@@ -136,6 +164,10 @@ impl Dispatcher {
     /// within the grace period and gives every held delivery back to the store.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let rx = self.outcomes_rx.lock().unwrap_or_else(|p| p.into_inner()).take().expect("run is called once");
+        self.restore().await;
+        let stop_latency = CancellationToken::new();
+        let flusher =
+            tokio::spawn(latency::run(self.latency.clone(), self.store.clone(), LATENCY_FLUSH, stop_latency.clone()));
         let stop_outcomes = CancellationToken::new();
         let writer = tokio::spawn(outcomes::run(self.clone(), rx, stop_outcomes.clone()));
         if let Err(e) = self.store.register_node(&self.owner()).await {
@@ -154,11 +186,27 @@ impl Dispatcher {
         // Every finished attempt has handed over its outcome: write them, then stop.
         stop_outcomes.cancel();
         let _ = writer.await;
+        stop_latency.cancel();
+        let _ = flusher.await;
         let waiting = self.lanes().drain_waiting().len();
         match self.store.release_owner(&self.owner()).await {
             Ok(released) => tracing::info!(waiting, released, "dispatcher stopped; deliveries released"),
             Err(e) => tracing::error!(error = %e, "releasing deliveries at shutdown failed"),
         }
+    }
+
+    /// Restores what outlives a restart: saved circuit breakers and latency history.
+    async fn restore(&self) {
+        match self.store.breakers().await {
+            Ok(saved) => {
+                let mut lanes = self.lanes();
+                for (endpoint, breaker) in saved {
+                    lanes.restore_breaker(endpoint, breaker);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "loading circuit breakers failed; they start closed"),
+        }
+        self.latency.load(self.store.as_ref()).await;
     }
 
     async fn pump(self: Arc<Self>, shutdown: CancellationToken) {
@@ -170,8 +218,9 @@ impl Dispatcher {
             let job = loop {
                 let (job, next_due) = {
                     let mut lanes = self.lanes();
-                    lanes.promote(now_ms());
-                    (lanes.pop(), lanes.next_due())
+                    let now = now_ms();
+                    lanes.promote(now);
+                    (lanes.pop(now), lanes.next_due())
                 };
                 if let Some(job) = job {
                     break job;

@@ -14,6 +14,8 @@ fn app() -> App {
         name: "conformance".into(),
         metadata: Default::default(),
         throttle_rate: None,
+        max_concurrency: None,
+        weight: None,
         created_at: now_ms(),
         updated_at: now_ms(),
     }
@@ -79,7 +81,12 @@ async fn seeded(store: &dyn Store, n: usize) -> (App, Endpoint, Vec<(MessageId, 
     let mut out = vec![];
     for _ in 0..n {
         let m = message(&app, None);
-        let new = NewMessage { message: m.clone(), endpoints: vec![ep.id.clone()], owner: None, idempotency: None };
+        let new = NewMessage {
+            message: m.clone(),
+            deliveries: vec![NewDelivery { endpoint: ep.id.clone(), strict: false }],
+            owner: None,
+            idempotency: None,
+        };
         let IngestResult::Created { deliveries } = store.ingest(new).await.unwrap() else { panic!("not created") };
         out.push((m.id, deliveries[0]));
     }
@@ -108,6 +115,7 @@ pub async fn only_the_claim_holder_records_an_outcome(store: &dyn Store) {
     store.claim("holder", now_ms() + 1000, 10).await.unwrap();
     let outcome = |delivered| OutcomeRecord {
         delivery_id: delivery,
+        message_created_at: now_ms(),
         attempt: Some(attempt(&app, &msg, &ep.id, delivered)),
         attempts: 1,
         next: if delivered { NextState::Delivered } else { NextState::Dead },
@@ -139,6 +147,7 @@ pub async fn retries_keep_or_release_the_claim(store: &dyn Store) {
     store.claim("me", now_ms() + 1000, 10).await.unwrap();
     let retry = |(msg, delivery): (MessageId, i64), keep| OutcomeRecord {
         delivery_id: delivery,
+        message_created_at: now_ms(),
         attempt: Some(attempt(&app, &msg, &ep.id, false)),
         attempts: 1,
         next: NextState::Retry { at: now_ms() - 1, keep },
@@ -167,7 +176,12 @@ pub async fn release_all_frees_every_claim(store: &dyn Store) {
 pub async fn future_work_is_not_claimed_early(store: &dyn Store) {
     let (app, ep, _) = seeded(store, 0).await;
     let m = message(&app, None);
-    let new = NewMessage { message: m, endpoints: vec![ep.id.clone()], owner: None, idempotency: None };
+    let new = NewMessage {
+        message: m,
+        deliveries: vec![NewDelivery { endpoint: ep.id.clone(), strict: false }],
+        owner: None,
+        idempotency: None,
+    };
     store.ingest(new).await.unwrap();
     assert!(store.claim("x", now_ms() - 60_000, 10).await.unwrap().is_empty());
     assert_eq!(store.claim("x", now_ms() + 1000, 10).await.unwrap().len(), 1);
@@ -179,6 +193,7 @@ pub async fn recover_requeues_only_dead_letters_in_range(store: &dyn Store) {
     for (msg, delivery) in &msgs {
         let record = OutcomeRecord {
             delivery_id: *delivery,
+            message_created_at: now_ms(),
             attempt: Some(attempt(&app, msg, &ep.id, false)),
             attempts: 1,
             next: NextState::Dead,
@@ -218,7 +233,7 @@ pub async fn idempotency_keys_replay_and_expire(store: &dyn Store) {
     };
     let new = |m: Message| NewMessage {
         message: m,
-        endpoints: vec![ep.id.clone()],
+        deliveries: vec![NewDelivery { endpoint: ep.id.clone(), strict: false }],
         owner: None,
         idempotency: Some(record.clone()),
     };
@@ -234,7 +249,12 @@ pub async fn idempotency_keys_replay_and_expire(store: &dyn Store) {
 
 pub async fn a_repeated_event_id_is_refused(store: &dyn Store) {
     let (app, ep, _) = seeded(store, 0).await;
-    let new = |m: Message| NewMessage { message: m, endpoints: vec![ep.id.clone()], owner: None, idempotency: None };
+    let new = |m: Message| NewMessage {
+        message: m,
+        deliveries: vec![NewDelivery { endpoint: ep.id.clone(), strict: false }],
+        owner: None,
+        idempotency: None,
+    };
     store.ingest(new(message(&app, Some("evt")))).await.unwrap();
     assert_eq!(store.ingest(new(message(&app, Some("evt")))).await.unwrap(), IngestResult::DuplicateEventId);
     let other = self::app();
@@ -267,11 +287,108 @@ pub async fn expired_leases_pass_to_others_and_the_stale_owner_records_nothing(s
     let (msg, delivery) = msgs[0].clone();
     let late = OutcomeRecord {
         delivery_id: delivery,
+        message_created_at: now_ms(),
         attempt: Some(attempt(&app, &msg, &ep.id, true)),
         attempts: 1,
         next: NextState::Delivered,
     };
     assert_eq!(store.record_outcomes("stale", vec![late]).await.unwrap(), vec![false]);
+}
+
+pub async fn strictly_ordered_endpoints_release_one_head_at_a_time(store: &dyn Store) {
+    let (app, ep, _) = seeded(store, 0).await;
+    let mut deliveries = vec![];
+    for _ in 0..3 {
+        let m = message(&app, None);
+        let strict = vec![NewDelivery { endpoint: ep.id.clone(), strict: true }];
+        // Even when the ingesting process asks to own them, strict deliveries wait their turn.
+        let new =
+            NewMessage { message: m.clone(), deliveries: strict, owner: Some("ingester".into()), idempotency: None };
+        let IngestResult::Created { deliveries: ids } = store.ingest(new).await.unwrap() else { panic!("not created") };
+        deliveries.push((m, ids[0]));
+    }
+    let due = now_ms() + 1000;
+    assert!(store.claim("a", due, 10).await.unwrap().is_empty(), "strict deliveries are never claimed in bulk");
+    let head = store.claim_heads("a", due, 10).await.unwrap();
+    assert_eq!(head.iter().map(|c| c.delivery_id).collect::<Vec<_>>(), vec![deliveries[0].1]);
+    assert!(store.claim_heads("b", due, 10).await.unwrap().is_empty(), "a held head blocks the endpoint");
+    let retry = OutcomeRecord {
+        delivery_id: deliveries[0].1,
+        message_created_at: deliveries[0].0.created_at,
+        attempt: Some(attempt(&app, &deliveries[0].0.id, &ep.id, false)),
+        attempts: 1,
+        next: NextState::Retry { at: now_ms() + 60_000, keep: false },
+    };
+    assert!(store.record_outcomes("a", vec![retry]).await.unwrap()[0]);
+    assert!(store.claim_heads("b", due, 10).await.unwrap().is_empty(), "a head waiting for its retry still blocks");
+    let later = store.claim_heads("b", now_ms() + 120_000, 10).await.unwrap();
+    assert_eq!(later[0].delivery_id, deliveries[0].1, "the same head comes back when due");
+    let done = OutcomeRecord {
+        delivery_id: deliveries[0].1,
+        message_created_at: deliveries[0].0.created_at,
+        attempt: Some(attempt(&app, &deliveries[0].0.id, &ep.id, true)),
+        attempts: 2,
+        next: NextState::Delivered,
+    };
+    assert!(store.record_outcomes("b", vec![done]).await.unwrap()[0]);
+    let next = store.claim_heads("b", due, 10).await.unwrap();
+    assert_eq!(next.iter().map(|c| c.delivery_id).collect::<Vec<_>>(), vec![deliveries[1].1], "then the next in line");
+}
+
+pub async fn breakers_and_latency_survive_in_the_store(store: &dyn Store) {
+    let (_, ep, _) = seeded(store, 0).await;
+    let settings = crate::breaker::BreakerSettings { failure_threshold: 1, ..Default::default() };
+    let mut breaker = crate::breaker::Breaker::new(&settings);
+    breaker.record(false, false, 1_000, &settings);
+    store.save_breaker(&ep.id, Some(&breaker)).await.unwrap();
+    assert_eq!(store.breakers().await.unwrap(), vec![(ep.id.clone(), breaker.clone())]);
+    store.save_breaker(&ep.id, None).await.unwrap();
+    assert!(store.breakers().await.unwrap().is_empty());
+
+    let histogram = |values: &[f64]| {
+        let mut h = crate::latency::Histogram::default();
+        values.iter().for_each(|v| h.record(*v));
+        h
+    };
+    let other = EndpointId::generate();
+    store
+        .merge_latency(vec![(ep.id.clone(), 10, histogram(&[5.0, 7.0])), (other.clone(), 11, histogram(&[1.0]))])
+        .await
+        .unwrap();
+    store.merge_latency(vec![(ep.id.clone(), 10, histogram(&[9.0]))]).await.unwrap();
+    let mine = store.latency_since(10, Some(&ep.id)).await.unwrap();
+    assert_eq!(mine.len(), 1);
+    assert_eq!((mine[0].1, mine[0].2.count()), (10, 3), "deltas of one hour are merged");
+    assert_eq!(store.latency_since(11, None).await.unwrap().len(), 1, "older hours are left out");
+    assert_eq!(store.prune_health(11 * 3_600_000).await.unwrap(), 1);
+    assert!(store.latency_since(0, Some(&ep.id)).await.unwrap().is_empty());
+}
+
+pub async fn the_summary_counts_queue_states_and_the_last_hour(store: &dyn Store) {
+    let (app, ep, msgs) = seeded(store, 4).await;
+    let empty = store.summary(now_ms()).await.unwrap();
+    assert_eq!((empty.pending, empty.awaiting_retry, empty.dead, empty.delivered_last_hour), (4, 0, 0, 0));
+    assert!(empty.oldest_pending_at.is_some());
+    store.claim("me", now_ms() + 1000, 10).await.unwrap();
+    let record = |(msg, delivery): &(MessageId, i64), delivered: bool, next: NextState| OutcomeRecord {
+        delivery_id: *delivery,
+        message_created_at: now_ms() - 40,
+        attempt: Some(attempt(&app, msg, &ep.id, delivered)),
+        attempts: 1,
+        next,
+    };
+    let outcomes = vec![
+        record(&msgs[0], true, NextState::Delivered),
+        record(&msgs[1], false, NextState::Retry { at: now_ms() + 60_000, keep: false }),
+        record(&msgs[2], false, NextState::Dead),
+    ];
+    assert_eq!(store.record_outcomes("me", outcomes).await.unwrap(), vec![true; 3]);
+    let summary = store.summary(now_ms()).await.unwrap();
+    assert_eq!((summary.pending, summary.awaiting_retry, summary.dead), (1, 1, 1));
+    assert_eq!((summary.delivered_last_hour, summary.failed_last_hour), (1, 2));
+    assert!((40..1000).contains(&summary.delivery_ms_last_hour), "{}", summary.delivery_ms_last_hour);
+    let later = store.summary(now_ms() + 2 * 3_600_000).await.unwrap();
+    assert_eq!((later.delivered_last_hour, later.failed_last_hour), (0, 0), "only the last hour counts");
 }
 
 /// Instantiates every case as a `#[tokio::test]` against the store `$make` builds.
@@ -290,6 +407,9 @@ macro_rules! conformance_suite {
             a_repeated_event_id_is_refused,
             deleting_an_endpoint_cancels_its_pending_deliveries,
             expired_leases_pass_to_others_and_the_stale_owner_records_nothing,
+            strictly_ordered_endpoints_release_one_head_at_a_time,
+            breakers_and_latency_survive_in_the_store,
+            the_summary_counts_queue_states_and_the_last_hour,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {

@@ -3,8 +3,9 @@
 //!
 //! The interface is split by domain: [`CatalogStore`] (applications, endpoints, event
 //! types), [`MessageStore`] (ingest and the history of messages and attempts),
-//! [`QueueStore`] (claiming work, recording outcomes) and [`AccessStore`] (tokens and
-//! idempotency records). Backends live in submodules (`sqlite`).
+//! [`QueueStore`] (claiming work, recording outcomes), [`AccessStore`] (tokens and
+//! idempotency records) and [`HealthStore`] (breakers, latency, summary counts).
+//! Backends live in submodules (`sqlite`, `postgres`).
 
 #[cfg(test)]
 pub mod conformance;
@@ -20,8 +21,10 @@ use tokio::sync::{Notify, broadcast};
 
 pub use model::*;
 
+use crate::breaker::Breaker;
 use crate::clock::Millis;
 use crate::ids::{AppId, EndpointId, MessageId};
+use crate::latency::Histogram;
 
 /// Storage failures. Callers distinguish conflicts (the caller's mistake) from the rest.
 #[derive(Debug, thiserror::Error)]
@@ -105,8 +108,13 @@ pub trait MessageStore: Send + Sync {
 /// The work queue: claiming deliveries, recording outcomes, requeueing.
 #[async_trait]
 pub trait QueueStore: Send + Sync {
-    /// Claims up to `limit` unowned pending deliveries due at or before `due_before`.
+    /// Claims up to `limit` unowned pending deliveries due at or before `due_before`
+    /// (strictly ordered endpoints excepted: see `claim_heads`).
     async fn claim(&self, owner: &str, due_before: Millis, limit: usize) -> StoreResult<Vec<ClaimedDelivery>>;
+    /// For strictly ordered endpoints: claims the oldest pending delivery of each endpoint
+    /// whose oldest pending delivery is unowned and due (so at most one per endpoint is ever
+    /// held, anywhere).
+    async fn claim_heads(&self, owner: &str, due_before: Millis, limit: usize) -> StoreResult<Vec<ClaimedDelivery>>;
     /// Records attempts and the deliveries' next states in one transaction, each only if
     /// `owner` still holds that delivery; returns, per record, whether it was applied.
     async fn record_outcomes(&self, owner: &str, outcomes: Vec<OutcomeRecord>) -> StoreResult<Vec<bool>>;
@@ -142,6 +150,26 @@ pub trait AccessStore: Send + Sync {
     async fn prune_idempotency(&self, before: Millis, limit: usize) -> StoreResult<u64>;
 }
 
+/// Health data: circuit breakers, latency histograms and the summary counts.
+#[async_trait]
+pub trait HealthStore: Send + Sync {
+    /// Saves a breaker's state (`None`: plainly closed, nothing to remember).
+    async fn save_breaker(&self, endpoint: &EndpointId, breaker: Option<&Breaker>) -> StoreResult<()>;
+    /// Every saved breaker.
+    async fn breakers(&self) -> StoreResult<Vec<(EndpointId, Breaker)>>;
+    /// Adds histogram counts to the stored ones (endpoint, hour, counts).
+    async fn merge_latency(&self, deltas: Vec<(EndpointId, i64, Histogram)>) -> StoreResult<()>;
+    /// Stored histograms from `since_hour` on, of one endpoint or of all.
+    async fn latency_since(
+        &self,
+        since_hour: i64,
+        endpoint: Option<&EndpointId>,
+    ) -> StoreResult<Vec<(EndpointId, i64, Histogram)>>;
+    async fn summary(&self, now: Millis) -> StoreResult<SummaryCounts>;
+    /// Drops latency hours and summary minutes older than `before`.
+    async fn prune_health(&self, before: Millis) -> StoreResult<u64>;
+}
+
 /// A change another process made to applications or endpoints, announced through the
 /// database so every process's catalog forgets its stale copy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -168,7 +196,7 @@ impl Default for Signals {
 }
 
 /// Everything Herald needs from a database.
-pub trait Store: CatalogStore + MessageStore + QueueStore + AccessStore + 'static {
+pub trait Store: CatalogStore + MessageStore + QueueStore + AccessStore + HealthStore + 'static {
     fn signals(&self) -> &Signals;
     /// Whether several processes may share this store (claims then need live leases).
     fn shared(&self) -> bool;

@@ -19,6 +19,10 @@ pub struct App {
     pub name: String,
     pub metadata: Metadata,
     pub throttle_rate: Option<u16>,
+    /// Attempts in flight at most (Herald extension; default 16).
+    pub max_concurrency: Option<u32>,
+    /// Share of contended delivery capacity (Herald extension; default 1).
+    pub weight: Option<u32>,
     pub created_at: Millis,
     pub updated_at: Millis,
 }
@@ -85,11 +89,19 @@ pub struct Message {
     pub created_at: Millis,
 }
 
+/// One delivery to create with a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewDelivery {
+    pub endpoint: EndpointId,
+    /// The endpoint takes its messages one at a time, in order (never claimed at ingest).
+    pub strict: bool,
+}
+
 /// A message to commit, with one delivery per matching endpoint.
 #[derive(Debug, Clone)]
 pub struct NewMessage {
     pub message: Message,
-    pub endpoints: Vec<EndpointId>,
+    pub deliveries: Vec<NewDelivery>,
     /// Claim the deliveries for this owner at once (the caller will dispatch them from
     /// memory); `None` leaves them for whoever claims next.
     pub owner: Option<String>,
@@ -117,7 +129,7 @@ pub struct StoredResponse {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum IngestResult {
-    /// Committed; the delivery ids are in the order of `NewMessage::endpoints`.
+    /// Committed; the delivery ids are in the order of `NewMessage::deliveries`.
     Created { deliveries: Vec<i64> },
     /// The idempotency key was used before: here is the first response.
     Replayed(StoredResponse),
@@ -291,6 +303,8 @@ pub enum NextState {
 #[derive(Debug, Clone)]
 pub struct OutcomeRecord {
     pub delivery_id: i64,
+    /// When the message was accepted (for the delivery-time statistics).
+    pub message_created_at: Millis,
     /// The attempt to append (absent when nothing was sent, e.g. a cancelled delivery).
     pub attempt: Option<Attempt>,
     pub attempts: u32,
@@ -360,4 +374,45 @@ pub struct PortalToken {
     pub app_id: AppId,
     pub expires_at: Millis,
     pub created_at: Millis,
+}
+
+/// The counts behind the health summary.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SummaryCounts {
+    /// Pending deliveries not attempted yet.
+    pub pending: u64,
+    /// Pending deliveries waiting for a retry.
+    pub awaiting_retry: u64,
+    pub dead: u64,
+    pub oldest_pending_at: Option<Millis>,
+    pub delivered_last_hour: u64,
+    pub failed_last_hour: u64,
+    /// Sum of message-to-delivery times of the deliveries of the last hour, in ms.
+    pub delivery_ms_last_hour: u64,
+}
+
+/// Outcome counts of one minute (summary statistics), folded from recorded outcomes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MinuteCounts {
+    pub delivered: i64,
+    pub failed: i64,
+    pub delivery_ms: i64,
+}
+
+impl MinuteCounts {
+    /// Groups applied outcomes by the minute of their attempt.
+    pub fn of<'a>(outcomes: impl Iterator<Item = &'a OutcomeRecord>) -> std::collections::BTreeMap<i64, Self> {
+        let mut minutes = std::collections::BTreeMap::<i64, Self>::new();
+        for outcome in outcomes {
+            let Some(attempt) = &outcome.attempt else { continue };
+            let counts = minutes.entry(attempt.created_at.div_euclid(60_000)).or_default();
+            if attempt.delivered {
+                counts.delivered += 1;
+                counts.delivery_ms += (attempt.created_at - outcome.message_created_at).max(0);
+            } else {
+                counts.failed += 1;
+            }
+        }
+        minutes
+    }
 }

@@ -4,6 +4,7 @@
 mod api;
 mod bench;
 mod delivery;
+mod health;
 mod lifecycle;
 mod postgres;
 mod sdk;

@@ -61,6 +61,11 @@ fn endpoint_params(e: &Endpoint) -> Vec<Box<dyn ToSql + Sync + Send>> {
     ]
 }
 
+/// The optional numeric settings of an application, as stored.
+fn app_limits(app: &App) -> (Option<i32>, Option<i32>, Option<i32>) {
+    (app.throttle_rate.map(i32::from), app.max_concurrency.map(|v| v as i32), app.weight.map(|v| v as i32))
+}
+
 fn refs(params: &[Box<dyn ToSql + Sync + Send>]) -> Vec<&(dyn ToSql + Sync)> {
     params.iter().map(|p| p.as_ref() as &(dyn ToSql + Sync)).collect()
 }
@@ -68,10 +73,19 @@ fn refs(params: &[Box<dyn ToSql + Sync + Send>]) -> Vec<&(dyn ToSql + Sync)> {
 #[async_trait]
 impl CatalogStore for PgStore {
     async fn insert_app(&self, app: &App) -> StoreResult<()> {
-        let sql = format!("INSERT INTO herald.app ({APP_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)");
-        let rate = app.throttle_rate.map(i32::from);
-        let params: [&(dyn ToSql + Sync); 7] =
-            [&app.id.as_str(), &app.uid, &app.name, &Json(&app.metadata), &rate, &app.created_at, &app.updated_at];
+        let sql = format!("INSERT INTO herald.app ({APP_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)");
+        let (rate, cap, weight) = app_limits(app);
+        let params: [&(dyn ToSql + Sync); 9] = [
+            &app.id.as_str(),
+            &app.uid,
+            &app.name,
+            &Json(&app.metadata),
+            &rate,
+            &cap,
+            &weight,
+            &app.created_at,
+            &app.updated_at,
+        ];
         self.change(&sql, &params, app_change(&app.id), APP_CONFLICT).await.map(drop)
     }
 
@@ -93,10 +107,11 @@ impl CatalogStore for PgStore {
     }
 
     async fn update_app(&self, app: &App) -> StoreResult<()> {
-        let rate = app.throttle_rate.map(i32::from);
-        let params: [&(dyn ToSql + Sync); 6] =
-            [&app.uid, &app.name, &Json(&app.metadata), &rate, &app.updated_at, &app.id.as_str()];
-        let sql = "UPDATE herald.app SET uid = $1, name = $2, metadata = $3, throttle_rate = $4, updated_at = $5 WHERE id = $6";
+        let (rate, cap, weight) = app_limits(app);
+        let params: [&(dyn ToSql + Sync); 8] =
+            [&app.uid, &app.name, &Json(&app.metadata), &rate, &cap, &weight, &app.updated_at, &app.id.as_str()];
+        let sql = "UPDATE herald.app SET uid = $1, name = $2, metadata = $3, throttle_rate = $4, max_concurrency = $5,
+                       weight = $6, updated_at = $7 WHERE id = $8";
         self.change(sql, &params, app_change(&app.id), APP_CONFLICT).await.map(drop)
     }
 
@@ -164,8 +179,19 @@ impl CatalogStore for PgStore {
         let mut params = endpoint_params(endpoint);
         params.remove(13); // created_at never changes
         params.remove(1); // nor does app_id
-        let announce = endpoint_change(&endpoint.app_id, &endpoint.id);
-        self.change(sql, &refs(&params), announce, ENDPOINT_CONFLICT).await.map(drop)
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db_err)?;
+        tx.execute(sql, &refs(&params)).await.map_err(pg_err(ENDPOINT_CONFLICT))?;
+        // Pending deliveries follow the endpoint's (possibly new) ordering.
+        let strict = endpoint.delivery.ordering == Some(crate::endpoint_settings::Ordering::Strict);
+        tx.execute(
+            "UPDATE herald.delivery SET strict = $2 WHERE endpoint_id = $1 AND state = 0 AND strict <> $2",
+            &[&endpoint.id.as_str(), &strict],
+        )
+        .await
+        .map_err(db_err)?;
+        tx.execute(NOTIFY, &[&endpoint_change(&endpoint.app_id, &endpoint.id)]).await.map_err(db_err)?;
+        tx.commit().await.map_err(db_err)
     }
 
     async fn delete_endpoint(&self, app: &AppId, id: &EndpointId) -> StoreResult<()> {

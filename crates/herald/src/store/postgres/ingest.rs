@@ -88,7 +88,8 @@ async fn commit(pool: &Pool, news: &[NewMessage]) -> StoreResult<Vec<IngestResul
             }
             continue;
         }
-        let deliveries = n.endpoints.iter().map(|e| delivery_ids[&(n.message.id.to_string(), e.to_string())]).collect();
+        let deliveries =
+            n.deliveries.iter().map(|d| delivery_ids[&(n.message.id.to_string(), d.endpoint.to_string())]).collect();
         *result = Some(IngestResult::Created { deliveries });
     }
     if !orphaned_keys.0.is_empty() {
@@ -99,7 +100,7 @@ async fn commit(pool: &Pool, news: &[NewMessage]) -> StoreResult<Vec<IngestResul
         .await
         .map_err(db_err)?;
     }
-    let unclaimed = fresh.iter().any(|n| n.owner.is_none() && !n.endpoints.is_empty());
+    let unclaimed = fresh.iter().any(|n| n.deliveries.iter().any(|d| n.owner.is_none() || d.strict));
     if unclaimed {
         tx.execute("SELECT pg_notify('herald_work', '')", &[]).await.map_err(db_err)?;
     }
@@ -213,24 +214,28 @@ async fn insert_deliveries<'a>(
     tx: &deadpool_postgres::Transaction<'_>,
     created: impl Iterator<Item = &'a &'a NewMessage>,
 ) -> StoreResult<HashMap<(String, String), i64>> {
-    let (mut msg, mut endpoint, mut app, mut owner, mut at) = (vec![], vec![], vec![], vec![], vec![]);
+    let (mut msg, mut endpoint, mut app, mut owner, mut strict, mut at) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
     for n in created {
-        for e in &n.endpoints {
+        for d in &n.deliveries {
             msg.push(n.message.id.to_string());
-            endpoint.push(e.to_string());
+            endpoint.push(d.endpoint.to_string());
             app.push(n.message.app_id.to_string());
-            owner.push(n.owner.clone());
+            // Strictly ordered deliveries are never claimed here: they go out head first.
+            owner.push(if d.strict { None } else { n.owner.clone() });
+            strict.push(d.strict);
             at.push(n.message.created_at);
         }
     }
     let rows = tx
         .query(
-            "INSERT INTO herald.delivery (msg_id, endpoint_id, app_id, state, attempts, next_at, trigger, owner, created_at)
-             SELECT msg_id, endpoint_id, app_id, 0, 0, created_at, 0, owner, created_at
-             FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[])
-                  AS t(msg_id, endpoint_id, app_id, owner, created_at)
+            "INSERT INTO herald.delivery
+                 (msg_id, endpoint_id, app_id, state, attempts, next_at, trigger, owner, strict, created_at)
+             SELECT msg_id, endpoint_id, app_id, 0, 0, created_at, 0, owner, strict, created_at
+             FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[], $6::int8[])
+                  AS t(msg_id, endpoint_id, app_id, owner, strict, created_at)
              RETURNING msg_id, endpoint_id, id",
-            &[&msg, &endpoint, &app, &owner, &at],
+            &[&msg, &endpoint, &app, &owner, &strict, &at],
         )
         .await
         .map_err(db_err)?;

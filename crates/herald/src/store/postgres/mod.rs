@@ -7,6 +7,7 @@
 
 mod access;
 mod catalog;
+mod health;
 mod ingest;
 mod listen;
 mod messages;

@@ -12,27 +12,40 @@ use super::{PgStore, db_err};
 use crate::clock::{Millis, now_ms};
 use crate::ids::EndpointId;
 use crate::store::{
-    ClaimedDelivery, DeliveryState, NextState, OutcomeRecord, QueueCounts, QueueStore, Requeue, StoreResult, Trigger,
+    ClaimedDelivery, DeliveryState, MinuteCounts, NextState, OutcomeRecord, QueueCounts, QueueStore, Requeue,
+    StoreResult, Trigger,
 };
 
 const NOTIFY_WORK: &str = "SELECT pg_notify('herald_work', '')";
 
-#[async_trait]
-impl QueueStore for PgStore {
-    async fn claim(&self, owner: &str, due_before: Millis, limit: usize) -> StoreResult<Vec<ClaimedDelivery>> {
+/// Due, unclaimed deliveries of endpoints without strict ordering, oldest due first.
+const CLAIM_DUE: &str = "WITH due AS (
+         SELECT id FROM herald.delivery
+         WHERE state = 0 AND owner IS NULL AND NOT strict AND next_at <= $2
+         ORDER BY next_at LIMIT $3 FOR UPDATE SKIP LOCKED)
+     UPDATE herald.delivery d SET owner = $1 FROM due WHERE d.id = due.id
+     RETURNING d.id, d.msg_id, d.endpoint_id, d.attempts, d.next_at, d.trigger";
+
+/// The head (oldest pending delivery) of each strictly ordered endpoint, if nobody holds it
+/// and it is due: at most one delivery per such endpoint is ever out.
+const CLAIM_HEADS: &str = "WITH heads AS (
+         SELECT d.id FROM (SELECT min(id) AS id FROM herald.delivery WHERE state = 0 AND strict GROUP BY endpoint_id) h
+         JOIN herald.delivery d ON d.id = h.id
+         WHERE d.owner IS NULL AND d.next_at <= $2
+         LIMIT $3 FOR UPDATE OF d SKIP LOCKED)
+     UPDATE herald.delivery d SET owner = $1 FROM heads WHERE d.id = heads.id
+     RETURNING d.id, d.msg_id, d.endpoint_id, d.attempts, d.next_at, d.trigger";
+
+impl PgStore {
+    async fn claim_with(
+        &self,
+        sql: &str,
+        owner: &str,
+        due_before: Millis,
+        limit: usize,
+    ) -> StoreResult<Vec<ClaimedDelivery>> {
         let client = self.client().await?;
-        let claimed = client
-            .query(
-                "WITH due AS (
-                     SELECT id FROM herald.delivery
-                     WHERE state = 0 AND owner IS NULL AND next_at <= $2
-                     ORDER BY next_at LIMIT $3 FOR UPDATE SKIP LOCKED)
-                 UPDATE herald.delivery d SET owner = $1 FROM due WHERE d.id = due.id
-                 RETURNING d.id, d.msg_id, d.endpoint_id, d.attempts, d.next_at, d.trigger",
-                &[&owner, &due_before, &(limit as i64)],
-            )
-            .await
-            .map_err(db_err)?;
+        let claimed = client.query(sql, &[&owner, &due_before, &(limit as i64)]).await.map_err(db_err)?;
         if claimed.is_empty() {
             return Ok(vec![]);
         }
@@ -74,7 +87,17 @@ impl QueueStore for PgStore {
         }
         Ok(out)
     }
+}
 
+#[async_trait]
+impl QueueStore for PgStore {
+    async fn claim(&self, owner: &str, due_before: Millis, limit: usize) -> StoreResult<Vec<ClaimedDelivery>> {
+        self.claim_with(CLAIM_DUE, owner, due_before, limit).await
+    }
+
+    async fn claim_heads(&self, owner: &str, due_before: Millis, limit: usize) -> StoreResult<Vec<ClaimedDelivery>> {
+        self.claim_with(CLAIM_HEADS, owner, due_before, limit).await
+    }
     async fn record_outcomes(&self, owner: &str, outcomes: Vec<OutcomeRecord>) -> StoreResult<Vec<bool>> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db_err)?;
@@ -109,6 +132,17 @@ impl QueueStore for PgStore {
             .map(|r| r.get(0))
             .collect();
         insert_attempts(&tx, outcomes.iter().filter(|o| applied.contains(&o.delivery_id))).await?;
+        for (minute, c) in MinuteCounts::of(outcomes.iter().filter(|o| applied.contains(&o.delivery_id))) {
+            tx.execute(
+                "INSERT INTO herald.stats_minute (minute, delivered, failed, delivery_ms) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (minute) DO UPDATE SET delivered = herald.stats_minute.delivered + excluded.delivered,
+                     failed = herald.stats_minute.failed + excluded.failed,
+                     delivery_ms = herald.stats_minute.delivery_ms + excluded.delivery_ms",
+                &[&minute, &c.delivered, &c.failed, &c.delivery_ms],
+            )
+            .await
+            .map_err(db_err)?;
+        }
         let released = outcomes
             .iter()
             .any(|o| applied.contains(&o.delivery_id) && matches!(o.next, NextState::Retry { keep: false, .. }));
@@ -224,9 +258,11 @@ impl QueueStore for PgStore {
                     None => client
                         .execute(
                             "INSERT INTO herald.delivery
-                                 (msg_id, endpoint_id, app_id, state, attempts, next_at, trigger, owner, created_at)
-                             SELECT id, $1, app_id, 0, 0, $2, 1, NULL, created_at FROM herald.message
-                             WHERE id = $3 AND app_id = $4",
+                                 (msg_id, endpoint_id, app_id, state, attempts, next_at, trigger, owner, strict, created_at)
+                             SELECT m.id, e.id, m.app_id, 0, 0, $2, 1, NULL,
+                                    coalesce(e.delivery->>'ordering', '') = 'strict', m.created_at
+                             FROM herald.message m JOIN herald.endpoint e ON e.id = $1
+                             WHERE m.id = $3 AND m.app_id = $4",
                             &[&endpoint.as_str(), &now, &msg.as_str(), &app.as_str()],
                         )
                         .await

@@ -10,7 +10,7 @@ use crate::store::{
     App, Attempt, DeliveryState, DeliveryView, Endpoint, EventType, Message, MessageFilter, PageQuery, Trigger,
 };
 
-pub const APP_COLUMNS: &str = "id, uid, name, metadata, throttle_rate, created_at, updated_at";
+pub const APP_COLUMNS: &str = "id, uid, name, metadata, throttle_rate, max_concurrency, weight, created_at, updated_at";
 
 pub fn app(row: &Row) -> App {
     App {
@@ -19,8 +19,10 @@ pub fn app(row: &Row) -> App {
         name: row.get(2),
         metadata: row.get::<_, Json<_>>(3).0,
         throttle_rate: row.get::<_, Option<i32>>(4).map(|v| v as u16),
-        created_at: row.get(5),
-        updated_at: row.get(6),
+        max_concurrency: row.get::<_, Option<i32>>(5).map(|v| v as u32),
+        weight: row.get::<_, Option<i32>>(6).map(|v| v as u32),
+        created_at: row.get(7),
+        updated_at: row.get(8),
     }
 }
 

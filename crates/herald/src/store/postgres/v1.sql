@@ -7,6 +7,8 @@ CREATE TABLE herald.app (
     name          text NOT NULL,
     metadata      jsonb NOT NULL,
     throttle_rate integer,
+    max_concurrency integer,
+    weight        integer,
     created_at    bigint NOT NULL,
     updated_at    bigint NOT NULL
 );
@@ -65,11 +67,15 @@ CREATE TABLE herald.delivery (
     next_at       bigint NOT NULL,
     trigger       smallint NOT NULL,
     owner         text,               -- the node holding the claim (see herald.node)
+    strict        boolean NOT NULL,   -- the endpoint takes its messages one at a time, in order
     created_at    bigint NOT NULL
 );
 CREATE UNIQUE INDEX delivery_msg ON herald.delivery (msg_id, endpoint_id);
 CREATE INDEX delivery_endpoint ON herald.delivery (endpoint_id, msg_id);
-CREATE INDEX delivery_due ON herald.delivery (next_at) WHERE state = 0 AND owner IS NULL;
+CREATE INDEX delivery_due ON herald.delivery (next_at) WHERE state = 0 AND owner IS NULL AND NOT strict;
+CREATE INDEX delivery_strict ON herald.delivery (endpoint_id, id) WHERE state = 0 AND strict;
+CREATE INDEX delivery_pending ON herald.delivery (created_at, attempts) WHERE state = 0;
+CREATE INDEX delivery_dead ON herald.delivery (endpoint_id, created_at) WHERE state = 2;
 CREATE INDEX delivery_owner ON herald.delivery (owner) WHERE owner IS NOT NULL;
 
 CREATE TABLE herald.attempt (
@@ -108,6 +114,29 @@ CREATE TABLE herald.portal_token (
     app_id        text NOT NULL,
     expires_at    bigint NOT NULL,
     created_at    bigint NOT NULL
+);
+
+-- Circuit breakers that are not plainly closed, so they survive a restart.
+CREATE TABLE herald.endpoint_health (
+    endpoint_id   text PRIMARY KEY,
+    breaker       jsonb NOT NULL,
+    updated_at    bigint NOT NULL
+);
+
+-- Attempt durations per endpoint and hour, as mergeable histograms (bucket counts).
+CREATE TABLE herald.latency (
+    endpoint_id   text NOT NULL,
+    hour          bigint NOT NULL,
+    histogram     jsonb NOT NULL,
+    PRIMARY KEY (endpoint_id, hour)
+);
+
+-- Per-minute outcome counts for the health summary.
+CREATE TABLE herald.stats_minute (
+    minute        bigint PRIMARY KEY,
+    delivered     bigint NOT NULL,
+    failed        bigint NOT NULL,
+    delivery_ms   bigint NOT NULL
 );
 
 -- Processes holding claims; a claim is valid while its node's heartbeat is fresh.
@@ -188,8 +217,8 @@ BEGIN
     -- A repeated event id violates herald.message_event_id, as the API's 409 does.
     INSERT INTO herald.message (id, app_id, event_type, event_id, channels, payload, created_at)
     VALUES (v_msg, v_app, send_message.event_type, send_message.event_id, send_message.channels, v_body, v_now);
-    INSERT INTO herald.delivery (msg_id, endpoint_id, app_id, state, attempts, next_at, trigger, owner, created_at)
-    SELECT v_msg, e.id, v_app, 0, 0, v_now, 0, NULL, v_now
+    INSERT INTO herald.delivery (msg_id, endpoint_id, app_id, state, attempts, next_at, trigger, owner, strict, created_at)
+    SELECT v_msg, e.id, v_app, 0, 0, v_now, 0, NULL, coalesce(e.delivery->>'ordering', '') = 'strict', v_now
     FROM herald.endpoint e
     WHERE e.app_id = v_app
       AND NOT e.disabled

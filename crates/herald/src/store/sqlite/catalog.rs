@@ -21,13 +21,15 @@ impl CatalogStore for SqliteStore {
         let app = app.clone();
         self.writer
             .write(move |conn| {
-                conn.prepare_cached(&format!("INSERT INTO app ({APP_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"))?
+                conn.prepare_cached(&format!("INSERT INTO app ({APP_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"))?
                     .execute(params![
                         app.id.as_str(),
                         app.uid,
                         app.name,
                         to_json(&app.metadata),
                         app.throttle_rate,
+                        app.max_concurrency,
+                        app.weight,
                         app.created_at,
                         app.updated_at
                     ])
@@ -75,13 +77,16 @@ impl CatalogStore for SqliteStore {
         self.writer
             .write(move |conn| {
                 conn.prepare_cached(
-                    "UPDATE app SET uid = ?, name = ?, metadata = ?, throttle_rate = ?, updated_at = ? WHERE id = ?",
+                    "UPDATE app SET uid = ?, name = ?, metadata = ?, throttle_rate = ?, max_concurrency = ?, weight = ?,
+                        updated_at = ? WHERE id = ?",
                 )?
                 .execute(params![
                     app.uid,
                     app.name,
                     to_json(&app.metadata),
                     app.throttle_rate,
+                    app.max_concurrency,
+                    app.weight,
                     app.updated_at,
                     app.id.as_str()
                 ])
@@ -188,6 +193,13 @@ impl CatalogStore for SqliteStore {
                 conn.prepare_cached(&format!("UPDATE endpoint SET {assignments} WHERE id = ?"))?
                     .execute(params_from_iter(params))
                     .map_err(conflict("an endpoint with this uid already exists"))?;
+                // Pending deliveries follow the endpoint's (possibly new) ordering.
+                conn.prepare_cached(
+                    "UPDATE delivery SET strict = (SELECT json_extract(delivery, '$.ordering') IS 'strict'
+                                                   FROM endpoint WHERE id = ?1)
+                     WHERE endpoint_id = ?1 AND state = 0",
+                )?
+                .execute([&values[0]])?;
                 Ok(())
             })
             .await

@@ -209,17 +209,20 @@ fn ingest(conn: &Connection, new: &NewMessage) -> StoreResult<IngestResult> {
         other => other?,
     };
     let mut insert = conn.prepare_cached(
-        "INSERT INTO delivery (msg_id, endpoint_id, app_id, state, attempts, next_at, trigger, owner, created_at)
-         VALUES (?, ?, ?, 0, 0, ?, 0, ?, ?)",
+        "INSERT INTO delivery (msg_id, endpoint_id, app_id, state, attempts, next_at, trigger, owner, strict, created_at)
+         VALUES (?, ?, ?, 0, 0, ?, 0, ?, ?, ?)",
     )?;
-    let mut deliveries = Vec::with_capacity(new.endpoints.len());
-    for endpoint in &new.endpoints {
+    let mut deliveries = Vec::with_capacity(new.deliveries.len());
+    for delivery in &new.deliveries {
+        // Strictly ordered deliveries are never claimed here: they go out head first.
+        let owner = if delivery.strict { None } else { new.owner.as_deref() };
         insert.execute(params![
             m.id.as_str(),
-            endpoint.as_str(),
+            delivery.endpoint.as_str(),
             m.app_id.as_str(),
             m.created_at,
-            new.owner,
+            owner,
+            delivery.strict,
             m.created_at
         ])?;
         deliveries.push(conn.last_insert_rowid());

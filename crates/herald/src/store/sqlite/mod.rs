@@ -4,6 +4,7 @@
 
 mod access;
 mod catalog;
+mod health;
 mod messages;
 mod queue;
 mod readers;
@@ -155,6 +156,8 @@ mod tests {
             name: "kept".into(),
             metadata: Default::default(),
             throttle_rate: None,
+            max_concurrency: Some(4),
+            weight: Some(3),
             created_at: 1,
             updated_at: 1,
         };

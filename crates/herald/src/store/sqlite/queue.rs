@@ -13,21 +13,45 @@ use super::rows::{self, MESSAGE_COLUMNS};
 use crate::clock::{Millis, now_ms};
 use crate::ids::{EndpointId, MessageId};
 use crate::store::{
-    ClaimedDelivery, DeliveryState, Message, NextState, OutcomeRecord, QueueCounts, QueueStore, Requeue, StoreResult,
-    Trigger,
+    ClaimedDelivery, DeliveryState, Message, MinuteCounts, NextState, OutcomeRecord, QueueCounts, QueueStore, Requeue,
+    StoreResult, Trigger,
 };
 
 #[async_trait]
 impl QueueStore for SqliteStore {
     async fn claim(&self, owner: &str, due_before: Millis, limit: usize) -> StoreResult<Vec<ClaimedDelivery>> {
         let owner = owner.to_owned();
-        self.writer.write_hot(move |conn| claim(conn, &owner, due_before, limit)).await
+        self.writer.write_hot(move |conn| claim(conn, &owner, due_before, limit, CLAIM_DUE)).await
+    }
+
+    async fn claim_heads(&self, owner: &str, due_before: Millis, limit: usize) -> StoreResult<Vec<ClaimedDelivery>> {
+        let owner = owner.to_owned();
+        self.writer.write_hot(move |conn| claim(conn, &owner, due_before, limit, CLAIM_HEADS)).await
     }
 
     async fn record_outcomes(&self, owner: &str, outcomes: Vec<OutcomeRecord>) -> StoreResult<Vec<bool>> {
         let owner = owner.to_owned();
         self.writer
-            .write_hot(move |conn| outcomes.iter().map(|outcome| record_outcome(conn, &owner, outcome)).collect())
+            .write_hot(move |conn| {
+                let applied: Vec<bool> =
+                    outcomes.iter().map(|outcome| record_outcome(conn, &owner, outcome)).collect::<StoreResult<_>>()?;
+                for (minute, counts) in
+                    MinuteCounts::of(outcomes.iter().zip(&applied).filter(|(_, a)| **a).map(|(o, _)| o))
+                {
+                    conn.prepare_cached(
+                        "INSERT INTO stats_minute (minute, delivered, failed, delivery_ms) VALUES (?, ?, ?, ?)
+                         ON CONFLICT (minute) DO UPDATE SET delivered = delivered + excluded.delivered,
+                             failed = failed + excluded.failed, delivery_ms = delivery_ms + excluded.delivery_ms",
+                    )?
+                    .execute(params![
+                        minute,
+                        counts.delivered,
+                        counts.failed,
+                        counts.delivery_ms
+                    ])?;
+                }
+                Ok(applied)
+            })
             .await
     }
 
@@ -97,12 +121,28 @@ impl QueueStore for SqliteStore {
     }
 }
 
-fn claim(conn: &Connection, owner: &str, due_before: Millis, limit: usize) -> StoreResult<Vec<ClaimedDelivery>> {
-    let mut stmt = conn.prepare_cached(
-        "UPDATE delivery SET owner = ?1 WHERE id IN (
-             SELECT id FROM delivery WHERE state = 0 AND owner IS NULL AND next_at <= ?2 ORDER BY next_at LIMIT ?3)
-         RETURNING id, msg_id, endpoint_id, attempts, next_at, trigger",
-    )?;
+/// Due, unclaimed deliveries of endpoints without strict ordering, oldest due first.
+const CLAIM_DUE: &str = "UPDATE delivery SET owner = ?1 WHERE id IN (
+         SELECT id FROM delivery WHERE state = 0 AND owner IS NULL AND strict = 0 AND next_at <= ?2
+         ORDER BY next_at LIMIT ?3)
+     RETURNING id, msg_id, endpoint_id, attempts, next_at, trigger";
+
+/// The head (oldest pending delivery) of each strictly ordered endpoint, if nobody holds it
+/// and it is due: at most one delivery per such endpoint is ever out.
+const CLAIM_HEADS: &str = "UPDATE delivery SET owner = ?1 WHERE id IN (
+         SELECT d.id FROM (SELECT min(id) AS id FROM delivery WHERE state = 0 AND strict = 1 GROUP BY endpoint_id) h
+         JOIN delivery d ON d.id = h.id
+         WHERE d.owner IS NULL AND d.next_at <= ?2 LIMIT ?3)
+     RETURNING id, msg_id, endpoint_id, attempts, next_at, trigger";
+
+fn claim(
+    conn: &Connection,
+    owner: &str,
+    due_before: Millis,
+    limit: usize,
+    sql: &str,
+) -> StoreResult<Vec<ClaimedDelivery>> {
+    let mut stmt = conn.prepare_cached(sql)?;
     let claimed: Vec<(i64, String, String, u32, Millis, i64)> = stmt
         .query_map(params![owner, due_before, limit as i64], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
@@ -194,8 +234,9 @@ fn insert_manual_delivery(
     now: Millis,
 ) -> StoreResult<u64> {
     Ok(conn.execute(
-        "INSERT INTO delivery (msg_id, endpoint_id, app_id, state, attempts, next_at, trigger, owner, created_at)
-         SELECT id, ?, app_id, 0, 0, ?, 1, NULL, created_at FROM message WHERE id = ? AND app_id = ?",
-        params![endpoint.as_str(), now, msg.as_str(), app],
+        "INSERT INTO delivery (msg_id, endpoint_id, app_id, state, attempts, next_at, trigger, owner, strict, created_at)
+         SELECT m.id, e.id, m.app_id, 0, 0, ?, 1, NULL, json_extract(e.delivery, '$.ordering') IS 'strict', m.created_at
+         FROM message m JOIN endpoint e ON e.id = ? WHERE m.id = ? AND m.app_id = ?",
+        params![now, endpoint.as_str(), msg.as_str(), app],
     )? as u64)
 }

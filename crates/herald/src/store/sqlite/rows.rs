@@ -36,7 +36,7 @@ pub fn opt_json_value<T: Serialize>(value: &Option<T>) -> Option<String> {
     value.as_ref().map(|v| to_json(v))
 }
 
-pub const APP_COLUMNS: &str = "id, uid, name, metadata, throttle_rate, created_at, updated_at";
+pub const APP_COLUMNS: &str = "id, uid, name, metadata, throttle_rate, max_concurrency, weight, created_at, updated_at";
 
 pub fn app(row: &Row<'_>) -> rusqlite::Result<App> {
     Ok(App {
@@ -45,8 +45,10 @@ pub fn app(row: &Row<'_>) -> rusqlite::Result<App> {
         name: row.get(2)?,
         metadata: from_json(row, 3)?,
         throttle_rate: row.get(4)?,
-        created_at: row.get(5)?,
-        updated_at: row.get(6)?,
+        max_concurrency: row.get(5)?,
+        weight: row.get(6)?,
+        created_at: row.get(7)?,
+        updated_at: row.get(8)?,
     })
 }
 

@@ -7,6 +7,8 @@ CREATE TABLE app (
     name          TEXT NOT NULL,
     metadata      TEXT NOT NULL,
     throttle_rate INTEGER,
+    max_concurrency INTEGER,       -- Herald extension: attempts in flight at most
+    weight        INTEGER,         -- Herald extension: share of contended capacity
     created_at    INTEGER NOT NULL,
     updated_at    INTEGER NOT NULL
 ) STRICT;
@@ -66,13 +68,20 @@ CREATE TABLE delivery (
     next_at       INTEGER NOT NULL,  -- when pending: due time; else time of the last change
     trigger       INTEGER NOT NULL,  -- 0 scheduled, 1 manual
     owner         TEXT,              -- the process holding the claim, if any
+    strict        INTEGER NOT NULL,  -- 1: the endpoint takes its messages one at a time, in order
     created_at    INTEGER NOT NULL
 ) STRICT;
 CREATE UNIQUE INDEX delivery_msg ON delivery(msg_id, endpoint_id);
 CREATE INDEX delivery_endpoint ON delivery(endpoint_id, msg_id);
 -- Only unclaimed pending work is indexed for claiming: freshly ingested deliveries are
 -- claimed by the ingesting process at insert time and never enter this index.
-CREATE INDEX delivery_due ON delivery(next_at) WHERE state = 0 AND owner IS NULL;
+CREATE INDEX delivery_due ON delivery(next_at) WHERE state = 0 AND owner IS NULL AND strict = 0;
+-- The pending deliveries of strictly ordered endpoints, head first.
+CREATE INDEX delivery_strict ON delivery(endpoint_id, id) WHERE state = 0 AND strict = 1;
+-- Pending work by age, covering the health summary (counts by first try or retry, oldest).
+CREATE INDEX delivery_pending ON delivery(created_at, attempts) WHERE state = 0;
+-- Dead letters by endpoint and time (recover, counts, analysis).
+CREATE INDEX delivery_dead ON delivery(endpoint_id, created_at) WHERE state = 2;
 
 -- Append-only history of every HTTP try. Keyed by its (time-sortable) id with no rowid,
 -- so an insert touches one B-tree fewer.
@@ -113,3 +122,26 @@ CREATE TABLE portal_token (
     expires_at    INTEGER NOT NULL,
     created_at    INTEGER NOT NULL
 ) STRICT, WITHOUT ROWID;
+
+-- Circuit breakers that are not plainly closed, so they survive a restart.
+CREATE TABLE endpoint_health (
+    endpoint_id   TEXT PRIMARY KEY,
+    breaker       TEXT NOT NULL,     -- JSON
+    updated_at    INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+
+-- Attempt durations per endpoint and hour, as mergeable histograms (JSON bucket counts).
+CREATE TABLE latency (
+    endpoint_id   TEXT NOT NULL,
+    hour          INTEGER NOT NULL,
+    histogram     TEXT NOT NULL,
+    PRIMARY KEY (endpoint_id, hour)
+) STRICT, WITHOUT ROWID;
+
+-- Per-minute outcome counts for the health summary.
+CREATE TABLE stats_minute (
+    minute        INTEGER PRIMARY KEY,
+    delivered     INTEGER NOT NULL,
+    failed        INTEGER NOT NULL,
+    delivery_ms   INTEGER NOT NULL   -- sum of message-to-delivery times of `delivered`
+) STRICT;

@@ -68,6 +68,8 @@ type Script = dyn Fn(&Received, usize) -> Reply + Send + Sync;
 struct Shared {
     requests: Mutex<Vec<Received>>,
     per_path: Mutex<HashMap<String, usize>>,
+    /// Per path: requests being answered now, and the most there ever were at once.
+    concurrency: Mutex<HashMap<String, (usize, usize)>>,
     arrived: Notify,
     script: Box<Script>,
 }
@@ -87,6 +89,7 @@ impl Receiver {
         let shared = Arc::new(Shared {
             requests: Mutex::default(),
             per_path: Mutex::default(),
+            concurrency: Mutex::default(),
             arrived: Notify::new(),
             script: Box::new(script),
         });
@@ -108,6 +111,12 @@ impl Receiver {
     /// Requests to one path.
     pub fn requests_to(&self, path: &str) -> Vec<Received> {
         self.requests().into_iter().filter(|r| r.path == path).collect()
+    }
+
+    /// The most requests to `path` that were being answered at the same time (a request
+    /// counts until its answer is sent or the caller hangs up).
+    pub fn max_concurrent(&self, path: &str) -> usize {
+        self.shared.concurrency.lock().unwrap().get(path).map_or(0, |(_, max)| *max)
     }
 
     /// Waits until at least `n` requests arrived at `path` (any path when `None`).
@@ -134,6 +143,7 @@ async fn handle(State(shared): State<Arc<Shared>>, uri: Uri, headers: HeaderMap,
         *count += 1;
         *count - 1
     };
+    let _open = Open::new(&shared, &received.path);
     let reply = (shared.script)(&received, seen);
     shared.requests.lock().unwrap().push(received);
     shared.arrived.notify_waiters();
@@ -147,4 +157,29 @@ async fn handle(State(shared): State<Arc<Shared>>, uri: Uri, headers: HeaderMap,
             .insert(axum::http::HeaderName::try_from(name).unwrap(), axum::http::HeaderValue::try_from(value).unwrap());
     }
     response
+}
+
+/// Counts a request as open until dropped: when the answer is sent, or when the caller hung
+/// up and the handler was cancelled mid-delay.
+struct Open {
+    shared: Arc<Shared>,
+    path: String,
+}
+
+impl Open {
+    fn new(shared: &Arc<Shared>, path: &str) -> Self {
+        let mut concurrency = shared.concurrency.lock().unwrap();
+        let (now, max) = concurrency.entry(path.to_owned()).or_default();
+        *now += 1;
+        *max = (*max).max(*now);
+        Self { shared: shared.clone(), path: path.to_owned() }
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        if let Some((now, _)) = self.shared.concurrency.lock().unwrap().get_mut(&self.path) {
+            *now -= 1;
+        }
+    }
 }
