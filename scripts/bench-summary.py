@@ -39,11 +39,13 @@ EXTRA = {
         ("healthy alone p99 ms", "details.healthyAloneP99Ms", 1),
         ("healthy w/ noisy p99 ms", "details.healthyWithNoisyP99Ms", 1),
         ("ratio", "details.p99Ratio", 2),
+        ("noisy most in flight", "details.noisyMostInFlight", 0),
     ],
     "slowendpoints": [("fast endpoints p99 ms", "groups.fast endpoints.latencyMs.p99", 1)],
     "backlog": [
         ("RSS with 1M pending MB", "details.rssWithBacklogBytes", -6),
         ("drain deliveries/s", "details.drainRate", 0),
+        ("summary call ms (1M pending)", "details.summaryCallMsWithBacklog", 1),
     ],
     "burst": [("ingest failures", "ingestFailures", 0)],
 }

@@ -12,6 +12,7 @@ use url::Url;
 use crate::clock::Millis;
 use crate::endpoint_settings::{Defaults, EffectiveSettings};
 use crate::ids::{AppId, EndpointId};
+use crate::sealing::Keyring;
 use crate::signing::SigningKey;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
@@ -61,14 +62,24 @@ pub struct Target {
 }
 
 impl Target {
-    pub fn new(endpoint: Endpoint, app: AppLimits, defaults: &Defaults) -> Self {
+    /// Prepares `endpoint`, opening its sealed secrets. Secrets that do not open (a server
+    /// key that is missing from the configuration) leave the target without keys, and its
+    /// attempts fail as internal errors rather than go out unsigned.
+    pub fn new(endpoint: Endpoint, app: AppLimits, defaults: &Defaults, keyring: &Keyring) -> Self {
         let mut keys = Vec::new();
-        if let Ok(key) = SigningKey::decode(&endpoint.secrets.current) {
-            keys.push((key, None));
-        }
-        for previous in &endpoint.secrets.previous {
-            if let Ok(key) = SigningKey::decode(&previous.key) {
-                keys.push((key, Some(previous.expires_at)));
+        match keyring.open_secrets(&endpoint.secrets, &endpoint.id) {
+            Ok(secrets) => {
+                if let Ok(key) = SigningKey::decode(&secrets.current) {
+                    keys.push((key, None));
+                }
+                for previous in &secrets.previous {
+                    if let Ok(key) = SigningKey::decode(&previous.key) {
+                        keys.push((key, Some(previous.expires_at)));
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::error!(endpoint = %endpoint.id, error = %e, "the endpoint's signing secrets do not open")
             }
         }
         Self { url: Url::parse(&endpoint.url).ok(), settings: endpoint.delivery.resolve(defaults), keys, endpoint, app }
@@ -105,6 +116,7 @@ pub fn routes_to(endpoint: &Endpoint, event_type: &str, channels: Option<&[Strin
 pub struct Catalog {
     store: Arc<dyn Store>,
     defaults: Defaults,
+    keyring: Arc<Keyring>,
     /// Bumped by every invalidation, so a load that raced with a change is not cached.
     generation: AtomicU64,
     apps: RwLock<HashMap<String, Arc<App>>>,
@@ -113,10 +125,11 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    pub fn new(store: Arc<dyn Store>, defaults: Defaults) -> Self {
+    pub fn new(store: Arc<dyn Store>, defaults: Defaults, keyring: Arc<Keyring>) -> Self {
         Self {
             store,
             defaults,
+            keyring,
             generation: AtomicU64::new(0),
             apps: RwLock::default(),
             routes: RwLock::default(),
@@ -126,6 +139,11 @@ impl Catalog {
 
     pub fn defaults(&self) -> &Defaults {
         &self.defaults
+    }
+
+    /// The server key that seals endpoint secrets.
+    pub fn keyring(&self) -> &Keyring {
+        &self.keyring
     }
 
     /// An application by id or uid.
@@ -157,7 +175,7 @@ impl Catalog {
         let limits = self.limits(app).await?;
         let endpoints = self.store.app_endpoints(app).await?;
         let targets: Arc<[Arc<Target>]> =
-            endpoints.into_iter().map(|e| Arc::new(Target::new(e, limits, &self.defaults))).collect();
+            endpoints.into_iter().map(|e| Arc::new(Target::new(e, limits, &self.defaults, &self.keyring))).collect();
         if self.generation.load(Ordering::Acquire) == generation {
             write(&self.routes).insert(app.clone(), targets.clone());
             let mut by_id = write(&self.targets);
@@ -178,7 +196,7 @@ impl Catalog {
             return Ok(None);
         };
         let limits = self.limits(&endpoint.app_id).await?;
-        let target = Arc::new(Target::new(endpoint, limits, &self.defaults));
+        let target = Arc::new(Target::new(endpoint, limits, &self.defaults, &self.keyring));
         if self.generation.load(Ordering::Acquire) == generation {
             write(&self.targets).insert(id.clone(), target.clone());
         }
@@ -254,7 +272,8 @@ fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Secrets;
+    use crate::sealing::generate_key;
+    use crate::store::{PreviousSecret, SealedSecrets, Secrets};
 
     fn endpoint(event_types: Option<&[&str]>, channels: Option<&[&str]>, disabled: bool) -> Endpoint {
         let list = |v: Option<&[&str]>| v.map(|v| v.iter().map(|s| s.to_string()).collect());
@@ -270,7 +289,7 @@ mod tests {
             metadata: Default::default(),
             throttle_rate: None,
             headers: Default::default(),
-            secrets: Secrets { current: SigningKey::generate().to_secret_string(), previous: vec![] },
+            secrets: SealedSecrets(String::new()),
             delivery: Default::default(),
             created_at: 0,
             updated_at: 0,
@@ -307,11 +326,23 @@ mod tests {
     #[test]
     fn previous_keys_sign_only_until_their_overlap_ends() {
         let mut e = endpoint(None, None, false);
-        let old = SigningKey::generate();
-        e.secrets.previous.push(crate::store::PreviousSecret { key: old.to_secret_string(), expires_at: 1000 });
+        let keyring = Keyring::new(&generate_key(), &[]).unwrap();
+        let previous = vec![PreviousSecret { key: SigningKey::generate().to_secret_string(), expires_at: 1000 }];
+        let secrets = Secrets { current: SigningKey::generate().to_secret_string(), previous };
+        e.secrets = keyring.seal_secrets(&secrets, &e.id);
         let defaults = Defaults { timeout: std::time::Duration::from_secs(1), retry: Default::default() };
-        let target = Target::new(e, AppLimits::default(), &defaults);
+        let target = Target::new(e, AppLimits::default(), &defaults, &keyring);
         assert_eq!(target.signing_keys(999).count(), 2);
         assert_eq!(target.signing_keys(1000).count(), 1);
+    }
+
+    #[test]
+    fn secrets_that_do_not_open_leave_no_keys() {
+        let mut e = endpoint(None, None, false);
+        let secrets = Secrets { current: SigningKey::generate().to_secret_string(), previous: vec![] };
+        e.secrets = Keyring::new(&generate_key(), &[]).unwrap().seal_secrets(&secrets, &e.id);
+        let defaults = Defaults { timeout: std::time::Duration::from_secs(1), retry: Default::default() };
+        let other = Keyring::new(&generate_key(), &[]).unwrap();
+        assert_eq!(Target::new(e, AppLimits::default(), &defaults, &other).signing_keys(0).count(), 0);
     }
 }

@@ -2,6 +2,7 @@
 //! file and `HERALD_*` environment variables, then flags), and one validated [`Config`] that
 //! is passed explicitly to whatever needs it.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -21,6 +22,7 @@ const ENV_ALIASES: &[(&str, &str)] = &[
     ("HERALD_LISTEN", "server.listen"),
     ("HERALD_DATA_DIR", "server.data_dir"),
     ("HERALD_ADMIN_TOKEN", "auth.admin_token"),
+    ("HERALD_SECRET_KEY", "auth.secret_key"),
     ("HERALD_ALLOWED_NETWORKS", "delivery.allowed_networks"),
     ("HERALD_DATABASE_URL", "store.database_url"),
     ("HERALD_ROLE", "server.role"),
@@ -34,6 +36,24 @@ pub struct Config {
     pub queue: QueueConfig,
     pub store: StoreConfig,
     pub log: LogConfig,
+    pub redaction: RedactionConfig,
+    pub faults: FaultsConfig,
+}
+
+/// Fault injection for Herald's own robustness tests; never set in production.
+#[derive(Debug, Clone, Default)]
+pub struct FaultsConfig {
+    /// Every attempt of a message of this event type panics inside its worker.
+    pub panic_on_event_type: Option<String>,
+}
+
+/// Payload fields masked for readers without the `sensitive` permission.
+#[derive(Debug, Clone, Default)]
+pub struct RedactionConfig {
+    /// Event type (or `*`) → JSON pointers.
+    pub fields: BTreeMap<String, Vec<String>>,
+    /// Key names masked at any depth (`*part*`: substring).
+    pub keys: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -61,6 +81,14 @@ pub enum Role {
 pub struct AuthConfig {
     pub admin_token: Option<String>,
     pub portal_token_ttl: Duration,
+    /// The server key sealing endpoint secrets (base64, 32 bytes).
+    pub secret_key: Option<String>,
+    /// Earlier server keys, still accepted for opening.
+    pub previous_secret_keys: Vec<String>,
+    /// Requests per second per app-portal token; `None`: unlimited.
+    pub portal_requests_per_second: Option<u16>,
+    /// Requests per second for the admin token; `None`: unlimited.
+    pub admin_requests_per_second: Option<u16>,
 }
 
 impl std::fmt::Debug for AuthConfig {
@@ -68,6 +96,8 @@ impl std::fmt::Debug for AuthConfig {
         f.debug_struct("AuthConfig")
             .field("admin_token", &self.admin_token.as_ref().map(|_| "<redacted>"))
             .field("portal_token_ttl", &self.portal_token_ttl)
+            .field("secret_key", &self.secret_key.as_ref().map(|_| "<redacted>"))
+            .field("previous_secret_keys", &format!("<{} redacted>", self.previous_secret_keys.len()))
             .finish()
     }
 }
@@ -79,6 +109,10 @@ pub struct DeliveryConfig {
     pub response_read_limit: usize,
     pub response_store_limit: usize,
     pub allowed_networks: Vec<IpNet>,
+    pub dns_servers: Vec<SocketAddr>,
+    pub dns_timeout: Duration,
+    pub connect_timeout: Duration,
+    pub tls_timeout: Duration,
     pub secret_rotation_overlap: Duration,
     pub user_agent: String,
     pub default_retry: RetryPolicy,
@@ -121,6 +155,21 @@ struct Raw {
     queue: RawQueue,
     store: RawStore,
     log: RawLog,
+    redaction: RawRedaction,
+    faults: RawFaults,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFaults {
+    panic_on_event_type: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRedaction {
+    fields: BTreeMap<String, Vec<String>>,
+    keys: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -139,6 +188,10 @@ struct RawServer {
 struct RawAuth {
     admin_token: String,
     portal_token_ttl_secs: u64,
+    secret_key: String,
+    previous_secret_keys: Vec<String>,
+    portal_requests_per_second: u16,
+    admin_requests_per_second: u16,
 }
 
 #[derive(Deserialize)]
@@ -149,6 +202,10 @@ struct RawDelivery {
     response_read_limit: usize,
     response_store_limit: usize,
     allowed_networks: Vec<String>,
+    dns_servers: Vec<String>,
+    dns_timeout_ms: u64,
+    connect_timeout_ms: u64,
+    tls_timeout_ms: u64,
     secret_rotation_overlap_secs: u64,
     user_agent: String,
     default_retry: RetryPolicy,
@@ -304,11 +361,20 @@ impl Raw {
         }
         let allowed_networks =
             self.delivery.allowed_networks.iter().map(|s| parse_network(s)).collect::<anyhow::Result<Vec<_>>>()?;
+        let dns_servers = self
+            .delivery
+            .dns_servers
+            .iter()
+            .map(|s| s.parse().with_context(|| format!("delivery.dns_servers: {s:?} is not an address:port")))
+            .collect::<anyhow::Result<Vec<SocketAddr>>>()?;
         if let Some((field, msg)) = self.delivery.default_retry.problems().into_iter().next() {
             bail!("delivery.default_retry.{field}: {msg}");
         }
         let positive = [
             ("delivery.timeout_ms", self.delivery.timeout_ms as usize),
+            ("delivery.dns_timeout_ms", self.delivery.dns_timeout_ms as usize),
+            ("delivery.connect_timeout_ms", self.delivery.connect_timeout_ms as usize),
+            ("delivery.tls_timeout_ms", self.delivery.tls_timeout_ms as usize),
             ("delivery.max_in_flight", self.delivery.max_in_flight),
             ("queue.memory_limit", self.queue.memory_limit),
             ("queue.poll_interval_ms", self.queue.poll_interval_ms as usize),
@@ -341,6 +407,10 @@ impl Raw {
             auth: AuthConfig {
                 admin_token: non_empty(self.auth.admin_token),
                 portal_token_ttl: Duration::from_secs(self.auth.portal_token_ttl_secs),
+                secret_key: non_empty(self.auth.secret_key),
+                previous_secret_keys: self.auth.previous_secret_keys,
+                portal_requests_per_second: Some(self.auth.portal_requests_per_second).filter(|r| *r > 0),
+                admin_requests_per_second: Some(self.auth.admin_requests_per_second).filter(|r| *r > 0),
             },
             delivery: DeliveryConfig {
                 timeout: Duration::from_millis(self.delivery.timeout_ms),
@@ -348,6 +418,10 @@ impl Raw {
                 response_read_limit: self.delivery.response_read_limit,
                 response_store_limit: self.delivery.response_store_limit.min(self.delivery.response_read_limit),
                 allowed_networks,
+                dns_servers,
+                dns_timeout: Duration::from_millis(self.delivery.dns_timeout_ms),
+                connect_timeout: Duration::from_millis(self.delivery.connect_timeout_ms),
+                tls_timeout: Duration::from_millis(self.delivery.tls_timeout_ms),
                 secret_rotation_overlap: Duration::from_secs(self.delivery.secret_rotation_overlap_secs),
                 user_agent: self.delivery.user_agent,
                 default_retry: self.delivery.default_retry,
@@ -370,6 +444,8 @@ impl Raw {
                 checkpoint_interval: Duration::from_millis(self.store.checkpoint_interval_ms.max(10)),
             },
             log: LogConfig { json, level: self.log.level },
+            redaction: RedactionConfig { fields: self.redaction.fields, keys: self.redaction.keys },
+            faults: FaultsConfig { panic_on_event_type: non_empty(self.faults.panic_on_event_type) },
         })
     }
 }

@@ -32,6 +32,8 @@ pub enum Failure {
     Tls,
     /// The destination guard refused the address.
     BlockedDestination,
+    /// The response body was longer than Herald reads (announced or sent).
+    ResponseTooLarge,
     /// Herald's own failure (render, unreadable payload, panic).
     Internal,
 }
@@ -69,7 +71,9 @@ pub fn classify(result: &AttemptResult) -> OutcomeClass {
             _ => OutcomeClass::Permanent,
         },
         AttemptResult::Failed(failure) => match failure {
-            Failure::Timeout | Failure::Connection | Failure::DnsTemporary => OutcomeClass::Transient,
+            Failure::Timeout | Failure::Connection | Failure::DnsTemporary | Failure::ResponseTooLarge => {
+                OutcomeClass::Transient
+            }
             Failure::DnsNotFound | Failure::Tls | Failure::BlockedDestination => OutcomeClass::Permanent,
             Failure::Internal => OutcomeClass::Internal,
         },
@@ -89,6 +93,7 @@ pub fn error_class(result: &AttemptResult) -> Option<&'static str> {
             Failure::DnsTemporary => "dns_temporary",
             Failure::Tls => "tls",
             Failure::BlockedDestination => "blocked_destination",
+            Failure::ResponseTooLarge => "response_too_large",
             Failure::Internal => "internal",
         }),
     }

@@ -14,7 +14,7 @@ use anyhow::{Context, bail};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{self, AdminToken, ApiSettings, AppState, Limits};
+use crate::api::{self, AdminToken, ApiSettings, AppState, Limits, RateLimiter};
 use crate::catalog::Catalog;
 use crate::config::{Config, Role};
 use crate::deliver::{Deliverer, DelivererConfig};
@@ -24,6 +24,8 @@ use crate::housekeeping;
 use crate::ids::random_token;
 use crate::ingest::Ingestor;
 use crate::metrics::Metrics;
+use crate::redaction::Redactor;
+use crate::sealing::{Keyring, generate_key};
 use crate::ssrf::Guard;
 use crate::store::Store;
 use crate::store::postgres::{PgOptions, PgStore};
@@ -49,15 +51,26 @@ pub struct Server {
 impl Server {
     pub async fn build(config: Config) -> anyhow::Result<Self> {
         let (store, lock, admin_token) = open_store(&config).await?;
-        let guard = Arc::new(Guard::new(config.delivery.allowed_networks.clone()));
+        let keyring = Arc::new(keyring(&config)?);
+        let listener = TcpListener::bind(config.server.listen)
+            .await
+            .with_context(|| format!("binding {}", config.server.listen))?;
+        let local = listener.local_addr()?;
+        let public_host =
+            config.server.public_url.as_deref().and_then(|u| url::Url::parse(u).ok()?.host_str().map(str::to_owned));
+        let guard = Arc::new(Guard::new(config.delivery.allowed_networks.clone()).with_own(local, public_host));
         let defaults = Defaults { timeout: config.delivery.timeout, retry: config.delivery.default_retry.clone() };
-        let catalog = Arc::new(Catalog::new(store.clone(), defaults));
+        let catalog = Arc::new(Catalog::new(store.clone(), defaults, keyring));
         let deliverer = Deliverer::new(
             guard.clone(),
             DelivererConfig {
                 read_limit: config.delivery.response_read_limit,
                 store_limit: config.delivery.response_store_limit,
                 user_agent: config.delivery.user_agent.clone(),
+                dns_budget: config.delivery.dns_timeout,
+                connect_budget: config.delivery.connect_timeout,
+                tls_budget: config.delivery.tls_timeout,
+                dns_servers: config.delivery.dns_servers.clone(),
             },
         );
         let metrics = Arc::new(Metrics::default());
@@ -70,6 +83,7 @@ impl Server {
                 queue: config.queue.clone(),
                 lease: config.queue.lease,
                 max_in_flight: config.delivery.max_in_flight,
+                panic_on_event_type: config.faults.panic_on_event_type.clone(),
             },
             metrics.clone(),
         );
@@ -77,10 +91,6 @@ impl Server {
         let delivers = config.server.role != Role::Api;
         let ingestor = Arc::new(Ingestor::new(store.clone(), catalog.clone(), dispatcher.clone(), delivers));
 
-        let listener = TcpListener::bind(config.server.listen)
-            .await
-            .with_context(|| format!("binding {}", config.server.listen))?;
-        let local = listener.local_addr()?;
         let state = AppState {
             store: store.clone(),
             catalog: catalog.clone(),
@@ -99,6 +109,11 @@ impl Server {
                 secret_rotation_overlap: config.delivery.secret_rotation_overlap,
             }),
             key_locks: Default::default(),
+            rate_limiter: Arc::new(RateLimiter::new(
+                config.auth.portal_requests_per_second,
+                config.auth.admin_requests_per_second,
+            )),
+            redactor: Arc::new(Redactor::new(config.redaction.fields.clone(), &config.redaction.keys)),
         };
         let router = match config.server.role {
             Role::Worker => api::health_router(state),
@@ -186,18 +201,49 @@ fn admin_token(config: &Config, data_dir: &Path) -> anyhow::Result<String> {
     if let Some(token) = &config.auth.admin_token {
         return Ok(token.clone());
     }
-    let path = data_dir.join("admin-token");
-    if path.exists() {
-        let token = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        return Ok(token.trim().to_owned());
+    let (token, generated) = private_file(&data_dir.join("admin-token"), || format!("hrld_{}", random_token(32)))?;
+    if generated {
+        let path = data_dir.join("admin-token");
+        println!("Generated an admin token (stored in {}, shown only this once):\n\n    {token}\n", path.display());
     }
-    let token = format!("hrld_{}", random_token(32));
+    Ok(token)
+}
+
+/// The server key that seals endpoint secrets: configured, or (SQLite only) generated into
+/// the data directory on first start.
+fn keyring(config: &Config) -> anyhow::Result<Keyring> {
+    let current = match (&config.auth.secret_key, &config.store.database_url) {
+        (Some(key), _) => key.clone(),
+        (None, Some(_)) => bail!(
+            "HERALD_SECRET_KEY is required with PostgreSQL: every process sharing the database must seal endpoint \
+             secrets with the same key (generate one with `openssl rand -base64 32`)"
+        ),
+        (None, None) => {
+            let path = config.server.data_dir.join("secret-key");
+            let (key, generated) = private_file(&path, generate_key)?;
+            if generated {
+                tracing::info!(path = %path.display(), "generated the server key that seals endpoint secrets");
+            }
+            key
+        }
+    };
+    Keyring::new(&current, &config.auth.previous_secret_keys).context("auth.secret_key / HERALD_SECRET_KEY")
+}
+
+/// Reads a one-line private file, creating it (mode 0600) with `generate()` when it does
+/// not exist yet; tells whether it was generated.
+fn private_file(path: &Path, generate: impl FnOnce() -> String) -> anyhow::Result<(String, bool)> {
+    if path.exists() {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        return Ok((text.trim().to_owned(), false));
+    }
+    let value = generate();
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options.open(&path).with_context(|| format!("creating {}", path.display()))?;
-    writeln!(file, "{token}")?;
-    println!("Generated an admin token (stored in {}, shown only this once):\n\n    {token}\n", path.display());
-    Ok(token)
+    let mut file = options.open(path).with_context(|| format!("creating {}", path.display()))?;
+    writeln!(file, "{value}")?;
+    file.sync_all()?;
+    Ok((value, true))
 }

@@ -3,7 +3,7 @@
 //! resolver), never on raw strings, and the connection later goes only to the addresses
 //! judged here (see `deliver::connector`), so DNS rebinding has no window.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use ipnet::IpNet;
 use url::{Host, Url};
@@ -15,10 +15,14 @@ pub const MAX_URL_LEN: usize = 2048;
 /// trailing dot).
 const DENIED_NAMES: &[&str] = &["localhost", "metadata.google.internal"];
 
-/// Networks the operator opened up (`HERALD_ALLOWED_NETWORKS`), the only way back in.
+/// The judge of destinations: special-purpose ranges are closed, the networks the operator
+/// opened up (`HERALD_ALLOWED_NETWORKS`) are the only way back in, and Herald itself (its
+/// listening address and public host name) is never a destination.
 #[derive(Debug, Clone, Default)]
 pub struct Guard {
     allowed: Vec<IpNet>,
+    own_addr: Option<SocketAddr>,
+    own_host: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -39,11 +43,32 @@ pub enum UrlProblem {
     Port(u16),
     #[error("destination {0} is not allowed (private, loopback or special-purpose)")]
     Blocked(String),
+    #[error("destination {0} is Herald itself")]
+    Herald(String),
 }
 
 impl Guard {
     pub fn new(allowed: Vec<IpNet>) -> Self {
-        Self { allowed }
+        Self { allowed, own_addr: None, own_host: None }
+    }
+
+    /// Marks Herald's own listening address and public host name as forbidden.
+    pub fn with_own(mut self, addr: SocketAddr, public_host: Option<String>) -> Self {
+        self.own_addr = Some(addr);
+        self.own_host = public_host.map(|h| h.trim_end_matches('.').to_ascii_lowercase());
+        self
+    }
+
+    /// Whether `addr` is Herald's own listener. A listener on the unspecified address is
+    /// reachable through every local address: then any address that only the allow-list
+    /// opens, on the same port, counts as Herald.
+    pub fn is_own(&self, addr: SocketAddr) -> bool {
+        let Some(own) = self.own_addr else { return false };
+        if addr.port() != own.port() {
+            return false;
+        }
+        let ip = canonical(addr.ip());
+        ip == canonical(own.ip()) || (own.ip().is_unspecified() && forbidden(ip))
     }
 
     /// Whether Herald may connect to `ip`.
@@ -76,7 +101,18 @@ impl Guard {
         {
             return Err(UrlProblem::Port(port));
         }
-        self.check_host(url.host().ok_or(UrlProblem::NoHost)?)?;
+        let host = url.host().ok_or(UrlProblem::NoHost)?;
+        self.check_host(host.clone())?;
+        let own_name = matches!((&host, &self.own_host), (Host::Domain(name), Some(own))
+            if name.trim_end_matches('.').eq_ignore_ascii_case(own));
+        let own_addr = match (host, url.port_or_known_default()) {
+            (Host::Ipv4(ip), Some(port)) => self.is_own(SocketAddr::new(IpAddr::V4(ip), port)),
+            (Host::Ipv6(ip), Some(port)) => self.is_own(SocketAddr::new(IpAddr::V6(ip), port)),
+            _ => false,
+        };
+        if own_name || own_addr {
+            return Err(UrlProblem::Herald(url.host_str().unwrap_or_default().to_owned()));
+        }
         Ok(url)
     }
 
@@ -311,6 +347,19 @@ mod tests {
         }
         let long = format!("https://hooks.example.com/{}", "a".repeat(MAX_URL_LEN));
         assert_eq!(guard.check_url(&long), Err(UrlProblem::TooLong));
+    }
+
+    #[test]
+    fn herald_itself_is_never_a_destination() {
+        let open = vec!["127.0.0.0/8".parse().unwrap()];
+        let guard = Guard::new(open).with_own("127.0.0.1:8071".parse().unwrap(), Some("Hooks.Example.com".into()));
+        assert_eq!(guard.check_url("http://127.0.0.1:8071/api"), Err(UrlProblem::Herald("127.0.0.1".into())));
+        assert!(matches!(guard.check_url("https://hooks.example.com./api/v1/events"), Err(UrlProblem::Herald(_))));
+        assert!(guard.check_url("http://127.0.0.1:8072/").is_ok());
+        assert!(guard.is_own("[::ffff:127.0.0.1]:8071".parse().unwrap()));
+        let anywhere = Guard::new(vec!["10.0.0.0/8".parse().unwrap()]).with_own("0.0.0.0:8071".parse().unwrap(), None);
+        assert!(anywhere.is_own("10.1.2.3:8071".parse().unwrap()), "a private address of this host");
+        assert!(!anywhere.is_own("93.184.216.34:8071".parse().unwrap()));
     }
 
     #[test]

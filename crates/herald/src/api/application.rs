@@ -11,7 +11,7 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{JsonBody, QueryMap};
 use super::list::{ListResponse, Page};
 use super::validate::{Problems, double_option};
-use super::{AppState, visible_app};
+use super::{AppState, require_admin_for, visible_app};
 use crate::clock::{now_ms, to_rfc3339};
 use crate::ids::AppId;
 use crate::store::{App, Metadata};
@@ -252,7 +252,7 @@ pub async fn delete_app(
     principal: Principal,
     Path(app_id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    principal.require_admin()?;
+    require_admin_for(&state, &principal, &app_id).await?;
     let app = visible_app(&state, &principal, &app_id).await?;
     state.store.delete_app(&app.id).await?;
     state.catalog.invalidate_app(&app);

@@ -195,9 +195,10 @@ pub async fn list_attempted_messages(
         .store
         .endpoint_messages(&endpoint.id, &message_filter(&query)?, status_param(&query)?, &page.query())
         .await?;
+    let mask = state.mask_for(&principal);
     let render = |(m, d): (Message, DeliveryView)| {
         let (status, status_text, next_attempt) = status_fields(&d);
-        EndpointMessageOut { message: MessageOut::new(&m, with_content), status, status_text, next_attempt }
+        EndpointMessageOut { message: MessageOut::shown(&m, with_content, mask), status, status_text, next_attempt }
     };
     Ok(Json(page.finish(found, |(m, _)| m.id.to_string(), render)))
 }

@@ -49,6 +49,8 @@ pub enum Principal {
     App {
         app_id: AppId,
         token_hash: String,
+        /// Issued with the `sensitive` permission: sees payload fields unmasked.
+        sensitive: bool,
     },
 }
 
@@ -57,6 +59,14 @@ impl Principal {
         match self {
             Self::Admin => Ok(()),
             Self::App { .. } => Err(ApiError::Forbidden("this operation needs the admin token")),
+        }
+    }
+
+    /// Whether this principal sees sensitive payload fields unmasked.
+    pub fn sees_sensitive(&self) -> bool {
+        match self {
+            Self::Admin => true,
+            Self::App { sensitive, .. } => *sensitive,
         }
     }
 
@@ -81,6 +91,7 @@ impl FromRequestParts<AppState> for Principal {
             .map(str::trim)
             .ok_or(ApiError::Unauthorized)?;
         if state.admin.matches(token) {
+            state.rate_limiter.admit("admin", true).map_err(ApiError::RateLimited)?;
             return Ok(Self::Admin);
         }
         if !token.starts_with(PORTAL_TOKEN_PREFIX) {
@@ -88,7 +99,10 @@ impl FromRequestParts<AppState> for Principal {
         }
         let hash = token_hash(token);
         match state.store.token(&hash).await? {
-            Some(found) if found.expires_at > now_ms() => Ok(Self::App { app_id: found.app_id, token_hash: hash }),
+            Some(found) if found.expires_at > now_ms() => {
+                state.rate_limiter.admit(&hash, false).map_err(ApiError::RateLimited)?;
+                Ok(Self::App { app_id: found.app_id, token_hash: hash, sensitive: found.sensitive })
+            }
             _ => Err(ApiError::Unauthorized),
         }
     }
@@ -101,6 +115,10 @@ pub struct AppPortalAccessIn {
     pub application: Option<ApplicationIn>,
     /// Token lifetime in seconds (1 hour to 7 days; default: `auth.portal_token_ttl_secs`).
     pub expiry: Option<u64>,
+    /// Herald extension: the token may read payload fields configured as sensitive
+    /// (`redaction` settings); without it they are masked. Default false.
+    #[serde(default)]
+    pub sensitive: bool,
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -120,7 +138,7 @@ pub async fn app_portal_access(
     Path(app_id): Path<String>,
     body: JsonBody<AppPortalAccessIn>,
 ) -> ApiResult<Json<AppPortalAccessOut>> {
-    principal.require_admin()?;
+    super::require_admin_for(&state, &principal, &app_id).await?;
     let app: Arc<App> = match (state.catalog.app(&app_id).await?, body.value.application) {
         (Some(app), _) => app,
         (None, Some(input)) => Arc::new(create_app_from(&state, input, Some(&app_id)).await?),
@@ -142,6 +160,7 @@ pub async fn app_portal_access(
             app_id: app.id.clone(),
             expires_at: now + (ttl_secs as i64) * 1000,
             created_at: now,
+            sensitive: body.value.sensitive,
         })
         .await?;
     let url = format!("{}/portal#token={token}", state.settings.public_url.trim_end_matches('/'));

@@ -134,8 +134,14 @@ pub fn check_endpoint(state: &AppState, e: &Endpoint) -> ApiResult<()> {
 
 /// Endpoint headers must be valid HTTP, free of CR/LF, and not replace Herald's own.
 pub fn check_headers<'a>(p: &mut Problems, path: &str, headers: impl IntoIterator<Item = (&'a String, &'a String)>) {
-    for (name, value) in headers {
+    for (count, (name, value)) in headers.into_iter().enumerate() {
+        if count == MAX_HEADERS {
+            p.push(path, format!("at most {MAX_HEADERS} headers"));
+            return;
+        }
         let at = format!("{path}.{name}");
+        p.check(name.len() <= MAX_HEADER_NAME, &at, format!("names are at most {MAX_HEADER_NAME} bytes"));
+        p.check(value.len() <= MAX_HEADER_VALUE, &at, format!("values are at most {MAX_HEADER_VALUE} bytes"));
         let lower = name.to_ascii_lowercase();
         p.check(http::HeaderName::try_from(lower.as_str()).is_ok(), &at, "is not a valid header name");
         p.check(!RESERVED_HEADERS.contains(&lower.as_str()), &at, "is set by Herald and cannot be overridden");
@@ -143,6 +149,11 @@ pub fn check_headers<'a>(p: &mut Problems, path: &str, headers: impl IntoIterato
         p.check(value_ok, &at, "is not a valid header value");
     }
 }
+
+/// Limits on an endpoint's own headers.
+const MAX_HEADERS: usize = 50;
+const MAX_HEADER_NAME: usize = 256;
+const MAX_HEADER_VALUE: usize = 4096;
 
 fn parse_secret(secret: Option<&str>) -> ApiResult<String> {
     match secret {
@@ -153,10 +164,13 @@ fn parse_secret(secret: Option<&str>) -> ApiResult<String> {
     }
 }
 
-fn new_endpoint(app: &App, input: EndpointIn, uid_from_path: Option<&str>) -> ApiResult<Endpoint> {
+fn new_endpoint(state: &AppState, app: &App, input: EndpointIn, uid_from_path: Option<&str>) -> ApiResult<Endpoint> {
     let now = now_ms();
+    let id = EndpointId::generate();
+    let secrets = Secrets { current: parse_secret(input.secret.as_deref())?, previous: vec![] };
     let blank = Endpoint {
-        id: EndpointId::generate(),
+        secrets: state.catalog.keyring().seal_secrets(&secrets, &id),
+        id,
         app_id: app.id.clone(),
         uid: uid_from_path.map(str::to_owned),
         url: String::new(),
@@ -167,7 +181,6 @@ fn new_endpoint(app: &App, input: EndpointIn, uid_from_path: Option<&str>) -> Ap
         metadata: Default::default(),
         throttle_rate: None,
         headers: Default::default(),
-        secrets: Secrets { current: parse_secret(input.secret.as_deref())?, previous: vec![] },
         delivery: Default::default(),
         created_at: now,
         updated_at: now,
@@ -234,7 +247,7 @@ pub async fn create_endpoint(
     body: JsonBody<EndpointIn>,
 ) -> ApiResult<(StatusCode, Json<EndpointOut>)> {
     let app = visible_app(&state, &principal, &app_id).await?;
-    let endpoint = new_endpoint(&app, body.value, None)?;
+    let endpoint = new_endpoint(&state, &app, body.value, None)?;
     insert(&state, &endpoint).await?;
     Ok((StatusCode::CREATED, Json(EndpointOut::new(&endpoint, &state))))
 }
@@ -263,7 +276,7 @@ pub async fn upsert_endpoint(
     let app = visible_app(&state, &principal, &app_id).await?;
     let input = body.value;
     let Some(existing) = state.store.endpoint(&app.id, &endpoint_id).await? else {
-        let endpoint = new_endpoint(&app, input, Some(&endpoint_id))?;
+        let endpoint = new_endpoint(&state, &app, input, Some(&endpoint_id))?;
         insert(&state, &endpoint).await?;
         return Ok((StatusCode::CREATED, Json(EndpointOut::new(&endpoint, &state))));
     };

@@ -22,7 +22,7 @@ use crate::clock::{now_ms, to_rfc3339};
 use crate::ids::{MessageId, TaskId};
 use crate::ingest::Route;
 use crate::signing::SigningKey;
-use crate::store::{EndpointStats, IngestResult, Message, PreviousSecret, Requeue};
+use crate::store::{Endpoint, EndpointStats, IngestResult, Message, PreviousSecret, Requeue, Secrets};
 
 /// Headers whose values are never returned, only their names.
 fn is_sensitive_header(name: &str) -> bool {
@@ -67,7 +67,7 @@ pub async fn get_secret(
     Path((app_id, endpoint_id)): EndpointPath,
 ) -> ApiResult<Json<EndpointSecretOut>> {
     let (_, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
-    Ok(Json(EndpointSecretOut { key: endpoint.secrets.current }))
+    Ok(Json(EndpointSecretOut { key: open_secrets(&state, &endpoint)?.current }))
 }
 
 /// Replaces the signing secret; the previous one keeps signing for the grace period, so
@@ -97,12 +97,25 @@ pub async fn rotate_secret(
         }
     };
     let now = now_ms();
-    let old = std::mem::replace(&mut endpoint.secrets.current, new_secret);
-    endpoint.secrets.previous.retain(|p| p.expires_at > now);
-    endpoint.secrets.previous.push(PreviousSecret { key: old, expires_at: now + grace.as_millis() as i64 });
+    let mut secrets = open_secrets(&state, &endpoint)?;
+    let old = std::mem::replace(&mut secrets.current, new_secret);
+    secrets.previous.retain(|p| p.expires_at > now);
+    secrets.previous.push(PreviousSecret { key: old, expires_at: now + grace.as_millis() as i64 });
+    endpoint.secrets = state.catalog.keyring().seal_secrets(&secrets, &endpoint.id);
     endpoint.updated_at = now;
     save(&state, &endpoint).await?;
-    Ok(Json(EndpointSecretOut { key: endpoint.secrets.current }))
+    Ok(Json(EndpointSecretOut { key: secrets.current }))
+}
+
+/// The endpoint's secrets in the clear; a row the server key cannot open is a server-side
+/// configuration problem (a key missing from `auth.previous_secret_keys`).
+fn open_secrets(state: &AppState, endpoint: &Endpoint) -> ApiResult<Secrets> {
+    state.catalog.keyring().open_secrets(&endpoint.secrets, &endpoint.id).map_err(|e| {
+        tracing::error!(endpoint = %endpoint.id, error = %e, "the endpoint's signing secrets do not open");
+        ApiError::Internal(anyhow::anyhow!(
+            "the endpoint's signing secret cannot be read with the configured server key"
+        ))
+    })
 }
 
 #[derive(Serialize, utoipa::ToSchema)]

@@ -50,6 +50,8 @@ pub enum ApiError {
     PayloadTooLarge(String),
     #[error("service unavailable: {0}")]
     Unavailable(String),
+    #[error("too many requests")]
+    RateLimited(std::time::Duration),
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }
@@ -80,6 +82,7 @@ impl ApiError {
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -98,6 +101,11 @@ impl From<StoreError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
+        let retry_after_secs = match &self {
+            Self::Unavailable(_) => Some(1),
+            Self::RateLimited(wait) => Some(wait.as_millis().div_ceil(1000).max(1) as u64),
+            _ => None,
+        };
         let (code, detail) = match self {
             Self::Validation(items) => {
                 return (status, Json(HttpValidationError { detail: items })).into_response();
@@ -108,6 +116,7 @@ impl IntoResponse for ApiError {
             Self::Conflict(why) => ("conflict", why),
             Self::BadRequest(why) => ("bad_request", why),
             Self::PayloadTooLarge(why) => ("payload_too_large", why),
+            Self::RateLimited(_) => ("rate_limited", "this token sent too many requests; retry after the delay".into()),
             Self::Unavailable(why) => {
                 tracing::warn!(reason = %why, "answering 503: storage unavailable");
                 ("unavailable", "storage is temporarily unavailable; retry later".to_owned())
@@ -118,8 +127,8 @@ impl IntoResponse for ApiError {
             }
         };
         let mut response = (status, Json(HttpErrorOut { code: code.into(), detail })).into_response();
-        if status == StatusCode::SERVICE_UNAVAILABLE {
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        if let Some(secs) = retry_after_secs {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         response
     }

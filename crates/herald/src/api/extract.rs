@@ -34,8 +34,15 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
     }
 }
 
+/// Deepest nesting of arrays and objects accepted in a request body.
+pub const MAX_JSON_DEPTH: usize = 64;
+
 /// Parses JSON, mapping syntax errors to 400 and shape errors to 422 with the field's path.
+/// Bodies nested deeper than [`MAX_JSON_DEPTH`] are refused before parsing.
 pub fn parse_json<T: DeserializeOwned>(raw: &[u8]) -> Result<T, ApiError> {
+    if json_depth(raw) > MAX_JSON_DEPTH {
+        return Err(ApiError::BadRequest(format!("the body is nested deeper than {MAX_JSON_DEPTH} levels")));
+    }
     let mut de = serde_json::Deserializer::from_slice(raw);
     serde_path_to_error::deserialize(&mut de).map_err(|err| {
         let inner = err.inner();
@@ -57,6 +64,32 @@ pub fn parse_json<T: DeserializeOwned>(raw: &[u8]) -> Result<T, ApiError> {
         let kind = if msg.starts_with("missing field") { "missing" } else { "type_error" };
         ApiError::Validation(vec![ValidationItem { loc, msg, kind: kind.into() }])
     })
+}
+
+/// The deepest nesting of `[` and `{` in JSON text (strings skipped), in one pass.
+fn json_depth(raw: &[u8]) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for &b in raw {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 /// serde_json appends " at line 1 column 7", which means nothing to API users.
@@ -124,5 +157,25 @@ impl QueryMap {
             .filter(|s| !s.is_empty())
             .map(str::to_owned)
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn depth_counts_nesting_outside_strings() {
+        assert_eq!(json_depth(br#"{"a": [1, {"b": 2}]}"#), 3);
+        assert_eq!(json_depth(br#"{"a": "[[[[{{{{\"[["}"#), 1);
+        assert_eq!(json_depth(b"42"), 0);
+    }
+
+    #[test]
+    fn deeply_nested_bodies_are_refused_with_400() {
+        let deep = format!("{}{}", "[".repeat(MAX_JSON_DEPTH + 1), "]".repeat(MAX_JSON_DEPTH + 1));
+        assert!(matches!(parse_json::<serde_json::Value>(deep.as_bytes()), Err(ApiError::BadRequest(_))));
+        let fine = format!("{}{}", "[".repeat(MAX_JSON_DEPTH), "]".repeat(MAX_JSON_DEPTH));
+        assert!(parse_json::<serde_json::Value>(fine.as_bytes()).is_ok());
     }
 }

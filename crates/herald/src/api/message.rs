@@ -16,10 +16,11 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{JsonBody, QueryMap};
 use super::list::{ListResponse, Page};
 use super::validate::Problems;
-use super::{AppState, visible_app, visible_message};
+use super::{AppState, require_admin_for, visible_app, visible_message};
 use crate::clock::{now_ms, to_rfc3339};
 use crate::ids::MessageId;
 use crate::ingest::Route;
+use crate::redaction::Redactor;
 use crate::store::{IdempotencyRecord, IngestResult, Message, MessageFilter, StoredResponse};
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -69,6 +70,19 @@ impl MessageOut {
             timestamp: to_rfc3339(m.created_at),
             payload_expunged: m.payload.is_none(),
         }
+    }
+
+    /// The message as a reader sees it: with `mask` (readers without the `sensitive`
+    /// permission), configured sensitive payload fields read as `[redacted]`.
+    pub fn shown(m: &Message, with_content: bool, mask: Option<&Redactor>) -> Self {
+        let mut out = Self::new(m, with_content);
+        if let (Some(redactor), true, Some(payload)) = (mask, with_content, m.payload.as_deref())
+            && let Some(masked) = redactor.mask(&m.event_type, payload)
+            && let Ok(raw) = RawValue::from_string(masked)
+        {
+            out.payload = raw;
+        }
+        out
     }
 }
 
@@ -127,7 +141,7 @@ pub async fn create_message(
     headers: HeaderMap,
     body: JsonBody<MessageIn>,
 ) -> ApiResult<Response> {
-    principal.require_admin()?;
+    require_admin_for(&state, &principal, &app_id).await?;
     let JsonBody { value: mut input, raw } = body;
     check(&state, &input)?;
     let app = match (state.catalog.app(&app_id).await?, input.application.take()) {
@@ -201,7 +215,8 @@ pub async fn list_messages(
     let filter = message_filter(&query)?;
     let with_content = query.flag("with_content", true)?;
     let found = state.store.list_messages(&app.id, &filter, &page.query()).await?;
-    Ok(Json(page.finish(found, |m| m.id.to_string(), |m| MessageOut::new(&m, with_content))))
+    let mask = state.mask_for(&principal);
+    Ok(Json(page.finish(found, |m| m.id.to_string(), |m| MessageOut::shown(&m, with_content, mask))))
 }
 
 /// The shared message filters of list endpoints.
@@ -224,7 +239,7 @@ pub async fn get_message(
     query: QueryMap,
 ) -> ApiResult<Json<MessageOut>> {
     let (_, message) = visible_message(&state, &principal, &app_id, &msg_id).await?;
-    Ok(Json(MessageOut::new(&message, query.flag("with_content", true)?)))
+    Ok(Json(MessageOut::shown(&message, query.flag("with_content", true)?, state.mask_for(&principal))))
 }
 
 #[utoipa::path(delete, path = "/api/v1/app/{app_id}/msg/{msg_id}/content", operation_id = "v1.message.expunge-content",

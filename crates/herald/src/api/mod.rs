@@ -16,6 +16,7 @@ mod idempotency;
 mod list;
 mod message;
 pub mod openapi;
+mod rate_limit;
 mod stats;
 mod validate;
 
@@ -33,10 +34,12 @@ use crate::catalog::Catalog;
 use crate::dispatch::Dispatcher;
 use crate::ingest::Ingestor;
 use crate::metrics::Metrics;
+use crate::redaction::Redactor;
 use crate::ssrf::Guard;
 use crate::store::{App, Endpoint, Message, Store};
 use auth::Principal;
 use idempotency::KeyLocks;
+pub use rate_limit::RateLimiter;
 
 /// Size limits of requests.
 #[derive(Debug, Clone, Copy)]
@@ -69,6 +72,15 @@ pub struct AppState {
     pub limits: Limits,
     pub settings: Arc<ApiSettings>,
     pub key_locks: Arc<KeyLocks>,
+    pub rate_limiter: Arc<RateLimiter>,
+    pub redactor: Arc<Redactor>,
+}
+
+impl AppState {
+    /// The masking a principal's reads get: none with the `sensitive` permission.
+    pub fn mask_for(&self, principal: &Principal) -> Option<&Redactor> {
+        (!principal.sees_sensitive()).then_some(&*self.redactor)
+    }
 }
 
 pub fn router(state: AppState) -> Router {
@@ -100,6 +112,16 @@ async fn visible_app(state: &AppState, principal: &Principal, id_or_uid: &str) -
         Some(app) if principal.can_see(&app.id) => Ok(app),
         _ => Err(ApiError::NotFound("application")),
     }
+}
+
+/// For admin-only operations on one application: a portal token gets the same 404 for
+/// another application's ids as everywhere else, and 403 only on its own application.
+async fn require_admin_for(state: &AppState, principal: &Principal, app_id: &str) -> ApiResult<()> {
+    if *principal == Principal::Admin {
+        return Ok(());
+    }
+    visible_app(state, principal, app_id).await?;
+    principal.require_admin()
 }
 
 /// An endpoint (fresh from the store) of a visible application.

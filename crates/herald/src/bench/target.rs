@@ -113,7 +113,7 @@ impl Target {
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         if let Some(database) = &options.database {
-            command.env("HERALD_DATABASE_URL", &database.url);
+            command.env("HERALD_DATABASE_URL", &database.url).env("HERALD_SECRET_KEY", crate::sealing::generate_key());
         }
         for (key, value) in &options.env {
             command.env(key, value);

@@ -2,10 +2,12 @@
 //! connection pool behind the destination guard, read a bounded part of the answer, and
 //! report what happened as data ([`Sent`]), never as an error.
 
+mod connector;
 mod request;
 mod resolver;
 
 use std::error::Error as StdError;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -13,18 +15,23 @@ use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyExt, Full};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tokio::time::Instant;
 
+pub use connector::{Budgeted, ConnectError, GuardedConnector, SetupTimeout};
 pub use request::{Outgoing, RESERVED_HEADERS};
-pub use resolver::{GuardedResolver, ResolveError};
+pub use resolver::{ResolveError, Resolver};
 
 use crate::outcome::{AttemptResult, Failure};
 use crate::retry::parse_retry_after;
 use crate::ssrf::Guard;
 
-type HttpClient = Client<HttpsConnector<HttpConnector<GuardedResolver>>, Full<Bytes>>;
+type HttpClient = Client<Budgeted<HttpsConnector<GuardedConnector>>, Full<Bytes>>;
+
+/// Response headers read at most (count); larger header blocks fail the attempt.
+const MAX_RESPONSE_HEADERS: usize = 64;
+/// Bytes of response head buffered at most.
+const MAX_RESPONSE_HEAD_BYTES: usize = 16 * 1024;
 
 /// What one attempt produced.
 #[derive(Debug, Clone)]
@@ -43,25 +50,29 @@ impl Sent {
     }
 }
 
-/// Limits applied to every attempt.
+/// Limits applied to every attempt. The attempt's own timeout bounds the whole exchange
+/// (body included); DNS, TCP connect and TLS each have a budget of their own inside it.
 #[derive(Debug, Clone)]
 pub struct DelivererConfig {
     pub read_limit: usize,
     pub store_limit: usize,
     pub user_agent: String,
+    pub dns_budget: Duration,
+    pub connect_budget: Duration,
+    pub tls_budget: Duration,
+    /// Name servers to ask; empty means the system's.
+    pub dns_servers: Vec<SocketAddr>,
 }
 
 pub struct Deliverer {
     client: HttpClient,
-    guard: Arc<Guard>,
     config: DelivererConfig,
 }
 
 impl Deliverer {
     pub fn new(guard: Arc<Guard>, config: DelivererConfig) -> Self {
-        let mut http = HttpConnector::new_with_resolver(GuardedResolver::new(guard.clone()));
-        http.enforce_http(false);
-        http.set_nodelay(true);
+        let resolver = Resolver::new(guard.clone(), &config.dns_servers, config.dns_budget);
+        let tcp = GuardedConnector::new(resolver, guard, config.connect_budget);
         let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
             .with_safe_default_protocol_versions()
             .expect("ring supports the default protocol versions")
@@ -72,20 +83,26 @@ impl Deliverer {
             .https_or_http()
             .enable_http1()
             .enable_http2()
-            .wrap_connector(http);
-        // No redirect following and no proxy: hyper does neither, by design.
+            .wrap_connector(tcp);
+        // DNS and TCP have their own budgets inside; the TLS handshake gets its budget on top.
+        let connect = Budgeted::new(https, config.dns_budget + config.connect_budget + config.tls_budget);
+        // No redirect following, no proxy (from the environment or otherwise), no
+        // decompression: hyper does none of them.
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(60))
             .pool_max_idle_per_host(256)
-            .build(https);
-        Self { client, guard, config }
+            .http1_max_headers(MAX_RESPONSE_HEADERS)
+            .http1_max_buf_size(MAX_RESPONSE_HEAD_BYTES.max(8192))
+            .http2_max_header_list_size(MAX_RESPONSE_HEAD_BYTES as u32)
+            .build(connect);
+        Self { client, config }
     }
 
     /// Performs one attempt within the target's timeout.
     pub async fn send(&self, out: Outgoing<'_>) -> Sent {
         let started = Instant::now();
         let deadline = started + out.timeout();
-        let request = match out.build(&self.guard, &self.config.user_agent) {
+        let request = match out.build(&self.config.user_agent) {
             Ok(request) => request,
             Err((failure, reason)) => return Sent::failed(failure, reason, started.elapsed()),
         };
@@ -100,13 +117,38 @@ impl Deliverer {
             Ok(Ok(response)) => response,
         };
         let status = response.status().as_u16();
+        let too_large = |what: String| Sent::failed(Failure::ResponseTooLarge, what, started.elapsed());
+        let limit = self.config.read_limit;
+        if let Some(announced) = response.headers().get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok())
+            && announced.parse::<u64>().map_or(true, |n| n > limit as u64)
+        {
+            return too_large(format!(
+                "status {status} announced a body of {announced} bytes; at most {limit} are read"
+            ));
+        }
         let retry_after = response
             .headers()
             .get(http::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| parse_retry_after(v, SystemTime::now()));
-        // The status is what counts; a body that is slow or broken is kept as far as it came.
-        let body = read_bounded(response.into_body(), deadline, self.config.read_limit).await;
+        let body = match read_bounded(response.into_body(), deadline, limit).await {
+            Body::Complete(body) => body,
+            Body::TooLong => return too_large(format!("status {status} with a body over {limit} bytes")),
+            Body::TimedOut => {
+                return Sent::failed(
+                    Failure::Timeout,
+                    format!("status {status}, but the body was not finished in time"),
+                    started.elapsed(),
+                );
+            }
+            Body::Broken(e) => {
+                return Sent::failed(
+                    Failure::Connection,
+                    format!("status {status}, but the body broke off: {e}"),
+                    started.elapsed(),
+                );
+            }
+        };
         let stored = &body[..body.len().min(self.config.store_limit)];
         Sent {
             result: AttemptResult::Response { status, retry_after },
@@ -117,35 +159,52 @@ impl Deliverer {
     }
 }
 
-/// Reads at most `limit` bytes of a body before `deadline`, then stops (dropping the rest,
-/// and with it the connection if the body was not finished).
-async fn read_bounded(mut body: hyper::body::Incoming, deadline: Instant, limit: usize) -> Bytes {
+/// How reading a response body ended.
+enum Body {
+    Complete(Bytes),
+    /// More than the read limit: the rest is never read (the connection is dropped).
+    TooLong,
+    TimedOut,
+    Broken(String),
+}
+
+/// Reads a whole body of at most `limit` bytes before `deadline`. The status only counts
+/// when the exchange completes: a receiver that stalls, streams without end or breaks off
+/// mid-body has not answered.
+async fn read_bounded(mut body: hyper::body::Incoming, deadline: Instant, limit: usize) -> Body {
     let mut buf = BytesMut::new();
-    while buf.len() < limit {
+    loop {
         match tokio::time::timeout_at(deadline, body.frame()).await {
+            Err(_) => return Body::TimedOut,
+            Ok(None) => return Body::Complete(buf.freeze()),
+            Ok(Some(Err(e))) => return Body::Broken(e.to_string()),
             Ok(Some(Ok(frame))) => {
                 if let Ok(data) = frame.into_data() {
-                    let room = limit - buf.len();
-                    buf.extend_from_slice(&data[..data.len().min(room)]);
+                    if buf.len() + data.len() > limit {
+                        return Body::TooLong;
+                    }
+                    buf.extend_from_slice(&data);
                 }
             }
-            _ => break,
         }
     }
-    buf.freeze()
 }
 
 /// Maps a client error to an outcome by walking its cause chain.
 fn classify_client_error(e: &hyper_util::client::legacy::Error) -> (Failure, String) {
     let mut cause: Option<&(dyn StdError + 'static)> = Some(e);
     while let Some(err) = cause {
-        if let Some(resolve) = err.downcast_ref::<ResolveError>() {
-            let failure = match resolve {
-                ResolveError::Blocked(_) => Failure::BlockedDestination,
-                ResolveError::NotFound(_) => Failure::DnsNotFound,
-                ResolveError::Temporary(..) => Failure::DnsTemporary,
+        if let Some(connect) = err.downcast_ref::<ConnectError>() {
+            return match connect {
+                ConnectError::Resolve(ResolveError::Blocked(_)) => (Failure::BlockedDestination, connect.to_string()),
+                ConnectError::Resolve(ResolveError::NotFound(_)) => (Failure::DnsNotFound, connect.to_string()),
+                ConnectError::Resolve(ResolveError::Temporary(..)) => (Failure::DnsTemporary, connect.to_string()),
+                ConnectError::Timeout(_) => (Failure::Timeout, connect.to_string()),
+                ConnectError::Io(..) | ConnectError::NoHost => (Failure::Connection, connect.to_string()),
             };
-            return (failure, resolve.to_string());
+        }
+        if err.downcast_ref::<SetupTimeout>().is_some() {
+            return (Failure::Timeout, err.to_string());
         }
         if err.downcast_ref::<rustls::Error>().is_some() {
             return (Failure::Tls, format!("TLS failure: {err}"));

@@ -12,10 +12,11 @@ use crate::catalog::Target;
 use crate::clock::Millis;
 use crate::outcome::Failure;
 use crate::signing::signature_header;
-use crate::ssrf::Guard;
 use crate::store::Message;
 
-/// Header names Herald sets itself; endpoint headers cannot replace them.
+/// Header names endpoint headers cannot use: those Herald sets itself, hop-by-hop headers,
+/// and headers that name a host or route (they would let a receiver's settings steer
+/// proxies and virtual hosts).
 pub const RESERVED_HEADERS: &[&str] = &[
     "webhook-id",
     "webhook-timestamp",
@@ -31,6 +32,22 @@ pub const RESERVED_HEADERS: &[&str] = &[
     "user-agent",
     "transfer-encoding",
     "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "te",
+    "trailer",
+    "upgrade",
+    "expect",
+    "forwarded",
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-proto",
+    "x-real-ip",
+    "x-host",
+    "x-original-host",
+    "content-encoding",
 ];
 
 /// Everything needed to send one attempt.
@@ -51,11 +68,11 @@ impl Outgoing<'_> {
     }
 
     /// The request, or why none may be sent.
-    pub fn build(&self, guard: &Guard, user_agent: &str) -> Result<Request<Full<Bytes>>, (Failure, String)> {
+    /// The destination is judged later, when the connector resolves it.
+    pub fn build(&self, user_agent: &str) -> Result<Request<Full<Bytes>>, (Failure, String)> {
         let url = self.target.url.as_ref().ok_or((Failure::Internal, "the stored URL does not parse".to_owned()))?;
-        // IP literals never reach the resolver, so they are judged here.
-        if let Some(host) = url.host() {
-            guard.check_host(host).map_err(|e| (Failure::BlockedDestination, e.to_string()))?;
+        if self.target.signing_keys(self.now).next().is_none() {
+            return Err((Failure::Internal, "the endpoint has no usable signing secret".to_owned()));
         }
         let uri: Uri = url.as_str().parse().map_err(|e| (Failure::Internal, format!("URL not usable: {e}")))?;
         let msg_id = self.message.id.as_str();

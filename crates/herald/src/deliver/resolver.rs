@@ -1,14 +1,16 @@
-//! Name resolution behind the destination guard. The HTTP connector connects only to the
-//! addresses returned here, and every one of them has been judged, so a name cannot be
-//! re-pointed at a forbidden address between the check and the connection.
+//! Name resolution behind the destination guard. Every A and AAAA answer is judged, and
+//! every name on the way (CNAME targets included); one forbidden answer refuses the whole
+//! name. The connector then connects only to the addresses returned here, so a name cannot
+//! be re-pointed at a forbidden address between the check and the connection.
 
-use std::future::Future;
-use std::net::SocketAddr;
-use std::pin::Pin;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::time::Duration;
 
-use hyper_util::client::legacy::connect::dns::Name;
+use hickory_resolver::config::{LookupIpStrategy, NameServerConfigGroup, ResolverConfig, ResolverOpts};
+use hickory_resolver::name_server::TokioConnectionProvider;
+use hickory_resolver::proto::rr::RData;
+use hickory_resolver::{ResolveError as DnsError, TokioResolver};
 
 use crate::ssrf::{Guard, name_denied};
 
@@ -23,75 +25,103 @@ pub enum ResolveError {
     Temporary(String, String),
 }
 
+/// The resolver Herald's deliveries use: the system's (`/etc/resolv.conf`) or the
+/// configured name servers, with its own time budget.
 #[derive(Clone)]
-pub struct GuardedResolver {
+pub struct Resolver {
+    dns: Arc<TokioResolver>,
     guard: Arc<Guard>,
+    budget: Duration,
 }
 
-impl GuardedResolver {
-    pub fn new(guard: Arc<Guard>) -> Self {
-        Self { guard }
+impl Resolver {
+    /// `servers` empty: the system configuration.
+    pub fn new(guard: Arc<Guard>, servers: &[SocketAddr], budget: Duration) -> Self {
+        let provider = TokioConnectionProvider::default();
+        let mut builder = if servers.is_empty() {
+            TokioResolver::builder_tokio().unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "cannot read the system resolver configuration; using defaults");
+                TokioResolver::builder_with_config(ResolverConfig::default(), provider.clone())
+            })
+        } else {
+            let mut group = NameServerConfigGroup::new();
+            for server in servers {
+                group.merge(NameServerConfigGroup::from_ips_clear(&[server.ip()], server.port(), true));
+            }
+            TokioResolver::builder_with_config(ResolverConfig::from_parts(None, vec![], group), provider)
+        };
+        let options: &mut ResolverOpts = builder.options_mut();
+        options.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
+        options.timeout = budget;
+        options.attempts = 1;
+        Self { dns: Arc::new(builder.build()), guard, budget }
+    }
+
+    /// The allowed addresses of `host` (a name or an IP literal), or why there are none.
+    pub async fn resolve(&self, host: &str) -> Result<Vec<IpAddr>, ResolveError> {
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        if let Ok(ip) = bare.parse::<IpAddr>() {
+            return self.judge(host, vec![ip]);
+        }
+        if name_denied(bare) {
+            return Err(ResolveError::Blocked(bare.to_owned()));
+        }
+        let lookup = match tokio::time::timeout(self.budget, self.dns.lookup_ip(bare)).await {
+            Err(_) => return Err(ResolveError::Temporary(bare.to_owned(), "the DNS budget ran out".into())),
+            Ok(Err(e)) => return Err(classify(bare, &e)),
+            Ok(Ok(lookup)) => lookup,
+        };
+        for record in lookup.as_lookup().records() {
+            if let RData::CNAME(target) = record.data()
+                && name_denied(&target.0.to_ascii())
+            {
+                return Err(ResolveError::Blocked(format!("{bare} (alias of {})", target.0)));
+            }
+        }
+        self.judge(bare, lookup.iter().collect())
+    }
+
+    fn judge(&self, host: &str, addrs: Vec<IpAddr>) -> Result<Vec<IpAddr>, ResolveError> {
+        if addrs.is_empty() {
+            return Err(ResolveError::NotFound(host.to_owned()));
+        }
+        // One forbidden answer refuses the whole name: a name that mixes public and private
+        // addresses is an attack, not a configuration.
+        if let Some(bad) = addrs.iter().find(|ip| !self.guard.ip_allowed(**ip)) {
+            return Err(ResolveError::Blocked(format!("{host} ({bad})")));
+        }
+        Ok(addrs)
     }
 }
 
-impl tower::Service<Name> for GuardedResolver {
-    type Response = std::vec::IntoIter<SocketAddr>;
-    type Error = ResolveError;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, ResolveError>> + Send>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), ResolveError>> {
-        Poll::Ready(Ok(()))
+fn classify(host: &str, e: &DnsError) -> ResolveError {
+    if e.is_nx_domain() || e.is_no_records_found() {
+        ResolveError::NotFound(host.to_owned())
+    } else {
+        ResolveError::Temporary(host.to_owned(), e.to_string())
     }
-
-    fn call(&mut self, name: Name) -> Self::Future {
-        let guard = self.guard.clone();
-        Box::pin(async move { resolve(&guard, name.as_str()).await })
-    }
-}
-
-async fn resolve(guard: &Guard, host: &str) -> Result<std::vec::IntoIter<SocketAddr>, ResolveError> {
-    if name_denied(host) {
-        return Err(ResolveError::Blocked(host.to_owned()));
-    }
-    let addrs: Vec<SocketAddr> =
-        tokio::net::lookup_host((host, 0)).await.map_err(|e| classify_lookup_error(host, &e))?.collect();
-    if addrs.is_empty() {
-        return Err(ResolveError::NotFound(host.to_owned()));
-    }
-    // One forbidden answer refuses the whole name: a name that mixes public and private
-    // addresses is an attack, not a configuration.
-    if let Some(bad) = addrs.iter().find(|a| !guard.ip_allowed(a.ip())) {
-        return Err(ResolveError::Blocked(format!("{host} ({})", bad.ip())));
-    }
-    Ok(addrs.into_iter())
-}
-
-/// The system resolver only reports text; "does not exist" answers are permanent, anything
-/// else may pass.
-fn classify_lookup_error(host: &str, e: &std::io::Error) -> ResolveError {
-    let text = e.to_string();
-    let not_found = ["Name or service not known", "No address associated", "nodename nor servname", "not known"]
-        .iter()
-        .any(|needle| text.contains(needle));
-    if not_found { ResolveError::NotFound(host.to_owned()) } else { ResolveError::Temporary(host.to_owned(), text) }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn loopback_names_are_refused_before_resolution() {
-        let guard = Guard::default();
-        assert!(matches!(resolve(&guard, "localhost").await, Err(ResolveError::Blocked(_))));
-        assert!(matches!(resolve(&guard, "api.localhost.").await, Err(ResolveError::Blocked(_))));
+    fn resolver(guard: Guard) -> Resolver {
+        Resolver::new(Arc::new(guard), &[], Duration::from_secs(2))
     }
 
     #[tokio::test]
-    async fn literal_loopback_resolves_only_when_allowed() {
-        assert!(matches!(resolve(&Guard::default(), "127.0.0.1").await, Err(ResolveError::Blocked(_))));
-        let open = Guard::new(vec!["127.0.0.0/8".parse().unwrap()]);
-        let addrs: Vec<_> = resolve(&open, "127.0.0.1").await.unwrap().collect();
-        assert_eq!(addrs[0].ip().to_string(), "127.0.0.1");
+    async fn loopback_names_are_refused_before_resolution() {
+        let resolver = resolver(Guard::default());
+        assert!(matches!(resolver.resolve("localhost").await, Err(ResolveError::Blocked(_))));
+        assert!(matches!(resolver.resolve("api.localhost.").await, Err(ResolveError::Blocked(_))));
+    }
+
+    #[tokio::test]
+    async fn literals_take_the_same_path_and_resolve_only_when_allowed() {
+        assert!(matches!(resolver(Guard::default()).resolve("127.0.0.1").await, Err(ResolveError::Blocked(_))));
+        assert!(matches!(resolver(Guard::default()).resolve("[::1]").await, Err(ResolveError::Blocked(_))));
+        let open = resolver(Guard::new(vec!["127.0.0.0/8".parse().unwrap()]));
+        assert_eq!(open.resolve("127.0.0.1").await.unwrap(), vec!["127.0.0.1".parse::<IpAddr>().unwrap()]);
     }
 }

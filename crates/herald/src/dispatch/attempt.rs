@@ -63,8 +63,15 @@ impl Dispatcher {
             sequence: job.delivery_id,
             now: now_ms(),
         };
+        let poisoned = self.config.panic_on_event_type.as_deref() == Some(job.message.event_type.as_str());
+        let attempt = async move {
+            if poisoned {
+                panic!("injected fault: faults.panic_on_event_type");
+            }
+            self.deliverer.send(out).await
+        };
         // A panic inside one attempt is our own failure for that delivery, nothing more.
-        AssertUnwindSafe(self.deliverer.send(out))
+        AssertUnwindSafe(attempt)
             .catch_unwind()
             .await
             .unwrap_or_else(|_| Sent::failed(Failure::Internal, "the attempt panicked", Duration::ZERO))

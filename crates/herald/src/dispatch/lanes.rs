@@ -451,7 +451,8 @@ mod tests {
     use super::*;
     use crate::endpoint_settings::{Defaults, DeliverySettings};
     use crate::ids::MessageId;
-    use crate::store::{Endpoint, Secrets};
+    use crate::sealing::{Keyring, generate_key};
+    use crate::store::{Endpoint, SealedSecrets};
 
     struct Fixture {
         targets: HashMap<String, Arc<Target>>,
@@ -487,14 +488,15 @@ mod tests {
                 metadata: Default::default(),
                 throttle_rate: None,
                 headers: Default::default(),
-                secrets: Secrets { current: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(), previous: vec![] },
+                secrets: SealedSecrets(String::new()),
                 delivery: DeliverySettings::default(),
                 created_at: 0,
                 updated_at: 0,
             };
             tune(&mut endpoint);
             let defaults = Defaults { timeout: std::time::Duration::from_secs(1), retry: Default::default() };
-            let target = Arc::new(Target::new(endpoint, limits, &defaults));
+            let keyring = Keyring::new(&generate_key(), &[]).unwrap();
+            let target = Arc::new(Target::new(endpoint, limits, &defaults, &keyring));
             self.targets.insert(key, target.clone());
             target
         }

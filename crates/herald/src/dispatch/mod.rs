@@ -37,6 +37,8 @@ pub struct DispatchConfig {
     pub lease: Duration,
     /// Attempts in flight at once across all applications.
     pub max_in_flight: usize,
+    /// Fault injection (tests only): attempts of messages of this event type panic.
+    pub panic_on_event_type: Option<String>,
 }
 
 /// How often the latency histograms are flushed to the store.

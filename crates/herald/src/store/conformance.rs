@@ -34,7 +34,7 @@ fn endpoint(app: &App) -> Endpoint {
         metadata: Default::default(),
         throttle_rate: None,
         headers: Default::default(),
-        secrets: Secrets { current: crate::signing::SigningKey::generate().to_secret_string(), previous: vec![] },
+        secrets: SealedSecrets(format!("v1.test.{}", crate::ids::random_token(16))),
         delivery: Default::default(),
         created_at: now_ms(),
         updated_at: now_ms(),

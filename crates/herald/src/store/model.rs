@@ -37,6 +37,11 @@ pub struct Secrets {
     pub previous: Vec<PreviousSecret>,
 }
 
+/// An endpoint's [`Secrets`] as stored: sealed under the server key, bound to the endpoint's
+/// id (see `crate::sealing`). Stores keep it as opaque text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SealedSecrets(pub String);
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PreviousSecret {
@@ -58,7 +63,7 @@ pub struct Endpoint {
     pub metadata: Metadata,
     pub throttle_rate: Option<u16>,
     pub headers: BTreeMap<String, String>,
-    pub secrets: Secrets,
+    pub secrets: SealedSecrets,
     pub delivery: DeliverySettings,
     pub created_at: Millis,
     pub updated_at: Millis,
@@ -374,6 +379,8 @@ pub struct PortalToken {
     pub app_id: AppId,
     pub expires_at: Millis,
     pub created_at: Millis,
+    /// May read payload fields configured as sensitive (otherwise they are masked).
+    pub sensitive: bool,
 }
 
 /// The counts behind the health summary.

@@ -1,14 +1,13 @@
 //! Process lifecycle: graceful shutdown with work in flight, and SIGKILL under load.
 
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::json;
 
+use crate::support::process::Process;
 use crate::support::server::{ADMIN_TOKEN, Backend, Storage, backend, test_config};
 use crate::support::{Receiver, Reply, TestServer, eventually};
 
@@ -78,53 +77,6 @@ async fn a_second_server_on_the_same_data_directory_fails_at_once() {
     let error = format!("{:#}", second.err().expect("the data directory is locked"));
     assert!(error.contains("another Herald process is using the data directory"), "{error}");
     first.stop().await;
-}
-
-/// A `herald serve` child process on test storage.
-pub struct Process {
-    child: Child,
-    pub base: String,
-}
-
-impl Process {
-    pub fn start(storage: &Storage) -> Self {
-        Self::start_with(storage, &[])
-    }
-
-    pub fn start_with(storage: &Storage, env: &[(&str, &str)]) -> Self {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_herald"));
-        if let Some(url) = &storage.database_url {
-            command.env("HERALD_DATABASE_URL", url).env("HERALD_QUEUE__LEASE_MS", "2000");
-        }
-        command.envs(env.iter().copied());
-        let mut child = command
-            .arg("serve")
-            .env("HERALD_DATA_DIR", storage.dir.path())
-            .env("HERALD_LISTEN", "127.0.0.1:0")
-            .env("HERALD_ADMIN_TOKEN", ADMIN_TOKEN)
-            .env("HERALD_ALLOWED_NETWORKS", "127.0.0.0/8")
-            .env("HERALD_QUEUE__POLL_INTERVAL_MS", "100")
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawning herald");
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let addr = loop {
-            let line = lines.next().expect("herald exited before listening").unwrap();
-            if let Some(at) = line.find("addr=") {
-                break line[at + 5..].split_whitespace().next().unwrap().to_owned();
-            }
-        };
-        // Keep draining the log so the child never blocks on a full pipe.
-        std::thread::spawn(move || lines.for_each(drop));
-        Self { child, base: format!("http://{addr}") }
-    }
-
-    pub fn kill(mut self) {
-        self.child.kill().unwrap(); // SIGKILL
-        self.child.wait().unwrap();
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,8 +4,13 @@
 mod api;
 mod bench;
 mod delivery;
+mod hardening;
 mod health;
+mod hostile;
+mod isolation;
 mod lifecycle;
 mod postgres;
+mod redaction;
 mod sdk;
+mod ssrf;
 mod support;

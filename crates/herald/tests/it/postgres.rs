@@ -10,7 +10,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::lifecycle::Process;
+use crate::support::process::Process;
 use crate::support::server::{ADMIN_TOKEN, Storage};
 use crate::support::{Receiver, Reply, eventually};
 

@@ -13,8 +13,9 @@ impl AccessStore for PgStore {
         let client = self.client().await?;
         client
             .execute(
-                "INSERT INTO herald.portal_token (hash, app_id, expires_at, created_at) VALUES ($1, $2, $3, $4)",
-                &[&token.hash, &token.app_id.as_str(), &token.expires_at, &token.created_at],
+                "INSERT INTO herald.portal_token (hash, app_id, expires_at, created_at, sensitive) \
+                 VALUES ($1, $2, $3, $4, $5)",
+                &[&token.hash, &token.app_id.as_str(), &token.expires_at, &token.created_at, &token.sensitive],
             )
             .await
             .map_err(db_err)?;
@@ -24,7 +25,10 @@ impl AccessStore for PgStore {
     async fn token(&self, hash: &str) -> StoreResult<Option<PortalToken>> {
         let client = self.client().await?;
         let row = client
-            .query_opt("SELECT hash, app_id, expires_at, created_at FROM herald.portal_token WHERE hash = $1", &[&hash])
+            .query_opt(
+                "SELECT hash, app_id, expires_at, created_at, sensitive FROM herald.portal_token WHERE hash = $1",
+                &[&hash],
+            )
             .await
             .map_err(db_err)?;
         Ok(row.map(|r| PortalToken {
@@ -32,6 +36,7 @@ impl AccessStore for PgStore {
             app_id: AppId::from_trusted(r.get(1)),
             expires_at: r.get(2),
             created_at: r.get(3),
+            sensitive: r.get(4),
         }))
     }
 

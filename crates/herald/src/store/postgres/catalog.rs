@@ -54,7 +54,7 @@ fn endpoint_params(e: &Endpoint) -> Vec<Box<dyn ToSql + Sync + Send>> {
         Box::new(Json(e.metadata.clone())),
         Box::new(e.throttle_rate.map(i32::from)),
         Box::new(Json(e.headers.clone())),
-        Box::new(Json(e.secrets.clone())),
+        Box::new(e.secrets.0.clone()),
         Box::new(Json(e.delivery.clone())),
         Box::new(e.created_at),
         Box::new(e.updated_at),

@@ -25,7 +25,7 @@ CREATE TABLE herald.endpoint (
     metadata      jsonb NOT NULL,
     throttle_rate integer,
     headers       jsonb NOT NULL,
-    secrets       jsonb NOT NULL,
+    secrets       text NOT NULL, -- sealed: v1.<key id>.<nonce+ciphertext>
     delivery      jsonb NOT NULL,
     created_at    bigint NOT NULL,
     updated_at    bigint NOT NULL,
@@ -113,7 +113,8 @@ CREATE TABLE herald.portal_token (
     hash          text PRIMARY KEY,
     app_id        text NOT NULL,
     expires_at    bigint NOT NULL,
-    created_at    bigint NOT NULL
+    created_at    bigint NOT NULL,
+    sensitive     boolean NOT NULL DEFAULT false
 );
 
 -- Circuit breakers that are not plainly closed, so they survive a restart.

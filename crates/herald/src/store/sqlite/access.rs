@@ -16,8 +16,8 @@ impl AccessStore for SqliteStore {
         self.writer
             .write(move |conn| {
                 conn.execute(
-                    "INSERT INTO portal_token (hash, app_id, expires_at, created_at) VALUES (?, ?, ?, ?)",
-                    params![token.hash, token.app_id.as_str(), token.expires_at, token.created_at],
+                    "INSERT INTO portal_token (hash, app_id, expires_at, created_at, sensitive) VALUES (?, ?, ?, ?, ?)",
+                    params![token.hash, token.app_id.as_str(), token.expires_at, token.created_at, token.sensitive],
                 )?;
                 Ok(())
             })
@@ -29,13 +29,16 @@ impl AccessStore for SqliteStore {
         self.readers
             .read(move |conn| {
                 Ok(conn
-                    .prepare_cached("SELECT hash, app_id, expires_at, created_at FROM portal_token WHERE hash = ?")?
+                    .prepare_cached(
+                        "SELECT hash, app_id, expires_at, created_at, sensitive FROM portal_token WHERE hash = ?",
+                    )?
                     .query_row([&hash], |r| {
                         Ok(PortalToken {
                             hash: r.get(0)?,
                             app_id: AppId::from_trusted(r.get(1)?),
                             expires_at: r.get(2)?,
                             created_at: r.get(3)?,
+                            sensitive: r.get(4)?,
                         })
                     })
                     .optional()?)

@@ -10,7 +10,8 @@ use serde::de::DeserializeOwned;
 
 use crate::ids::{AppId, AttemptId, EndpointId, MessageId};
 use crate::store::{
-    App, Attempt, DeliveryState, DeliveryView, Endpoint, EventType, Message, MessageFilter, PageQuery, Trigger,
+    App, Attempt, DeliveryState, DeliveryView, Endpoint, EventType, Message, MessageFilter, PageQuery, SealedSecrets,
+    Trigger,
 };
 
 pub fn to_json<T: Serialize + ?Sized>(value: &T) -> String {
@@ -68,7 +69,7 @@ pub fn endpoint(row: &Row<'_>) -> rusqlite::Result<Endpoint> {
         metadata: from_json(row, 8)?,
         throttle_rate: row.get(9)?,
         headers: from_json(row, 10)?,
-        secrets: from_json(row, 11)?,
+        secrets: SealedSecrets(row.get(11)?),
         delivery: from_json(row, 12)?,
         created_at: row.get(13)?,
         updated_at: row.get(14)?,
@@ -89,7 +90,7 @@ pub fn endpoint_values(e: &Endpoint) -> Vec<Value> {
         Value::Text(to_json(&e.metadata)),
         e.throttle_rate.map_or(Value::Null, |v| Value::Integer(v.into())),
         Value::Text(to_json(&e.headers)),
-        Value::Text(to_json(&e.secrets)),
+        Value::Text(e.secrets.0.clone()),
         Value::Text(to_json(&e.delivery)),
         Value::Integer(e.created_at),
         Value::Integer(e.updated_at),

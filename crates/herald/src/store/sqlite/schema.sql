@@ -25,7 +25,7 @@ CREATE TABLE endpoint (
     metadata      TEXT NOT NULL,
     throttle_rate INTEGER,
     headers       TEXT NOT NULL, -- JSON object
-    secrets       TEXT NOT NULL, -- JSON {current, previous[]}
+    secrets       TEXT NOT NULL, -- sealed: v1.<key id>.<nonce+ciphertext>
     delivery      TEXT NOT NULL, -- JSON delivery settings as given
     created_at    INTEGER NOT NULL,
     updated_at    INTEGER NOT NULL,
@@ -120,7 +120,8 @@ CREATE TABLE portal_token (
     hash          TEXT PRIMARY KEY,
     app_id        TEXT NOT NULL,
     expires_at    INTEGER NOT NULL,
-    created_at    INTEGER NOT NULL
+    created_at    INTEGER NOT NULL,
+    sensitive     INTEGER NOT NULL DEFAULT 0
 ) STRICT, WITHOUT ROWID;
 
 -- Circuit breakers that are not plainly closed, so they survive a restart.

@@ -1,6 +1,9 @@
 //! Test support: a real Herald on port 0 with its own data directory, a real receiver
 //! that records and scripts its answers, and small helpers to drive the API.
 
+pub mod canary;
+pub mod dns;
+pub mod process;
 pub mod receiver;
 pub mod server;
 

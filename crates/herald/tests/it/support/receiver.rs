@@ -86,6 +86,11 @@ impl Receiver {
     }
 
     pub async fn start(script: impl Fn(&Received, usize) -> Reply + Send + Sync + 'static) -> Self {
+        Self::start_at("127.0.0.1", script).await
+    }
+
+    /// A receiver on another loopback address (e.g. 127.0.0.2, "public" in SSRF tests).
+    pub async fn start_at(ip: &str, script: impl Fn(&Received, usize) -> Reply + Send + Sync + 'static) -> Self {
         let shared = Arc::new(Shared {
             requests: Mutex::default(),
             per_path: Mutex::default(),
@@ -94,7 +99,7 @@ impl Receiver {
             script: Box::new(script),
         });
         let app = axum::Router::new().fallback(handle).with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await });
         Self { addr, shared }

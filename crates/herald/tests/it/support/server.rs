@@ -32,13 +32,20 @@ pub struct Storage {
     pub dir: tempfile::TempDir,
     pub database_url: Option<String>,
     pub cluster: Option<herald::pg_cluster::TempCluster>,
+    /// The server key every process on this storage seals endpoint secrets with.
+    pub secret_key: String,
 }
 
 impl Storage {
     /// Storage of the suite's backend.
     pub async fn new() -> Self {
         match backend() {
-            Backend::Sqlite => Self { dir: tempfile::tempdir().unwrap(), database_url: None, cluster: None },
+            Backend::Sqlite => Self {
+                dir: tempfile::tempdir().unwrap(),
+                database_url: None,
+                cluster: None,
+                secret_key: herald::sealing::generate_key(),
+            },
             Backend::Postgres => Self::postgres().await,
         }
     }
@@ -47,7 +54,12 @@ impl Storage {
     pub async fn postgres() -> Self {
         let cluster = herald::pg_cluster::TempCluster::start().expect("starting a throwaway PostgreSQL");
         let url = cluster.create_database().await.unwrap();
-        Self { dir: tempfile::tempdir().unwrap(), database_url: Some(url), cluster: Some(cluster) }
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+            database_url: Some(url),
+            cluster: Some(cluster),
+            secret_key: herald::sealing::generate_key(),
+        }
     }
 }
 
@@ -68,6 +80,7 @@ pub fn test_config(storage: &Storage) -> Config {
     config.store.database_url = storage.database_url.clone();
     config.queue.lease = Duration::from_secs(3);
     config.auth.admin_token = Some(ADMIN_TOKEN.to_owned());
+    config.auth.secret_key = Some(storage.secret_key.clone());
     config.delivery.allowed_networks = vec!["127.0.0.0/8".parse().unwrap()];
     config.queue.poll_interval = Duration::from_millis(50);
     config.queue.shutdown_grace = Duration::from_secs(10);

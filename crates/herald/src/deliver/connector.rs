@@ -1,0 +1,127 @@
+//! The TCP side of an attempt: resolve the host through the guarded [`Resolver`] (its own
+//! DNS budget), then connect to one of the vetted addresses (each within the connect
+//! budget). IP literals take the same path as names. Nothing here reads proxy settings
+//! from the environment, and Herald's own listening address is refused.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::Uri;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+use super::resolver::{ResolveError, Resolver};
+use crate::ssrf::Guard;
+
+#[derive(Clone)]
+pub struct GuardedConnector {
+    resolver: Resolver,
+    guard: Arc<Guard>,
+    connect_budget: Duration,
+}
+
+impl GuardedConnector {
+    pub fn new(resolver: Resolver, guard: Arc<Guard>, connect_budget: Duration) -> Self {
+        Self { resolver, guard, connect_budget }
+    }
+
+    async fn connect(self, uri: Uri) -> Result<TokioIo<TcpStream>, ConnectError> {
+        let host = uri.host().ok_or(ConnectError::NoHost)?;
+        let port = uri.port_u16().unwrap_or(if uri.scheme_str() == Some("https") { 443 } else { 80 });
+        let addrs = self.resolver.resolve(host).await?;
+        let mut last = None;
+        for ip in addrs {
+            let addr = SocketAddr::new(ip, port);
+            if self.guard.is_own(addr) {
+                return Err(ResolveError::Blocked(format!("{addr} is Herald itself")).into());
+            }
+            match tokio::time::timeout(self.connect_budget, TcpStream::connect(addr)).await {
+                Ok(Ok(stream)) => {
+                    let _ = stream.set_nodelay(true);
+                    return Ok(TokioIo::new(stream));
+                }
+                Ok(Err(e)) => last = Some(ConnectError::Io(addr, e)),
+                Err(_) => last = Some(ConnectError::Timeout(addr)),
+            }
+        }
+        Err(last.unwrap_or(ConnectError::NoHost))
+    }
+}
+
+/// Why no connection was made.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error(transparent)]
+    Resolve(#[from] ResolveError),
+    #[error("connecting to {0}: {1}")]
+    Io(SocketAddr, std::io::Error),
+    #[error("connecting to {0} took longer than the connect budget")]
+    Timeout(SocketAddr),
+    #[error("the URL has no host")]
+    NoHost,
+}
+
+impl tower::Service<Uri> for GuardedConnector {
+    type Response = TokioIo<TcpStream>;
+    type Error = ConnectError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, ConnectError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), ConnectError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        Box::pin(self.clone().connect(uri))
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Bounds a whole connection set-up (TCP, then TLS) by one budget.
+#[derive(Clone)]
+pub struct Budgeted<S> {
+    inner: S,
+    budget: Duration,
+}
+
+impl<S> Budgeted<S> {
+    pub fn new(inner: S, budget: Duration) -> Self {
+        Self { inner, budget }
+    }
+}
+
+/// The connection was not ready (TLS handshake included) within its budget.
+#[derive(Debug, thiserror::Error)]
+#[error("setting up the connection (TLS handshake included) took longer than its budget")]
+pub struct SetupTimeout;
+
+impl<S> tower::Service<Uri> for Budgeted<S>
+where
+    S: tower::Service<Uri> + Send,
+    S::Future: Send + 'static,
+    S::Response: Send + 'static,
+    S::Error: Into<BoxError>,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let setup = self.inner.call(uri);
+        let budget = self.budget;
+        Box::pin(async move {
+            match tokio::time::timeout(budget, setup).await {
+                Ok(result) => result.map_err(Into::into),
+                Err(_) => Err(Box::new(SetupTimeout) as BoxError),
+            }
+        })
+    }
+}

@@ -1,0 +1,87 @@
+//! A `herald serve` child process on test storage, for what only a real process shows:
+//! signals, environment variables, and everything it writes to its logs.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+use super::server::{ADMIN_TOKEN, Storage};
+
+pub struct Process {
+    child: Child,
+    pub base: String,
+    /// Everything the process wrote to stdout and stderr so far.
+    output: Arc<Mutex<String>>,
+}
+
+impl Process {
+    pub fn start(storage: &Storage) -> Self {
+        Self::start_with(storage, &[])
+    }
+
+    /// Starts `herald serve`; `env` comes last, so it overrides the defaults set here.
+    pub fn start_with(storage: &Storage, env: &[(&str, &str)]) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_herald"));
+        if let Some(url) = &storage.database_url {
+            command
+                .env("HERALD_DATABASE_URL", url)
+                .env("HERALD_SECRET_KEY", &storage.secret_key)
+                .env("HERALD_QUEUE__LEASE_MS", "2000");
+        }
+        command
+            .arg("serve")
+            .env("HERALD_DATA_DIR", storage.dir.path())
+            .env("HERALD_LISTEN", "127.0.0.1:0")
+            .env("HERALD_ADMIN_TOKEN", ADMIN_TOKEN)
+            .env("HERALD_ALLOWED_NETWORKS", "127.0.0.0/8")
+            .env("HERALD_QUEUE__POLL_INTERVAL_MS", "100")
+            .env("RUST_LOG", "info");
+        command.envs(env.iter().copied());
+        let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawning herald");
+        let output: Arc<Mutex<String>> = Arc::default();
+        let stdout = child.stdout.take().unwrap();
+        let sink = output.clone();
+        std::thread::spawn(move || collect(stdout, &sink));
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let addr = loop {
+            let line = lines.next().expect("herald exited before listening").unwrap();
+            push_line(&output, &line);
+            if let Some(at) = line.find("addr=") {
+                break line[at + 5..].split_whitespace().next().unwrap().to_owned();
+            }
+        };
+        // Keep draining the log so the child never blocks on a full pipe.
+        let sink = output.clone();
+        std::thread::spawn(move || lines.map_while(Result::ok).for_each(|line| push_line(&sink, &line)));
+        Self { child, base: format!("http://{addr}"), output }
+    }
+
+    /// What the process logged so far (stdout and stderr, interleaved by line).
+    pub fn output(&self) -> String {
+        self.output.lock().unwrap().clone()
+    }
+
+    pub fn kill(mut self) {
+        self.child.kill().unwrap(); // SIGKILL
+        self.child.wait().unwrap();
+    }
+
+    /// SIGTERM, then waits for the exit; returns the process's whole output.
+    pub fn stop(mut self) -> String {
+        // SAFETY: sending a signal to our own child process.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        self.child.wait().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        self.output()
+    }
+}
+
+fn collect(stream: impl Read, sink: &Mutex<String>) {
+    BufReader::new(stream).lines().map_while(Result::ok).for_each(|line| push_line(sink, &line));
+}
+
+fn push_line(sink: &Mutex<String>, line: &str) {
+    let mut out = sink.lock().unwrap();
+    out.push_str(line);
+    out.push('\n');
+}
