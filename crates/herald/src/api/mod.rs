@@ -101,6 +101,12 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// Parses a message-creation body as `POST /api/v1/app/{app_id}/msg` does (depth cap,
+/// JSON, shape); the entry point of the ingest fuzz target.
+pub fn parse_message_body(raw: &[u8]) -> ApiResult<()> {
+    extract::parse_json::<message::MessageIn>(raw).map(drop)
+}
+
 /// The API of a worker process: health checks only.
 pub fn health_router(state: AppState) -> Router {
     Router::new().merge(health::router()).fallback(|| async { ApiError::NotFound("route") }).with_state(state)

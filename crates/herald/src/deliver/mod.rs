@@ -120,7 +120,7 @@ impl Deliverer {
         let too_large = |what: String| Sent::failed(Failure::ResponseTooLarge, what, started.elapsed());
         let limit = self.config.read_limit;
         if let Some(announced) = response.headers().get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok())
-            && announced.parse::<u64>().map_or(true, |n| n > limit as u64)
+            && !announced_length_fits(announced, limit)
         {
             return too_large(format!(
                 "status {status} announced a body of {announced} bytes; at most {limit} are read"
@@ -157,6 +157,12 @@ impl Deliverer {
             error: None,
         }
     }
+}
+
+/// Whether a `Content-Length` value announces a body Herald will read (at most `limit`
+/// bytes); anything unparsable counts as too long.
+pub fn announced_length_fits(value: &str, limit: usize) -> bool {
+    value.trim().parse::<u64>().is_ok_and(|n| n <= limit as u64)
 }
 
 /// How reading a response body ended.
