@@ -17,7 +17,7 @@ use crate::signing::SigningKey;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use crate::store::{App, CatalogChange, Endpoint, Store, StoreResult};
+use crate::store::{App, CatalogChange, Endpoint, PageQuery, Store, StoreResult};
 
 /// The settings of an application the dispatcher enforces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,6 +144,37 @@ impl Catalog {
     /// The server key that seals endpoint secrets.
     pub fn keyring(&self) -> &Keyring {
         &self.keyring
+    }
+
+    /// Seals again, under the current server key, every endpoint secret sealed under a
+    /// previous one, so that the old key can be dropped from the configuration. Returns how
+    /// many endpoints were rewritten.
+    pub async fn reseal_stale_secrets(&self) -> StoreResult<usize> {
+        let mut page = PageQuery { limit: 100, iterator: None, descending: false };
+        let mut resealed = 0;
+        loop {
+            let apps = self.store.list_apps(&page).await?;
+            for app in &apps {
+                for mut endpoint in self.store.app_endpoints(&app.id).await? {
+                    if !self.keyring.is_stale(&endpoint.secrets) {
+                        continue;
+                    }
+                    match self.keyring.open_secrets(&endpoint.secrets, &endpoint.id) {
+                        Ok(secrets) => {
+                            endpoint.secrets = self.keyring.seal_secrets(&secrets, &endpoint.id);
+                            self.store.update_endpoint(&endpoint).await?;
+                            self.invalidate_endpoint(&endpoint.app_id, &endpoint.id);
+                            resealed += 1;
+                        }
+                        Err(e) => tracing::error!(endpoint = %endpoint.id, error = %e, "cannot reseal a secret"),
+                    }
+                }
+            }
+            match apps.last() {
+                Some(last) if apps.len() == page.limit => page.iterator = Some(last.id.to_string()),
+                _ => return Ok(resealed),
+            }
+        }
     }
 
     /// An application by id or uid.

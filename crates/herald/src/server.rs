@@ -136,6 +136,7 @@ impl Server {
             Role::Api => None,
         };
         tokio::spawn(self.catalog.clone().follow(self.store.signals().catalog.subscribe(), stop_background.clone()));
+        tokio::spawn(reseal(self.catalog.clone()));
         let ttl = self.config.server.idempotency_ttl;
         tokio::spawn(housekeeping::run(self.store.clone(), ttl, HOUSEKEEPING_EVERY, stop_background.clone()));
         let served = axum::serve(self.listener, self.router)
@@ -147,6 +148,15 @@ impl Server {
             dispatcher.await.context("the dispatcher task failed")?;
         }
         served
+    }
+}
+
+/// Rewrites secrets sealed under a previous server key (after a key rotation).
+async fn reseal(catalog: Arc<Catalog>) {
+    match catalog.reseal_stale_secrets().await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(endpoints = n, "sealed endpoint secrets again under the current server key"),
+        Err(e) => tracing::warn!(error = %e, "resealing endpoint secrets failed; they stay readable with the old key"),
     }
 }
 

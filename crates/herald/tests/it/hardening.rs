@@ -110,6 +110,33 @@ async fn endpoint_secrets_are_sealed_at_rest_and_bound_to_their_row() {
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
 }
 
+#[tokio::test]
+async fn rotating_the_server_key_reseals_every_secret_so_the_old_key_can_go() {
+    let storage = Storage::new().await;
+    let (old, new) = (herald::sealing::generate_key(), herald::sealing::generate_key());
+    let server = TestServer::start_on(&storage, |c| c.auth.secret_key = Some(old.clone())).await;
+    let app = server.create_app("a").await;
+    let endpoint = server.create_endpoint(&app, "https://hooks.example.com/", json!({})).await;
+    let id = endpoint["id"].as_str().unwrap().to_owned();
+    let secret = server.secret(&app, &id).await;
+    server.stop().await;
+    let before = stored_secrets(&storage).await[&id].clone();
+
+    let server = TestServer::start_on(&storage, |c| {
+        c.auth.secret_key = Some(new.clone());
+        c.auth.previous_secret_keys = vec![old.clone()];
+    })
+    .await;
+    crate::support::eventually("the secret is sealed under the new key", || async {
+        let now = stored_secrets(&storage).await[&id].clone();
+        (now.split('.').nth(1) != before.split('.').nth(1)).then_some(())
+    })
+    .await;
+    server.stop().await;
+    let server = TestServer::start_on(&storage, |c| c.auth.secret_key = Some(new.clone())).await;
+    assert_eq!(server.secret(&app, &id).await, secret, "readable with the new key alone");
+}
+
 async fn stored_secrets(storage: &Storage) -> std::collections::HashMap<String, String> {
     match &storage.database_url {
         None => {
