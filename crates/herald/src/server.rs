@@ -114,6 +114,7 @@ impl Server {
                 config.auth.admin_requests_per_second,
             )),
             redactor: Arc::new(Redactor::new(config.redaction.fields.clone(), &config.redaction.keys)),
+            replays: Default::default(),
         };
         let router = match config.server.role {
             Role::Worker => api::health_router(state),

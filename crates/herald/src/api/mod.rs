@@ -6,6 +6,7 @@
 mod application;
 mod attempt;
 mod auth;
+mod dead_letters;
 mod endpoint;
 mod endpoint_ops;
 mod error;
@@ -35,6 +36,7 @@ use crate::dispatch::Dispatcher;
 use crate::ingest::Ingestor;
 use crate::metrics::Metrics;
 use crate::redaction::Redactor;
+use crate::replay::ReplayTasks;
 use crate::ssrf::Guard;
 use crate::store::{App, Endpoint, Message, Store};
 use auth::Principal;
@@ -74,6 +76,7 @@ pub struct AppState {
     pub key_locks: Arc<KeyLocks>,
     pub rate_limiter: Arc<RateLimiter>,
     pub redactor: Arc<Redactor>,
+    pub replays: Arc<ReplayTasks>,
 }
 
 impl AppState {
@@ -93,6 +96,7 @@ pub fn router(state: AppState) -> Router {
         .merge(event_type::router())
         .merge(health::router())
         .merge(stats::router())
+        .merge(dead_letters::router())
         .route("/api/v1/auth/app-portal-access/{app_id}", axum::routing::post(auth::app_portal_access))
         .route("/api/v1/auth/logout", axum::routing::post(auth::logout))
         .route("/api/v1/openapi.json", get(openapi::serve))

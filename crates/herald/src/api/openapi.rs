@@ -4,7 +4,7 @@
 use axum::Json;
 use utoipa::OpenApi;
 
-use super::{application, attempt, auth, endpoint, endpoint_ops, event_type, health, message, stats};
+use super::{application, attempt, auth, dead_letters, endpoint, endpoint_ops, event_type, health, message, stats};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -24,6 +24,7 @@ use super::{application, attempt, auth, endpoint, endpoint_ops, event_type, heal
         event_type::upsert_event_type, event_type::patch_event_type, event_type::delete_event_type,
         health::health, health::health_head, health::ping, health::ping_head,
         stats::endpoint_health, stats::slow_endpoints, stats::summary,
+        dead_letters::dead_letter_stats, dead_letters::replay, dead_letters::replay_progress,
     ),
     modifiers(&BearerAuth)
 )]

@@ -209,6 +209,44 @@ pub async fn recover_requeues_only_dead_letters_in_range(store: &dyn Store) {
     assert!(claimed.iter().all(|c| c.trigger == Trigger::Manual && c.attempts == 0));
 }
 
+pub async fn dead_letters_are_listed_with_their_last_attempt_and_replayed_by_id(store: &dyn Store) {
+    let (app, ep, msgs) = seeded(store, 3).await;
+    store.claim("me", now_ms() + 1000, 10).await.unwrap();
+    for (i, (msg, delivery)) in msgs.iter().enumerate() {
+        let mut last = attempt(&app, msg, &ep.id, false);
+        last.status_code = if i == 0 { 404 } else { 503 };
+        let record = OutcomeRecord {
+            delivery_id: *delivery,
+            message_created_at: now_ms(),
+            attempt: Some(last),
+            attempts: 2,
+            next: NextState::Dead,
+        };
+        assert!(store.record_outcomes("me", vec![record]).await.unwrap()[0]);
+    }
+    let all =
+        DeadLetterFilter { app: Some(app.id.clone()), dead_since: now_ms() - 60_000, limit: 100, ..Default::default() };
+    let dead = store.dead_letters(&all).await.unwrap();
+    assert_eq!(dead.len(), 3);
+    assert!(dead.iter().all(|d| d.endpoint_id == ep.id && d.attempts == 2 && d.event_type == "t"));
+    assert!(dead.iter().all(|d| d.error_class.as_deref() == Some("http_status")));
+    let not_found = DeadLetterFilter { status_code: Some(404), ..all.clone() };
+    let only = store.dead_letters(&not_found).await.unwrap();
+    assert_eq!((only.len(), only[0].msg_id.clone()), (1, msgs[0].0.clone()));
+    let other_app = DeadLetterFilter { app: Some(AppId::generate()), ..all.clone() };
+    assert!(store.dead_letters(&other_app).await.unwrap().is_empty());
+    let later = DeadLetterFilter { dead_since: now_ms() + 60_000, ..all.clone() };
+    assert!(store.dead_letters(&later).await.unwrap().is_empty());
+
+    let ids: Vec<i64> = store.dead_letters(&not_found).await.unwrap().iter().map(|d| d.delivery_id).collect();
+    assert_eq!(store.requeue(Requeue::DeadLetters { ids: ids.clone() }).await.unwrap(), 1);
+    assert_eq!(store.requeue(Requeue::DeadLetters { ids }).await.unwrap(), 0, "no longer a dead letter");
+    assert_eq!(store.dead_letters(&all).await.unwrap().len(), 2);
+    let claimed = store.claim("me", now_ms() + 1000, 10).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].trigger, Trigger::Manual);
+}
+
 pub async fn resend_creates_a_delivery_for_a_new_endpoint(store: &dyn Store) {
     let (app, _, msgs) = seeded(store, 1).await;
     let later = endpoint(&app);
@@ -402,6 +440,7 @@ macro_rules! conformance_suite {
             release_all_frees_every_claim,
             future_work_is_not_claimed_early,
             recover_requeues_only_dead_letters_in_range,
+            dead_letters_are_listed_with_their_last_attempt_and_replayed_by_id,
             resend_creates_a_delivery_for_a_new_endpoint,
             idempotency_keys_replay_and_expire,
             a_repeated_event_id_is_refused,

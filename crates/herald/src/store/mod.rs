@@ -134,6 +134,8 @@ pub trait QueueStore: Send + Sync {
     async fn reap_expired(&self, lease: Duration) -> StoreResult<u64>;
     /// Puts deliveries back to pending for a manual retry; returns how many.
     async fn requeue(&self, request: Requeue) -> StoreResult<u64>;
+    /// Dead letters matching `filter`, most recently dead first.
+    async fn dead_letters(&self, filter: &DeadLetterFilter) -> StoreResult<Vec<DeadLetter>>;
     /// Counts of deliveries by state (for health and shutdown checks).
     async fn queue_counts(&self) -> StoreResult<QueueCounts>;
 }

@@ -323,6 +323,39 @@ pub enum Requeue {
     Resend { app: AppId, msg: MessageId, endpoint: EndpointId },
     /// Svix `recover`: every dead letter of an endpoint created in the time range.
     Recover { endpoint: EndpointId, since: Millis, until: Millis },
+    /// These deliveries, those of them still dead letters (a filtered bulk replay).
+    DeadLetters { ids: Vec<i64> },
+}
+
+/// Which dead letters to look at: those that died in `[dead_since, dead_until)`, of one
+/// application (or all), optionally narrowed by the last attempt's result and the message.
+#[derive(Debug, Clone, Default)]
+pub struct DeadLetterFilter {
+    pub app: Option<AppId>,
+    pub endpoint: Option<EndpointId>,
+    pub dead_since: Millis,
+    pub dead_until: Option<Millis>,
+    pub status_code: Option<u16>,
+    pub error_class: Option<String>,
+    pub event_type: Option<String>,
+    /// Rows returned at most.
+    pub limit: usize,
+}
+
+/// One dead letter with what its last attempt said.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadLetter {
+    pub delivery_id: i64,
+    pub app_id: AppId,
+    pub endpoint_id: EndpointId,
+    pub msg_id: MessageId,
+    pub event_type: String,
+    pub dead_at: Millis,
+    pub attempts: u32,
+    /// The last attempt's status code (0: no response) and error class and message.
+    pub status_code: u16,
+    pub error_class: Option<String>,
+    pub error: Option<String>,
 }
 
 /// Deliveries of an endpoint by Svix status (also the API's `EndpointStats`).

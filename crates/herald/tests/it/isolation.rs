@@ -42,7 +42,7 @@ const EVENT_TYPE: &str = "invoice.paid";
 const HTTP_METHODS: [&str; 8] = ["get", "head", "post", "put", "patch", "delete", "options", "trace"];
 
 /// The path parameters that name something of one application.
-const ID_PARAMS: [&str; 4] = ["app_id", "endpoint_id", "msg_id", "attempt_id"];
+const ID_PARAMS: [&str; 5] = ["app_id", "endpoint_id", "msg_id", "attempt_id", "task_id"];
 
 // ---------------------------------------------------------------------------------------
 // The route table
@@ -130,6 +130,7 @@ fn body_for(op: &Operation, url: &str) -> Option<Value> {
         "v1.endpoint.update-headers" => json!({"headers": {"x-probe": "1"}}),
         "v1.endpoint.patch-headers" => json!({"headers": {"x-probe": "2"}}),
         "v1.endpoint.recover" => json!({"since": "2000-01-01T00:00:00Z"}),
+        "herald.dead-letters.replay" => json!({"dryRun": true}),
         "v1.endpoint.send-example" => json!({"eventType": EVENT_TYPE}),
         "v1.message.create" => json!({"eventType": EVENT_TYPE, "payload": {"probe": true}}),
         "v1.event-type.create" => json!({"name": "probe.created", "description": "probe"}),
@@ -174,6 +175,7 @@ fn ghost(param: &str) -> String {
         "endpoint_id" => EndpointId::generate().to_string(),
         "msg_id" => MessageId::generate().to_string(),
         "attempt_id" => AttemptId::generate().to_string(),
+        "task_id" => herald::ids::TaskId::generate().to_string(),
         other => panic!("no ghost id for {other}"),
     }
 }
@@ -290,6 +292,8 @@ struct Tenant {
     endpoint: String,
     msg: String,
     attempt: String,
+    /// A (finished, empty) bulk replay of this application's dead letters.
+    task: String,
     secret: String,
     url: String,
 }
@@ -311,7 +315,10 @@ impl Tenant {
         })
         .await;
         let secret = server.secret(&app, &endpoint).await;
-        let tenant = Self { label: label.to_owned(), app, endpoint, msg, attempt, secret, url };
+        let (status, task) = server.post(&format!("/api/v1/app/{app}/dead-letters/replay"), json!({})).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{task}");
+        let task = task["taskId"].as_str().unwrap().to_owned();
+        let tenant = Self { label: label.to_owned(), app, endpoint, msg, attempt, task, secret, url };
         tenant.settled(server).await;
         tenant
     }
@@ -328,6 +335,7 @@ impl Tenant {
             ("endpoint_id", endpoint),
             ("msg_id", msg),
             ("attempt_id", self.attempt.clone()),
+            ("task_id", self.task.clone()),
             ("event_type_name", EVENT_TYPE.to_owned()),
         ]
         .into_iter()
@@ -339,6 +347,7 @@ impl Tenant {
     fn fingerprints(&self) -> Vec<String> {
         let label = &self.label;
         let mut all = vec![self.app.clone(), self.endpoint.clone(), self.msg.clone(), self.attempt.clone()];
+        all.push(self.task.clone());
         all.extend([self.secret.clone(), self.url.clone()]);
         all.extend(["app", "endpoint", "event", "payload"].map(|what| format!("{label}-{what}")));
         all
@@ -664,6 +673,7 @@ const OUTSIDE_APPLICATIONS: &[Outside] = &[
     outside("HEAD", "/api/v1/health/ping", 204),
     Outside { method: "GET", path: "/api/v1/stats/slow-endpoints", portal: 200, lists: Some("endpoint_id") },
     outside("GET", "/api/v1/stats/summary", 403),
+    outside("GET", "/api/v1/stats/dead-letters", 200),
     outside("GET", "/metrics", 403),
     outside("GET", "/api/v1/openapi.json", 200),
 ];

@@ -10,10 +10,10 @@ use async_trait::async_trait;
 use super::rows::{self, MESSAGE_COLUMNS};
 use super::{PgStore, db_err};
 use crate::clock::{Millis, now_ms};
-use crate::ids::EndpointId;
+use crate::ids::{AppId, EndpointId, MessageId};
 use crate::store::{
-    ClaimedDelivery, DeliveryState, MinuteCounts, NextState, OutcomeRecord, QueueCounts, QueueStore, Requeue,
-    StoreResult, Trigger,
+    ClaimedDelivery, DeadLetter, DeadLetterFilter, DeliveryState, MinuteCounts, NextState, OutcomeRecord, QueueCounts,
+    QueueStore, Requeue, StoreResult, Trigger,
 };
 
 const NOTIFY_WORK: &str = "SELECT pg_notify('herald_work', '')";
@@ -277,11 +277,56 @@ impl QueueStore for PgStore {
                 )
                 .await
                 .map_err(db_err)?,
+            Requeue::DeadLetters { ids } => client
+                .execute(
+                    "UPDATE herald.delivery SET state = 0, attempts = 0, next_at = $1, trigger = 1, owner = NULL
+                     WHERE id = ANY($2) AND state = 2",
+                    &[&now, ids],
+                )
+                .await
+                .map_err(db_err)?,
         };
         if changed > 0 {
             client.execute(NOTIFY_WORK, &[]).await.map_err(db_err)?;
         }
         Ok(changed)
+    }
+
+    async fn dead_letters(&self, f: &DeadLetterFilter) -> StoreResult<Vec<DeadLetter>> {
+        let client = self.client().await?;
+        let (app, endpoint) = (f.app.as_ref().map(|a| a.as_str()), f.endpoint.as_ref().map(|e| e.as_str()));
+        let status = f.status_code.map(i32::from);
+        let rows = client
+            .query(
+                DEAD_LETTERS,
+                &[
+                    &f.dead_since,
+                    &f.dead_until,
+                    &app,
+                    &endpoint,
+                    &status,
+                    &f.error_class,
+                    &f.event_type,
+                    &(f.limit as i64),
+                ],
+            )
+            .await
+            .map_err(db_err)?;
+        Ok(rows
+            .iter()
+            .map(|r| DeadLetter {
+                delivery_id: r.get(0),
+                app_id: AppId::from_trusted(r.get(1)),
+                endpoint_id: EndpointId::from_trusted(r.get(2)),
+                msg_id: MessageId::from_trusted(r.get(3)),
+                event_type: r.get(4),
+                dead_at: r.get(5),
+                attempts: r.get::<_, i32>(6) as u32,
+                status_code: r.get::<_, i32>(7) as u16,
+                error_class: r.get(8),
+                error: r.get(9),
+            })
+            .collect())
     }
 
     async fn queue_counts(&self) -> StoreResult<QueueCounts> {
@@ -386,3 +431,19 @@ async fn insert_attempts<'a>(
     .map_err(db_err)?;
     Ok(())
 }
+
+/// Dead letters with their last attempt; a dead delivery's `next_at` is when it died.
+const DEAD_LETTERS: &str = "
+    SELECT d.id, d.app_id, d.endpoint_id, d.msg_id, m.event_type, d.next_at, d.attempts,
+           coalesce(a.status_code, 0)::int, a.error_class, a.error
+    FROM herald.delivery d
+    JOIN herald.message m ON m.id = d.msg_id
+    LEFT JOIN LATERAL (SELECT status_code, error_class, error FROM herald.attempt
+                       WHERE msg_id = d.msg_id AND endpoint_id = d.endpoint_id
+                       ORDER BY id DESC LIMIT 1) a ON true
+    WHERE d.state = 2 AND d.next_at >= $1 AND ($2::bigint IS NULL OR d.next_at < $2)
+      AND ($3::text IS NULL OR d.app_id = $3) AND ($4::text IS NULL OR d.endpoint_id = $4)
+      AND ($5::int IS NULL OR coalesce(a.status_code, 0) = $5) AND ($6::text IS NULL OR a.error_class = $6)
+      AND ($7::text IS NULL OR m.event_type = $7)
+    ORDER BY d.next_at DESC
+    LIMIT $8";

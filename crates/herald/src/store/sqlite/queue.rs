@@ -11,10 +11,10 @@ use super::SqliteStore;
 use super::messages::insert_attempt;
 use super::rows::{self, MESSAGE_COLUMNS};
 use crate::clock::{Millis, now_ms};
-use crate::ids::{EndpointId, MessageId};
+use crate::ids::{AppId, EndpointId, MessageId};
 use crate::store::{
-    ClaimedDelivery, DeliveryState, Message, MinuteCounts, NextState, OutcomeRecord, QueueCounts, QueueStore, Requeue,
-    StoreResult, Trigger,
+    ClaimedDelivery, DeadLetter, DeadLetterFilter, DeliveryState, Message, MinuteCounts, NextState, OutcomeRecord,
+    QueueCounts, QueueStore, Requeue, StoreResult, Trigger,
 };
 
 #[async_trait]
@@ -96,6 +96,40 @@ impl QueueStore for SqliteStore {
 
     async fn requeue(&self, request: Requeue) -> StoreResult<u64> {
         self.writer.write(move |conn| requeue(conn, &request)).await
+    }
+
+    async fn dead_letters(&self, filter: &DeadLetterFilter) -> StoreResult<Vec<DeadLetter>> {
+        let f = filter.clone();
+        self.readers
+            .read(move |conn| {
+                let mut stmt = conn.prepare_cached(DEAD_LETTERS)?;
+                let params = params![
+                    f.dead_since,
+                    f.dead_until,
+                    f.app.as_ref().map(|a| a.as_str().to_owned()),
+                    f.endpoint.as_ref().map(|e| e.as_str().to_owned()),
+                    f.status_code,
+                    f.error_class,
+                    f.event_type,
+                    f.limit as i64,
+                ];
+                let rows = stmt.query_map(params, |r| {
+                    Ok(DeadLetter {
+                        delivery_id: r.get(0)?,
+                        app_id: AppId::from_trusted(r.get(1)?),
+                        endpoint_id: EndpointId::from_trusted(r.get(2)?),
+                        msg_id: MessageId::from_trusted(r.get(3)?),
+                        event_type: r.get(4)?,
+                        dead_at: r.get(5)?,
+                        attempts: r.get(6)?,
+                        status_code: r.get(7)?,
+                        error_class: r.get(8)?,
+                        error: r.get(9)?,
+                    })
+                })?;
+                Ok(rows.collect::<Result<_, _>>()?)
+            })
+            .await
     }
 
     async fn queue_counts(&self) -> StoreResult<QueueCounts> {
@@ -221,6 +255,17 @@ fn requeue(conn: &Connection, request: &Requeue) -> StoreResult<u64> {
              WHERE endpoint_id = ? AND state = 2 AND created_at >= ? AND created_at < ?",
             params![now, endpoint.as_str(), since, until],
         )? as u64),
+        Requeue::DeadLetters { ids } => {
+            let mut stmt = conn.prepare_cached(
+                "UPDATE delivery SET state = 0, attempts = 0, next_at = ?, trigger = 1, owner = NULL
+                 WHERE id = ? AND state = 2",
+            )?;
+            let mut changed = 0;
+            for id in ids {
+                changed += stmt.execute(params![now, id])? as u64;
+            }
+            Ok(changed)
+        }
     }
 }
 
@@ -240,3 +285,19 @@ fn insert_manual_delivery(
         params![now, endpoint.as_str(), msg.as_str(), app],
     )? as u64)
 }
+
+/// Dead letters with their last attempt; a dead delivery's `next_at` is when it died.
+const DEAD_LETTERS: &str = "
+    SELECT d.id, d.app_id, d.endpoint_id, d.msg_id, m.event_type, d.next_at, d.attempts,
+           coalesce(a.status_code, 0), a.error_class, a.error
+    FROM delivery d
+    JOIN message m ON m.id = d.msg_id
+    LEFT JOIN attempt a ON a.id = (SELECT id FROM attempt
+                                   WHERE msg_id = d.msg_id AND endpoint_id = d.endpoint_id
+                                   ORDER BY id DESC LIMIT 1)
+    WHERE d.state = 2 AND d.next_at >= ?1 AND (?2 IS NULL OR d.next_at < ?2)
+      AND (?3 IS NULL OR d.app_id = ?3) AND (?4 IS NULL OR d.endpoint_id = ?4)
+      AND (?5 IS NULL OR coalesce(a.status_code, 0) = ?5) AND (?6 IS NULL OR a.error_class = ?6)
+      AND (?7 IS NULL OR m.event_type = ?7)
+    ORDER BY d.next_at DESC
+    LIMIT ?8";

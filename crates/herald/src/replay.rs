@@ -1,0 +1,105 @@
+//! Bulk replays of dead letters as background tasks: the matching deliveries are put back
+//! in the queue in chunks (as manual attempts, through the normal pipeline), and the task's
+//! progress can be read while it runs. Tasks live in the memory of the process that
+//! started them and are forgotten an hour after they finish.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::clock::{Millis, now_ms};
+use crate::dispatch::Dispatcher;
+use crate::ids::{AppId, TaskId};
+use crate::store::{Requeue, Store};
+
+/// Deliveries requeued per store call.
+const CHUNK: usize = 200;
+/// How long a finished task stays readable.
+const KEEP_FINISHED_MS: Millis = 3_600_000;
+
+pub struct ReplayTask {
+    pub id: TaskId,
+    pub app_id: AppId,
+    pub total: u64,
+    pub started_at: Millis,
+    replayed: AtomicU64,
+    finished_at: Mutex<Option<Millis>>,
+    failed: AtomicBool,
+}
+
+impl ReplayTask {
+    /// Dead letters put back so far (those still dead letters when their chunk ran).
+    pub fn replayed(&self) -> u64 {
+        self.replayed.load(Ordering::Relaxed)
+    }
+
+    pub fn finished_at(&self) -> Option<Millis> {
+        *self.finished_at.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// "running", "finished" or "failed".
+    pub fn status(&self) -> &'static str {
+        match (self.finished_at(), self.failed.load(Ordering::Relaxed)) {
+            (None, _) => "running",
+            (Some(_), false) => "finished",
+            (Some(_), true) => "failed",
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct ReplayTasks {
+    tasks: Mutex<HashMap<String, Arc<ReplayTask>>>,
+}
+
+impl ReplayTasks {
+    /// Starts replaying `deliveries` (dead letters of `app`); returns the task at once.
+    pub fn start(
+        &self,
+        store: Arc<dyn Store>,
+        dispatcher: Arc<Dispatcher>,
+        app: AppId,
+        deliveries: Vec<i64>,
+    ) -> Arc<ReplayTask> {
+        let task = Arc::new(ReplayTask {
+            id: TaskId::generate(),
+            app_id: app,
+            total: deliveries.len() as u64,
+            started_at: now_ms(),
+            replayed: AtomicU64::new(0),
+            finished_at: Mutex::new(None),
+            failed: AtomicBool::new(false),
+        });
+        {
+            let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+            let now = now_ms();
+            tasks.retain(|_, t| t.finished_at().is_none_or(|at| now - at < KEEP_FINISHED_MS));
+            tasks.insert(task.id.to_string(), task.clone());
+        }
+        tokio::spawn(run(task.clone(), store, dispatcher, deliveries));
+        task
+    }
+
+    /// A task of `app` by id.
+    pub fn get(&self, app: &AppId, id: &str) -> Option<Arc<ReplayTask>> {
+        let tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        tasks.get(id).filter(|t| &t.app_id == app).cloned()
+    }
+}
+
+async fn run(task: Arc<ReplayTask>, store: Arc<dyn Store>, dispatcher: Arc<Dispatcher>, deliveries: Vec<i64>) {
+    for chunk in deliveries.chunks(CHUNK) {
+        match store.requeue(Requeue::DeadLetters { ids: chunk.to_vec() }).await {
+            Ok(n) => {
+                task.replayed.fetch_add(n, Ordering::Relaxed);
+                dispatcher.poke();
+            }
+            Err(e) => {
+                tracing::warn!(task = %task.id, error = %e, "a bulk replay stopped");
+                task.failed.store(true, Ordering::Relaxed);
+                break;
+            }
+        }
+    }
+    *task.finished_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(now_ms());
+}
