@@ -101,6 +101,10 @@ pub struct Breaker {
     pub opened_at: Option<Millis>,
     /// The current cooldown (doubles on each failed probe).
     pub cooldown_ms: u64,
+    /// When the breaker left the closed state; kept through reopenings, cleared when it
+    /// closes (how long the endpoint has been failing, for auto-disabling).
+    #[serde(default)]
+    pub failing_since: Option<Millis>,
     /// Whether the half-open probe is out.
     #[serde(skip)]
     probe_out: bool,
@@ -113,6 +117,7 @@ impl Breaker {
             consecutive_failures: 0,
             opened_at: None,
             cooldown_ms: settings.cooldown_ms,
+            failing_since: None,
             probe_out: false,
         }
     }
@@ -163,6 +168,7 @@ impl Breaker {
             BreakerState::Closed if self.consecutive_failures >= settings.threshold(slow) => {
                 self.state = BreakerState::Open;
                 self.opened_at = Some(now);
+                self.failing_since = Some(now);
                 self.cooldown_ms = settings.cooldown_ms;
                 Some(Transition::Opened)
             }
@@ -293,5 +299,19 @@ mod tests {
         let fields: Vec<_> = bad.problems().into_iter().map(|(f, _)| f).collect();
         assert_eq!(fields, vec!["failureThreshold", "maxCooldownMs"]);
         assert!(serde_json::from_str::<BreakerSettings>(r#"{"threshold":3}"#).is_err());
+    }
+
+    #[test]
+    fn failing_since_survives_reopening_and_clears_on_closing() {
+        let settings = BreakerSettings { failure_threshold: 1, cooldown_ms: 10, max_cooldown_ms: 100 };
+        let mut b = Breaker::new(&settings);
+        b.record(false, false, 5, &settings);
+        assert_eq!(b.failing_since, Some(5));
+        assert_eq!(b.admit(20), Admission::Probe);
+        b.record(false, false, 20, &settings);
+        assert_eq!((b.state, b.failing_since), (BreakerState::Open, Some(5)), "reopened: still failing since 5");
+        assert_eq!(b.admit(50), Admission::Probe);
+        b.record(true, false, 50, &settings);
+        assert_eq!((b.state, b.failing_since), (BreakerState::Closed, None));
     }
 }

@@ -17,6 +17,34 @@ use crate::retry::RetryPolicy;
 /// The commented default configuration, embedded in the binary.
 pub const DEFAULT_TOML: &str = include_str!("config/default.toml");
 
+impl RawAlerts {
+    fn validate(self) -> anyhow::Result<AlertsConfig> {
+        let (url, secret) = (non_empty(self.webhook_url), non_empty(self.webhook_secret));
+        if url.is_some() && secret.is_none() {
+            bail!(
+                "alerts.webhook_secret (whsec_…) is required with alerts.webhook_url: operational webhooks are signed"
+            );
+        }
+        if let Some(secret) = &secret {
+            crate::signing::SigningKey::decode(secret).map_err(|e| anyhow::anyhow!("alerts.webhook_secret: {e}"))?;
+        }
+        if let Some(url) = &url {
+            url.parse::<http::Uri>().with_context(|| format!("alerts.webhook_url: {url:?} is not a URL"))?;
+        }
+        if !(self.interval_secs > 0.0) {
+            bail!("alerts.interval_secs must be positive");
+        }
+        let settings = crate::alerts::AlertSettings {
+            interval: Duration::from_secs_f64(self.interval_secs),
+            oldest_pending: Duration::from_secs(self.oldest_pending_secs),
+            p95_threshold_ms: self.p95_threshold_ms,
+            auto_disable_after: (self.auto_disable_after_hours > 0.0)
+                .then(|| Duration::from_secs_f64(self.auto_disable_after_hours * 3600.0)),
+        };
+        Ok(AlertsConfig { webhook_url: url, webhook_secret: secret, settings })
+    }
+}
+
 /// Short environment variable names and the key each sets.
 const ENV_ALIASES: &[(&str, &str)] = &[
     ("HERALD_LISTEN", "server.listen"),
@@ -38,6 +66,16 @@ pub struct Config {
     pub log: LogConfig,
     pub redaction: RedactionConfig,
     pub faults: FaultsConfig,
+    pub alerts: AlertsConfig,
+}
+
+/// Alert evaluation and where operational webhooks go.
+#[derive(Debug, Clone)]
+pub struct AlertsConfig {
+    pub webhook_url: Option<String>,
+    /// `whsec_…`; required with a URL.
+    pub webhook_secret: Option<String>,
+    pub settings: crate::alerts::AlertSettings,
 }
 
 /// Fault injection for Herald's own robustness tests; never set in production.
@@ -157,6 +195,18 @@ struct Raw {
     log: RawLog,
     redaction: RawRedaction,
     faults: RawFaults,
+    alerts: RawAlerts,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAlerts {
+    webhook_url: String,
+    webhook_secret: String,
+    interval_secs: f64,
+    oldest_pending_secs: u64,
+    p95_threshold_ms: f64,
+    auto_disable_after_hours: f64,
 }
 
 #[derive(Deserialize)]
@@ -446,6 +496,7 @@ impl Raw {
             log: LogConfig { json, level: self.log.level },
             redaction: RedactionConfig { fields: self.redaction.fields, keys: self.redaction.keys },
             faults: FaultsConfig { panic_on_event_type: non_empty(self.faults.panic_on_event_type) },
+            alerts: self.alerts.validate()?,
         })
     }
 }

@@ -6,6 +6,7 @@
 //! attempt through [`deliver`] (signed by [`signing`], guarded by [`ssrf`]). [`outcome`]
 //! and [`retry`] decide what an attempt's result means and when to try again.
 
+pub mod alerts;
 pub mod api;
 pub mod bench;
 pub mod breaker;
@@ -16,6 +17,7 @@ pub mod dead_letters;
 pub mod deliver;
 pub mod dispatch;
 pub mod endpoint_settings;
+pub mod health;
 pub mod housekeeping;
 pub mod ids;
 pub mod ingest;

@@ -32,6 +32,10 @@ pub struct Metrics {
     attempts: Mutex<BTreeMap<AppId, [u64; CLASSES.len()]>>,
     durations: Mutex<BTreeMap<EndpointId, Durations>>,
     transitions: Mutex<BTreeMap<&'static str, u64>>,
+    /// Alert conditions active now, by kind.
+    alerts_active: Mutex<BTreeMap<&'static str, u64>>,
+    /// Operational webhooks raised, by type.
+    alerts_sent: Mutex<BTreeMap<&'static str, u64>>,
 }
 
 /// Values read at scrape time.
@@ -75,6 +79,14 @@ impl Metrics {
 
     pub fn circuit_transition(&self, kind: &'static str) {
         *lock(&self.transitions).entry(kind).or_default() += 1;
+    }
+
+    pub fn alert_active(&self, kind: &'static str, conditions: u64) {
+        lock(&self.alerts_active).insert(kind, conditions);
+    }
+
+    pub fn alert_sent(&self, webhook_type: &'static str) {
+        *lock(&self.alerts_sent).entry(webhook_type).or_default() += 1;
     }
 
     pub fn render(&self, gauges: &Gauges) -> String {
@@ -129,6 +141,16 @@ impl Metrics {
         let _ = writeln!(w, "# TYPE herald_circuit_state gauge");
         for (endpoint, state) in &gauges.circuits {
             let _ = writeln!(w, "herald_circuit_state{{endpoint=\"{endpoint}\"}} {state}");
+        }
+        let _ = writeln!(w, "# HELP herald_alerts_active Alert conditions true at the last evaluation, by kind.");
+        let _ = writeln!(w, "# TYPE herald_alerts_active gauge");
+        for (kind, n) in lock(&self.alerts_active).iter() {
+            let _ = writeln!(w, "herald_alerts_active{{alert=\"{kind}\"}} {n}");
+        }
+        let _ = writeln!(w, "# HELP herald_alerts_total Alerts raised and resolved, by operational webhook type.");
+        let _ = writeln!(w, "# TYPE herald_alerts_total counter");
+        for (kind, n) in lock(&self.alerts_sent).iter() {
+            let _ = writeln!(w, "herald_alerts_total{{type=\"{kind}\"}} {n}");
         }
         out
     }

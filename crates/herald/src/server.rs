@@ -14,6 +14,7 @@ use anyhow::{Context, bail};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::alerts::{Alerts, Sender};
 use crate::api::{self, AdminToken, ApiSettings, AppState, Limits, RateLimiter};
 use crate::catalog::Catalog;
 use crate::config::{Config, Role};
@@ -26,6 +27,7 @@ use crate::ingest::Ingestor;
 use crate::metrics::Metrics;
 use crate::redaction::Redactor;
 use crate::sealing::{Keyring, generate_key};
+use crate::signing::SigningKey;
 use crate::ssrf::Guard;
 use crate::store::Store;
 use crate::store::postgres::{PgOptions, PgStore};
@@ -42,6 +44,7 @@ pub struct Server {
     dispatcher: Arc<Dispatcher>,
     store: Arc<dyn Store>,
     catalog: Arc<Catalog>,
+    alerts: Arc<Alerts>,
     config: Config,
     /// Held for the life of the process (SQLite): a second Herald on the same data
     /// directory fails at once.
@@ -96,7 +99,7 @@ impl Server {
             catalog: catalog.clone(),
             ingestor,
             dispatcher: dispatcher.clone(),
-            metrics,
+            metrics: metrics.clone(),
             guard,
             admin: Arc::new(AdminToken::new(&admin_token)),
             limits: Limits {
@@ -120,7 +123,15 @@ impl Server {
             Role::Worker => api::health_router(state),
             Role::All | Role::Api => api::router(state),
         };
-        Ok(Self { listener, router, dispatcher, store, catalog, config, _lock: lock })
+        let alerts = Arc::new(Alerts::new(
+            config.alerts.settings.clone(),
+            store.clone(),
+            catalog.clone(),
+            dispatcher.clone(),
+            metrics,
+            alert_sender(&config)?,
+        ));
+        Ok(Self { listener, router, dispatcher, store, catalog, alerts, config, _lock: lock })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -138,6 +149,9 @@ impl Server {
         };
         tokio::spawn(self.catalog.clone().follow(self.store.signals().catalog.subscribe(), stop_background.clone()));
         tokio::spawn(reseal(self.catalog.clone()));
+        if self.config.server.role != Role::Api {
+            tokio::spawn(self.alerts.clone().run(stop_background.clone()));
+        }
         let ttl = self.config.server.idempotency_ttl;
         tokio::spawn(housekeeping::run(self.store.clone(), ttl, HOUSEKEEPING_EVERY, stop_background.clone()));
         let served = axum::serve(self.listener, self.router)
@@ -150,6 +164,15 @@ impl Server {
         }
         served
     }
+}
+
+/// Where operational webhooks go, if anywhere (the configuration checked the pair).
+fn alert_sender(config: &Config) -> anyhow::Result<Option<Sender>> {
+    let (Some(url), Some(secret)) = (&config.alerts.webhook_url, &config.alerts.webhook_secret) else {
+        return Ok(None);
+    };
+    let key = SigningKey::decode(secret).map_err(|e| anyhow::anyhow!("alerts.webhook_secret: {e}"))?;
+    Ok(Some(Sender::new(url.parse().context("alerts.webhook_url")?, key)))
 }
 
 /// Rewrites secrets sealed under a previous server key (after a key rotation).

@@ -17,8 +17,9 @@ use super::extract::QueryMap;
 use super::{AppState, visible_endpoint};
 use crate::breaker::{Breaker, BreakerState};
 use crate::clock::{Millis, now_ms, to_rfc3339};
+use crate::health;
 use crate::ids::EndpointId;
-use crate::latency::{Histogram, LatencySummary, MIN_SAMPLES, WINDOW_HOURS, hour_of};
+use crate::latency::{Histogram, LatencySummary, MIN_SAMPLES};
 use crate::metrics::Gauges;
 
 pub fn router() -> axum::Router<AppState> {
@@ -203,35 +204,14 @@ pub async fn metrics(State(state): State<AppState>, principal: Principal) -> Api
     Ok(([(CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render(&gauges)))
 }
 
-/// Circuit breakers: the saved ones (every process's last transition), overridden by this
-/// process's live ones.
 async fn breakers(state: &AppState, only: Option<&EndpointId>) -> ApiResult<HashMap<EndpointId, Breaker>> {
-    let mut all: HashMap<EndpointId, Breaker> = state.store.breakers().await?.into_iter().collect();
-    match only {
-        Some(endpoint) => {
-            if let Some(live) = state.dispatcher.breaker(endpoint) {
-                all.insert(endpoint.clone(), live);
-            }
-        }
-        None => all.extend(state.dispatcher.breakers()),
-    }
-    Ok(all)
+    Ok(health::breakers(&*state.store, &state.dispatcher, only).await?)
 }
 
-/// Latency histograms over the last 24 hours: what every process flushed to the store, plus
-/// what this process has not flushed yet.
 async fn latency(
     state: &AppState,
     only: Option<&EndpointId>,
     now: Millis,
 ) -> ApiResult<HashMap<EndpointId, Histogram>> {
-    let since = hour_of(now) - WINDOW_HOURS + 1;
-    let mut merged: HashMap<EndpointId, Histogram> = HashMap::new();
-    for (endpoint, _, histogram) in state.store.latency_since(since, only).await? {
-        merged.entry(endpoint).or_default().merge(&histogram);
-    }
-    for (endpoint, histogram) in state.dispatcher.latency().unflushed(only, now) {
-        merged.entry(endpoint).or_default().merge(&histogram);
-    }
-    Ok(merged)
+    Ok(health::latency(&*state.store, &state.dispatcher, only, now).await?)
 }

@@ -1,8 +1,10 @@
 //! Integration tests: a real Herald server on port 0, real HTTP, real receivers, real
 //! SQLite. One test binary so the suite links once.
 
+mod alerts;
 mod api;
 mod bench;
+mod dead_letters;
 mod delivery;
 mod hardening;
 mod health;
