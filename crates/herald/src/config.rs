@@ -31,7 +31,7 @@ impl RawAlerts {
         if let Some(url) = &url {
             url.parse::<http::Uri>().with_context(|| format!("alerts.webhook_url: {url:?} is not a URL"))?;
         }
-        if !(self.interval_secs > 0.0) {
+        if self.interval_secs.is_nan() || self.interval_secs <= 0.0 {
             bail!("alerts.interval_secs must be positive");
         }
         let settings = crate::alerts::AlertSettings {
