@@ -7,7 +7,9 @@
 # It prepares what the tests need: a Python virtual environment with the pinned SDK
 # packages (tests/sdk/requirements.txt), kept in ~/.cache/herald so later runs reuse it.
 # PostgreSQL clusters are started by the tests themselves (initdb + postgres from the server
-# binaries on this machine, on free ports, in temporary directories).
+# binaries on this machine, on free ports, in temporary directories). The dashboard tests
+# drive a headless Chromium: the Debian packages chromium and chromium-driver are installed
+# when missing; screenshots land in test-artifacts/.
 # Extra arguments go to the test runner (e.g. a test name filter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +28,15 @@ if ! cmp -s "$requirements" "$stamp" 2>/dev/null; then
     cp "$requirements" "$stamp"
 fi
 export HERALD_TEST_PYTHON="$venv/bin/python"
+
+if ! command -v chromedriver >/dev/null 2>&1 || ! command -v chromium >/dev/null 2>&1; then
+    echo "==> installing chromium and chromium-driver (Debian packages) for the dashboard tests"
+    sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
+export HERALD_TEST_ARTIFACTS="${HERALD_TEST_ARTIFACTS:-$PWD/test-artifacts}"
 
 # PostgreSQL refuses to run as root; as root the tests run it as the `postgres` user.
 if [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; then

@@ -13,6 +13,7 @@ pub mod breaker;
 pub mod catalog;
 pub mod clock;
 pub mod config;
+pub mod dashboard;
 pub mod dead_letters;
 pub mod deliver;
 pub mod dispatch;

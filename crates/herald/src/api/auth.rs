@@ -90,6 +90,14 @@ impl FromRequestParts<AppState> for Principal {
             .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
             .map(str::trim)
             .ok_or(ApiError::Unauthorized)?;
+        Self::from_token(state, token).await
+    }
+}
+
+impl Principal {
+    /// Who `token` belongs to (the API's bearer token, or the dashboard's session cookie),
+    /// charged to its request budget.
+    pub async fn from_token(state: &AppState, token: &str) -> Result<Self, ApiError> {
         if state.admin.matches(token) {
             state.rate_limiter.admit("admin", true).map_err(ApiError::RateLimited)?;
             return Ok(Self::Admin);

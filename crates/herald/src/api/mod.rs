@@ -28,7 +28,7 @@ use axum::Router;
 use axum::middleware::from_fn_with_state;
 use axum::routing::get;
 
-pub use auth::{AdminToken, PORTAL_TOKEN_PREFIX};
+pub use auth::{AdminToken, PORTAL_TOKEN_PREFIX, Principal};
 pub use error::{ApiError, ApiResult};
 
 use crate::catalog::Catalog;
@@ -39,7 +39,6 @@ use crate::redaction::Redactor;
 use crate::replay::ReplayTasks;
 use crate::ssrf::Guard;
 use crate::store::{App, Endpoint, Message, Store};
-use auth::Principal;
 use idempotency::KeyLocks;
 pub use rate_limit::RateLimiter;
 
@@ -100,6 +99,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/auth/app-portal-access/{app_id}", axum::routing::post(auth::app_portal_access))
         .route("/api/v1/auth/logout", axum::routing::post(auth::logout))
         .route("/api/v1/openapi.json", get(openapi::serve))
+        .merge(crate::dashboard::router())
         .layer(from_fn_with_state(state.clone(), idempotency::layer))
         .fallback(|| async { ApiError::NotFound("route") })
         .with_state(state)
@@ -117,7 +117,7 @@ pub fn health_router(state: AppState) -> Router {
 }
 
 /// The application `id_or_uid`, if the caller may see it (404 otherwise).
-async fn visible_app(state: &AppState, principal: &Principal, id_or_uid: &str) -> ApiResult<Arc<App>> {
+pub(crate) async fn visible_app(state: &AppState, principal: &Principal, id_or_uid: &str) -> ApiResult<Arc<App>> {
     match state.catalog.app(id_or_uid).await? {
         Some(app) if principal.can_see(&app.id) => Ok(app),
         _ => Err(ApiError::NotFound("application")),
@@ -135,7 +135,7 @@ async fn require_admin_for(state: &AppState, principal: &Principal, app_id: &str
 }
 
 /// An endpoint (fresh from the store) of a visible application.
-async fn visible_endpoint(
+pub(crate) async fn visible_endpoint(
     state: &AppState,
     principal: &Principal,
     app_id: &str,
@@ -147,7 +147,7 @@ async fn visible_endpoint(
 }
 
 /// A message (by id or eventId) of a visible application.
-async fn visible_message(
+pub(crate) async fn visible_message(
     state: &AppState,
     principal: &Principal,
     app_id: &str,

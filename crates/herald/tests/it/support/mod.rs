@@ -1,6 +1,7 @@
 //! Test support: a real Herald on port 0 with its own data directory, a real receiver
 //! that records and scripts its answers, and small helpers to drive the API.
 
+pub mod browser;
 pub mod canary;
 pub mod dns;
 pub mod process;

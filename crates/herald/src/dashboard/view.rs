@@ -1,0 +1,101 @@
+//! The dashboard's HTML: the layout and the small pieces pages are built from. maud
+//! escapes every interpolated value, so receiver responses and payloads show as text.
+
+use axum::http::StatusCode;
+use maud::{DOCTYPE, Markup, html};
+
+use crate::clock::{Millis, to_rfc3339};
+
+pub const STYLE: &str = include_str!("style.css");
+pub const PORTAL_JS: &str = include_str!("portal.js");
+
+/// What the navigation shows: the CSRF token for the sign-out form, and whether the viewer
+/// is the operator.
+pub struct Nav<'a> {
+    pub csrf: &'a str,
+    pub admin: bool,
+    /// The application a portal viewer is scoped to.
+    pub app: Option<&'a str>,
+}
+
+pub fn layout(title: &str, nav: Option<Nav<'_>>, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · Herald" }
+                link rel="stylesheet" href="/assets/style.css";
+            }
+            body {
+                header {
+                    a.brand href="/" { "Herald" }
+                    @if let Some(nav) = &nav {
+                        nav {
+                            @if nav.admin {
+                                a href="/" { "Overview" }
+                                a href="/apps" { "Applications" }
+                                a href="/dead-letters" { "Dead letters" }
+                            } @else if let Some(app) = nav.app {
+                                a href={ "/app/" (app) } { "My application" }
+                            }
+                            form.inline method="post" action="/logout" {
+                                input type="hidden" name="csrf" value=(nav.csrf);
+                                button type="submit" { "Sign out" }
+                            }
+                        }
+                    }
+                }
+                main { h1 { (title) } (body) }
+            }
+        }
+    }
+}
+
+pub fn login(problem: Option<&str>) -> Markup {
+    html! {
+        @if let Some(problem) = problem { p.error { (problem) } }
+        form method="post" action="/login" {
+            label for="token" { "Token (the admin token, or an app-portal token)" }
+            input #token type="password" name="token" autocomplete="off" required;
+            button type="submit" { "Sign in" }
+        }
+    }
+}
+
+pub fn portal() -> Markup {
+    html! {
+        noscript { p.error { "The portal link needs JavaScript to sign you in." } }
+        form #portal method="post" action="/login" {
+            input type="hidden" name="token";
+        }
+        script src="/assets/portal.js" {}
+    }
+}
+
+pub fn error(status: StatusCode, message: &str) -> Markup {
+    html! {
+        p.error { (status.as_u16()) " — " (message) }
+        p { a href="/" { "Back" } }
+    }
+}
+
+/// A time as RFC 3339, or a dash.
+pub fn time(at: Option<Millis>) -> String {
+    at.map(to_rfc3339).unwrap_or_else(|| "—".into())
+}
+
+pub fn ms(value: Option<f64>) -> String {
+    value.map(|v| format!("{v:.0} ms")).unwrap_or_else(|| "—".into())
+}
+
+/// A hidden CSRF field for a form.
+pub fn csrf(token: &str) -> Markup {
+    html! { input type="hidden" name="csrf" value=(token); }
+}
+
+/// Makes a page reload itself every few seconds (summary, running replays).
+pub fn live() -> Markup {
+    html! { meta http-equiv="refresh" content="3"; }
+}
