@@ -102,6 +102,15 @@ impl Guard {
             return Err(UrlProblem::Port(port));
         }
         let host = url.host().ok_or(UrlProblem::NoHost)?;
+        // The HTTP stack parses the URL again (`http::Uri`); it must see the same host and
+        // port, or the guard would have judged a different destination than the one dialed.
+        let uri: http::Uri =
+            url.as_str().parse().map_err(|e: http::uri::InvalidUri| UrlProblem::Unparsable(e.to_string()))?;
+        let same_host = uri.host().map(|h| h.trim_start_matches('[').trim_end_matches(']'))
+            == url.host_str().map(|h| h.trim_start_matches('[').trim_end_matches(']'));
+        if !same_host || uri.port_u16() != url.port() {
+            return Err(UrlProblem::Unparsable("the URL's host is read differently by HTTP clients".into()));
+        }
         self.check_host(host.clone())?;
         let own_name = matches!((&host, &self.own_host), (Host::Domain(name), Some(own))
             if name.trim_end_matches('.').eq_ignore_ascii_case(own));
@@ -347,6 +356,15 @@ mod tests {
         }
         let long = format!("https://hooks.example.com/{}", "a".repeat(MAX_URL_LEN));
         assert_eq!(guard.check_url(&long), Err(UrlProblem::TooLong));
+    }
+
+    #[test]
+    fn hosts_the_http_stack_would_read_differently_are_refused() {
+        // Found by the url_guard fuzz target: the `url` crate accepts a backtick in a host
+        // name, `http::Uri` does not.
+        for url in ["http:`", "http://a`b.example/", "http://exa`mple.com:8080/x"] {
+            assert!(matches!(Guard::default().check_url(url), Err(UrlProblem::Unparsable(_))), "{url}");
+        }
     }
 
     #[test]
