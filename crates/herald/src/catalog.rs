@@ -12,6 +12,7 @@ use url::Url;
 use crate::clock::Millis;
 use crate::endpoint_settings::{Defaults, EffectiveSettings};
 use crate::ids::{AppId, EndpointId};
+use crate::postback::Template;
 use crate::sealing::Keyring;
 use crate::signing::SigningKey;
 use tokio::sync::broadcast;
@@ -57,6 +58,9 @@ pub struct Target {
     /// `None` when the stored URL no longer parses (every attempt then fails as internal).
     pub url: Option<Url>,
     pub settings: EffectiveSettings,
+    /// The parsed URL template of a postback endpoint; `Err` when the stored one no longer
+    /// fits the endpoint (its attempts then fail as template errors).
+    pub template: Result<Option<Template>, String>,
     /// The current key first, then earlier keys with the time their overlap ends.
     keys: Vec<(SigningKey, Option<Millis>)>,
 }
@@ -82,7 +86,13 @@ impl Target {
                 tracing::error!(endpoint = %endpoint.id, error = %e, "the endpoint's signing secrets do not open")
             }
         }
-        Self { url: Url::parse(&endpoint.url).ok(), settings: endpoint.delivery.resolve(defaults), keys, endpoint, app }
+        let url = Url::parse(&endpoint.url).ok();
+        let template = match (endpoint.request.as_ref().and_then(|r| r.url_template.as_deref()), &url) {
+            (None, _) => Ok(None),
+            (Some(template), Some(url)) => Template::parse(template, url).map(Some).map_err(|e| e.to_string()),
+            (Some(_), None) => Err("the endpoint URL does not parse".into()),
+        };
+        Self { url, settings: endpoint.delivery.resolve(defaults), template, keys, endpoint, app }
     }
 
     /// The keys that sign at `now`: the current one and those still inside their overlap.
@@ -322,6 +332,7 @@ mod tests {
             headers: Default::default(),
             secrets: SealedSecrets(String::new()),
             delivery: Default::default(),
+            request: None,
             created_at: 0,
             updated_at: 0,
         }

@@ -67,6 +67,17 @@ pub struct Config {
     pub redaction: RedactionConfig,
     pub faults: FaultsConfig,
     pub alerts: AlertsConfig,
+    pub retention: RetentionConfig,
+}
+
+/// How long data is kept; `None`: for ever.
+#[derive(Debug, Clone)]
+pub struct RetentionConfig {
+    pub payloads: Option<Duration>,
+    pub responses: Option<Duration>,
+    pub attempts: Option<Duration>,
+    pub interval: Duration,
+    pub batch: usize,
 }
 
 /// Alert evaluation and where operational webhooks go.
@@ -196,6 +207,33 @@ struct Raw {
     redaction: RawRedaction,
     faults: RawFaults,
     alerts: RawAlerts,
+    retention: RawRetention,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRetention {
+    payload_days: f64,
+    response_days: f64,
+    attempt_days: f64,
+    interval_secs: f64,
+    batch: usize,
+}
+
+impl RawRetention {
+    fn validate(self) -> anyhow::Result<RetentionConfig> {
+        let days = |d: f64| (d >= 0.0).then(|| Duration::from_secs_f64(d * 86_400.0));
+        if self.interval_secs.is_nan() || self.interval_secs <= 0.0 || self.batch == 0 {
+            bail!("retention.interval_secs and retention.batch must be positive");
+        }
+        Ok(RetentionConfig {
+            payloads: days(self.payload_days),
+            responses: days(self.response_days),
+            attempts: days(self.attempt_days),
+            interval: Duration::from_secs_f64(self.interval_secs),
+            batch: self.batch,
+        })
+    }
 }
 
 #[derive(Deserialize)]
@@ -497,6 +535,7 @@ impl Raw {
             redaction: RedactionConfig { fields: self.redaction.fields, keys: self.redaction.keys },
             faults: FaultsConfig { panic_on_event_type: non_empty(self.faults.panic_on_event_type) },
             alerts: self.alerts.validate()?,
+            retention: self.retention.validate()?,
         })
     }
 }

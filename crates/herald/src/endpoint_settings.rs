@@ -33,6 +33,33 @@ pub struct DeliverySettings {
     /// `strict`: one message at a time, in order (a failing head blocks the rest).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ordering: Option<Ordering>,
+    /// A named policy the other fields refine (`marketplace`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preset: Option<Preset>,
+}
+
+/// Named delivery policies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Preset {
+    /// The marketplace postback policy: only 429 is retried, every 10 minutes (± 30 s of
+    /// jitter), 6 retries (7 attempts); every other status is final. Every attempt carries
+    /// the same `webhook-id`, as all of Herald's do.
+    Marketplace,
+}
+
+impl Preset {
+    fn retry(self) -> RetryPolicy {
+        match self {
+            Self::Marketplace => RetryPolicy::Fixed { interval_ms: 600_000, jitter_ms: 30_000, max_attempts: 7 },
+        }
+    }
+
+    fn retry_on(self) -> RetryOn {
+        match self {
+            Self::Marketplace => RetryOn::RateLimitOnly,
+        }
+    }
 }
 
 /// Whether an endpoint's messages may overtake each other.
@@ -99,8 +126,12 @@ impl DeliverySettings {
     pub fn resolve(&self, defaults: &Defaults) -> EffectiveSettings {
         EffectiveSettings {
             timeout_ms: self.timeout_ms.unwrap_or(defaults.timeout.as_millis() as u64),
-            retry: self.retry.clone().unwrap_or_else(|| defaults.retry.clone()),
-            retry_on: self.retry_on.unwrap_or_default(),
+            retry: self
+                .retry
+                .clone()
+                .or_else(|| self.preset.map(Preset::retry))
+                .unwrap_or_else(|| defaults.retry.clone()),
+            retry_on: self.retry_on.or_else(|| self.preset.map(Preset::retry_on)).unwrap_or_default(),
             circuit_breaker: self.circuit_breaker.unwrap_or_default(),
             ordering: self.ordering.unwrap_or_default(),
         }
@@ -131,5 +162,19 @@ mod tests {
         assert_eq!(fields, vec!["timeoutMs", "retry.jitterMs"]);
         assert!(serde_json::from_str::<DeliverySettings>(r#"{"timeoutMS":5}"#).is_err());
         assert!(serde_json::from_str::<DeliverySettings>(r#"{"retryOn":"sometimes"}"#).is_err());
+    }
+
+    #[test]
+    fn the_marketplace_preset_retries_only_429_every_ten_minutes_seven_times() {
+        let defaults = Defaults { timeout: Duration::from_secs(10), retry: RetryPolicy::default() };
+        let settings: DeliverySettings = serde_json::from_str(r#"{"preset": "marketplace"}"#).unwrap();
+        let effective = settings.resolve(&defaults);
+        assert_eq!(effective.retry, RetryPolicy::Fixed { interval_ms: 600_000, jitter_ms: 30_000, max_attempts: 7 });
+        assert_eq!(effective.retry_on, RetryOn::RateLimitOnly);
+        let refined: DeliverySettings = serde_json::from_str(
+            r#"{"preset": "marketplace", "retry": {"strategy": "fixed", "intervalMs": 5, "maxAttempts": 7}}"#,
+        )
+        .unwrap();
+        assert_eq!(refined.resolve(&defaults).retry_on, RetryOn::RateLimitOnly, "explicit fields refine the preset");
     }
 }

@@ -1,6 +1,7 @@
 //! Periodic upkeep that is not on any request's path: forgetting idempotency keys once
-//! their window has passed (in small batches, so the writer is never held for long), and
-//! latency hours and summary minutes older than the 24-hour health window.
+//! their window has passed, latency hours and summary minutes older than the 24-hour
+//! health window, and the retention purges of payloads, response bodies and attempts —
+//! all in small batches, so the writer is never held for long and delivery goes on.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,7 +9,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::now_ms;
-use crate::store::Store;
+use crate::config::RetentionConfig;
+use crate::store::{Purge, Store};
 
 /// Records deleted per transaction.
 const BATCH: usize = 1000;
@@ -34,6 +36,45 @@ pub async fn run(store: Arc<dyn Store>, idempotency_ttl: Duration, every: Durati
         }
         if let Err(e) = store.prune_health(now_ms() - HEALTH_HISTORY.as_millis() as i64).await {
             tracing::warn!(error = %e, "pruning latency and summary history failed");
+        }
+    }
+}
+
+/// Purges what the retention settings say is too old, every `retention.interval`.
+pub async fn retention(store: Arc<dyn Store>, retention: RetentionConfig, shutdown: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(retention.interval) => {}
+            _ = shutdown.cancelled() => return,
+        }
+        let rules = [
+            (Purge::Payloads, retention.payloads),
+            (Purge::Responses, retention.responses),
+            (Purge::Attempts, retention.attempts),
+        ];
+        for (what, keep) in rules {
+            let Some(keep) = keep else { continue };
+            let before = now_ms() - keep.as_millis() as i64;
+            let mut purged = 0;
+            loop {
+                match store.purge(what, before, retention.batch).await {
+                    Ok(n) => {
+                        purged += n;
+                        if (n as usize) < retention.batch || shutdown.is_cancelled() {
+                            break;
+                        }
+                        // Let deliveries' writes in between batches.
+                        tokio::task::yield_now().await;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, ?what, "retention purge failed; trying again next interval");
+                        break;
+                    }
+                }
+            }
+            if purged > 0 {
+                tracing::info!(?what, purged, "retention purge");
+            }
         }
     }
 }

@@ -44,6 +44,11 @@ fn encode(mut value: u128) -> String {
     String::from_utf8(out.to_vec()).expect("alphabet is ASCII")
 }
 
+/// The smallest id body created at `ms`: every id of an earlier time sorts below it.
+pub fn first_body_at(ms: i64) -> String {
+    encode(u128::from(ms.max(0) as u64) << 80)
+}
+
 /// A fresh time-sortable id body (without prefix).
 pub fn new_body() -> String {
     let now_ms = chrono::Utc::now().timestamp_millis().max(0) as u64;

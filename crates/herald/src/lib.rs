@@ -26,6 +26,7 @@ pub mod latency;
 pub mod metrics;
 pub mod outcome;
 pub mod pg_cluster;
+pub mod postback;
 pub mod redaction;
 pub mod replay;
 pub mod retry;

@@ -34,6 +34,8 @@ pub enum Failure {
     BlockedDestination,
     /// The response body was longer than Herald reads (announced or sent).
     ResponseTooLarge,
+    /// The message cannot fill the endpoint's URL template (a field is missing).
+    Template,
     /// Herald's own failure (render, unreadable payload, panic).
     Internal,
 }
@@ -74,7 +76,9 @@ pub fn classify(result: &AttemptResult) -> OutcomeClass {
             Failure::Timeout | Failure::Connection | Failure::DnsTemporary | Failure::ResponseTooLarge => {
                 OutcomeClass::Transient
             }
-            Failure::DnsNotFound | Failure::Tls | Failure::BlockedDestination => OutcomeClass::Permanent,
+            Failure::DnsNotFound | Failure::Tls | Failure::BlockedDestination | Failure::Template => {
+                OutcomeClass::Permanent
+            }
             Failure::Internal => OutcomeClass::Internal,
         },
     }
@@ -94,6 +98,7 @@ pub fn error_class(result: &AttemptResult) -> Option<&'static str> {
             Failure::Tls => "tls",
             Failure::BlockedDestination => "blocked_destination",
             Failure::ResponseTooLarge => "response_too_large",
+            Failure::Template => "template",
             Failure::Internal => "internal",
         }),
     }

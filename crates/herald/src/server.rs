@@ -154,6 +154,11 @@ impl Server {
         }
         let ttl = self.config.server.idempotency_ttl;
         tokio::spawn(housekeeping::run(self.store.clone(), ttl, HOUSEKEEPING_EVERY, stop_background.clone()));
+        tokio::spawn(housekeeping::retention(
+            self.store.clone(),
+            self.config.retention.clone(),
+            stop_background.clone(),
+        ));
         let served = axum::serve(self.listener, self.router)
             .with_graceful_shutdown(shutdown.cancelled_owned())
             .await

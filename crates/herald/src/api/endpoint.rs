@@ -19,6 +19,7 @@ use crate::clock::{now_ms, to_rfc3339};
 use crate::deliver::RESERVED_HEADERS;
 use crate::endpoint_settings::{DeliverySettings, EffectiveSettings};
 use crate::ids::EndpointId;
+use crate::postback::{RequestSettings, Template};
 use crate::signing::SigningKey;
 use crate::store::{App, Endpoint, Metadata, Secrets};
 
@@ -38,6 +39,8 @@ pub struct EndpointIn {
     pub headers: Option<BTreeMap<String, String>>,
     /// Herald extension: timeout, retry policy and retried failures.
     pub delivery: Option<DeliverySettings>,
+    /// Herald extension: method, URL template and body format (postbacks).
+    pub request: Option<RequestSettings>,
 }
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -63,6 +66,10 @@ pub struct EndpointPatch {
     #[serde(default, deserialize_with = "double_option")]
     #[schema(value_type = Option<DeliverySettings>)]
     pub delivery: Option<Option<DeliverySettings>>,
+    /// `null` goes back to plain signed JSON POSTs to `url`.
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<RequestSettings>)]
+    pub request: Option<Option<RequestSettings>>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -81,6 +88,9 @@ pub struct EndpointOut {
     pub updated_at: String,
     /// Herald extension: the delivery settings in force, defaults filled in.
     pub delivery: EffectiveSettings,
+    /// Herald extension: the request settings, when set (postbacks).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request: Option<RequestSettings>,
 }
 
 impl EndpointOut {
@@ -98,6 +108,7 @@ impl EndpointOut {
             created_at: to_rfc3339(e.created_at),
             updated_at: to_rfc3339(e.updated_at),
             delivery: e.delivery.resolve(state.catalog.defaults()),
+            request: e.request.clone(),
         }
     }
 }
@@ -128,6 +139,19 @@ pub fn check_endpoint(state: &AppState, e: &Endpoint) -> ApiResult<()> {
     check_headers(&mut p, "headers", &e.headers);
     for (field, msg) in e.delivery.problems() {
         p.push(&format!("delivery.{field}"), msg);
+    }
+    if let (Some(template), Ok(url)) =
+        (e.request.as_ref().and_then(|r| r.url_template.as_deref()), url::Url::parse(&e.url))
+    {
+        if template.len() > crate::ssrf::MAX_URL_LEN {
+            p.push("request.urlTemplate", format!("is longer than {} bytes", crate::ssrf::MAX_URL_LEN));
+        }
+        if template.chars().any(|c| c.is_whitespace() || c.is_control() || c == '\\') {
+            p.push("request.urlTemplate", "contains whitespace, a control character or a backslash");
+        }
+        if let Err(problem) = Template::parse(template, &url) {
+            p.push("request.urlTemplate", problem.to_string());
+        }
     }
     p.finish()
 }
@@ -182,6 +206,7 @@ fn new_endpoint(state: &AppState, app: &App, input: EndpointIn, uid_from_path: O
         throttle_rate: None,
         headers: Default::default(),
         delivery: Default::default(),
+        request: None,
         created_at: now,
         updated_at: now,
     };
@@ -202,6 +227,7 @@ fn replace_fields(base: Endpoint, input: EndpointIn) -> Endpoint {
         throttle_rate: input.throttle_rate,
         headers: input.headers.unwrap_or_else(|| base.headers.clone()),
         delivery: input.delivery.unwrap_or_default(),
+        request: input.request,
         updated_at: now_ms(),
         ..base
     }
@@ -319,6 +345,9 @@ pub async fn patch_endpoint(
     }
     if let Some(uid) = patch.uid {
         e.uid = uid;
+    }
+    if let Some(request) = patch.request {
+        e.request = request;
     }
     if let Some(delivery) = patch.delivery {
         e.delivery = delivery.unwrap_or_default();

@@ -42,11 +42,19 @@ pub struct Sent {
     pub body: String,
     /// A human-readable reason when the attempt failed without a response.
     pub error: Option<String>,
+    /// The URL to record when it is not the endpoint's (postback templates).
+    pub url: Option<String>,
 }
 
 impl Sent {
     pub fn failed(failure: Failure, error: impl Into<String>, duration: Duration) -> Self {
-        Self { result: AttemptResult::Failed(failure), duration, body: String::new(), error: Some(error.into()) }
+        Self {
+            result: AttemptResult::Failed(failure),
+            duration,
+            body: String::new(),
+            error: Some(error.into()),
+            url: None,
+        }
     }
 }
 
@@ -102,10 +110,17 @@ impl Deliverer {
     pub async fn send(&self, out: Outgoing<'_>) -> Sent {
         let started = Instant::now();
         let deadline = started + out.timeout();
-        let request = match out.build(&self.config.user_agent) {
-            Ok(request) => request,
+        let (request, recorded_url) = match out.build(&self.config.user_agent) {
+            Ok(built) => (built.request, built.recorded_url),
             Err((failure, reason)) => return Sent::failed(failure, reason, started.elapsed()),
         };
+        let mut sent = self.exchange(request, started, deadline).await;
+        sent.url = recorded_url;
+        sent
+    }
+
+    /// Sends a built request and reads the answer within `deadline`.
+    async fn exchange(&self, request: http::Request<Full<Bytes>>, started: Instant, deadline: Instant) -> Sent {
         let response = match tokio::time::timeout_at(deadline, self.client.request(request)).await {
             Err(_) => {
                 return Sent::failed(Failure::Timeout, "timed out waiting for a response", started.elapsed());
@@ -155,6 +170,7 @@ impl Deliverer {
             duration: started.elapsed(),
             body: String::from_utf8_lossy(stored).into_owned(),
             error: None,
+            url: None,
         }
     }
 }

@@ -8,9 +8,13 @@ use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, USER_AGENT};
 use http::{Method, Request, Uri};
 use http_body_util::Full;
 
+use serde_json::Value;
+use url::Url;
+
 use crate::catalog::Target;
 use crate::clock::Millis;
 use crate::outcome::Failure;
+use crate::postback::{BodyFormat, PostbackMethod, RenderError, Template, Values, form_body, request_target};
 use crate::signing::signature_header;
 use crate::store::Message;
 
@@ -62,24 +66,62 @@ pub struct Outgoing<'a> {
     pub now: Millis,
 }
 
+/// A request ready to send, and the URL to record for it.
+pub struct Built {
+    pub request: Request<Full<Bytes>>,
+    /// For templated requests: the rendered URL with payload values left as their macros
+    /// (click ids and payouts are not copied into the attempt log).
+    pub recorded_url: Option<String>,
+}
+
 impl Outgoing<'_> {
     pub fn timeout(&self) -> Duration {
         self.target.settings.timeout()
     }
 
-    /// The request, or why none may be sent.
-    /// The destination is judged later, when the connector resolves it.
-    pub fn build(&self, user_agent: &str) -> Result<Request<Full<Bytes>>, (Failure, String)> {
-        let url = self.target.url.as_ref().ok_or((Failure::Internal, "the stored URL does not parse".to_owned()))?;
+    /// The request, or why none may be sent. The destination is judged later, when the
+    /// connector resolves it.
+    pub fn build(&self, user_agent: &str) -> Result<Built, (Failure, String)> {
+        let base = self.target.url.as_ref().ok_or((Failure::Internal, "the stored URL does not parse".to_owned()))?;
         if self.target.signing_keys(self.now).next().is_none() {
             return Err((Failure::Internal, "the endpoint has no usable signing secret".to_owned()));
         }
-        let uri: Uri = url.as_str().parse().map_err(|e| (Failure::Internal, format!("URL not usable: {e}")))?;
+        let settings = self.target.endpoint.request.clone().unwrap_or_default();
+        let template = self.target.template.as_ref().map_err(|e| (Failure::Template, e.clone()))?;
         let msg_id = self.message.id.as_str();
         let timestamp = self.now.div_euclid(1000);
-        let body = Bytes::copy_from_slice(self.payload.as_bytes());
-        let signature = signature_header(self.target.signing_keys(self.now), msg_id, timestamp, &body);
-        let mut request = Request::builder().method(Method::POST).uri(uri);
+        let payload: Value = serde_json::from_str(self.payload).unwrap_or(Value::Null);
+        let values = Values {
+            message_id: msg_id,
+            event_type: &self.message.event_type,
+            timestamp,
+            attempt: self.attempt_no,
+            payload: &payload,
+        };
+        let (url, signed, recorded_url) = match template {
+            None => (base.clone(), None, None),
+            Some(template) => {
+                let (url, signature) = self.render(template, &values, msg_id, timestamp)?;
+                (url, Some(signature), Some(template.recorded(&values)))
+            }
+        };
+        let body = match settings.body_format() {
+            BodyFormat::Json => Bytes::copy_from_slice(self.payload.as_bytes()),
+            BodyFormat::Form => Bytes::from(form_body(&payload)),
+            BodyFormat::None => Bytes::new(),
+        };
+        // Templated requests sign their request target; plain ones their body.
+        let signature = match signed {
+            Some(signature) => signature,
+            None => signature_header(self.target.signing_keys(self.now), msg_id, timestamp, &body),
+        };
+        let uri: Uri = url.as_str().parse().map_err(|e| (Failure::Internal, format!("URL not usable: {e}")))?;
+        let method = match settings.method() {
+            PostbackMethod::Get => Method::GET,
+            PostbackMethod::Post => Method::POST,
+            PostbackMethod::Put => Method::PUT,
+        };
+        let mut request = Request::builder().method(method).uri(uri);
         let headers = request.headers_mut().expect("a fresh builder has headers");
         for (name, value) in &self.target.endpoint.headers {
             let lower = name.to_ascii_lowercase();
@@ -95,7 +137,15 @@ impl Outgoing<'_> {
         let ts = text(&timestamp.to_string())?;
         let id = text(msg_id)?;
         let sig = text(&signature)?;
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        match settings.body_format() {
+            BodyFormat::Json => {
+                headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            }
+            BodyFormat::Form => {
+                headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/x-www-form-urlencoded"));
+            }
+            BodyFormat::None => {}
+        }
         headers.insert(USER_AGENT, text(user_agent)?);
         headers.insert("webhook-id", id.clone());
         headers.insert("webhook-timestamp", ts.clone());
@@ -105,6 +155,36 @@ impl Outgoing<'_> {
         headers.insert("svix-signature", sig);
         headers.insert("herald-attempt", HeaderValue::from(self.attempt_no));
         headers.insert("herald-sequence", HeaderValue::from(self.sequence));
-        request.body(Full::new(body)).map_err(|e| (Failure::Internal, format!("building the request: {e}")))
+        let request =
+            request.body(Full::new(body)).map_err(|e| (Failure::Internal, format!("building the request: {e}")))?;
+        Ok(Built { request, recorded_url })
+    }
+
+    /// Renders a template and signs its request target; `{signature}` is filled with the
+    /// signature of the target rendered with it empty.
+    fn render(
+        &self,
+        template: &Template,
+        values: &Values<'_>,
+        msg_id: &str,
+        timestamp: i64,
+    ) -> Result<(Url, String), (Failure, String)> {
+        let failed = |e: RenderError| (Failure::Template, e.to_string());
+        let unsigned = template.render(values, None).map_err(failed)?;
+        let unsigned = Url::parse(&unsigned).map_err(|e| (Failure::Template, format!("rendered URL: {e}")))?;
+        let target = request_target(&unsigned);
+        let signature = signature_header(self.target.signing_keys(self.now), msg_id, timestamp, target.as_bytes());
+        let url = if template.uses_signature() {
+            let first = signature.split(' ').next().unwrap_or_default();
+            let signed = template.render(values, Some(first)).map_err(failed)?;
+            Url::parse(&signed).map_err(|e| (Failure::Template, format!("rendered URL: {e}")))?
+        } else {
+            unsigned
+        };
+        let base = self.target.url.as_ref().expect("checked by build");
+        if url.origin() != base.origin() {
+            return Err(failed(RenderError::OtherOrigin));
+        }
+        Ok((url, signature))
     }
 }

@@ -143,7 +143,7 @@ impl Dispatcher {
             endpoint_id: job.endpoint_id.clone(),
             app_id: job.message.app_id.clone(),
             created_at: now,
-            url: target.endpoint.url.clone(),
+            url: sent.url.clone().unwrap_or_else(|| target.endpoint.url.clone()),
             status_code,
             duration_ms: sent.duration.as_millis() as u64,
             delivered: decision == Decision::Delivered,

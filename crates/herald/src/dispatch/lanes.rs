@@ -490,6 +490,7 @@ mod tests {
                 headers: Default::default(),
                 secrets: SealedSecrets(String::new()),
                 delivery: DeliverySettings::default(),
+                request: None,
                 created_at: 0,
                 updated_at: 0,
             };

@@ -36,6 +36,7 @@ fn endpoint(app: &App) -> Endpoint {
         headers: Default::default(),
         secrets: SealedSecrets(format!("v1.test.{}", crate::ids::random_token(16))),
         delivery: Default::default(),
+        request: None,
         created_at: now_ms(),
         updated_at: now_ms(),
     }

@@ -140,7 +140,8 @@ pub trait QueueStore: Send + Sync {
     async fn queue_counts(&self) -> StoreResult<QueueCounts>;
 }
 
-/// Access tokens and idempotency records.
+/// Access tokens, and the upkeep that removes old data: idempotency records and the
+/// retention purges.
 #[async_trait]
 pub trait AccessStore: Send + Sync {
     async fn insert_token(&self, token: &PortalToken) -> StoreResult<()>;
@@ -150,6 +151,8 @@ pub trait AccessStore: Send + Sync {
     async fn save_idempotent_response(&self, scope: &str, key: &str, response: &StoredResponse) -> StoreResult<()>;
     /// Forgets up to `limit` idempotency records created before `before`; returns how many.
     async fn prune_idempotency(&self, before: Millis, limit: usize) -> StoreResult<u64>;
+    /// Removes up to `limit` of what `what` names, created before `before`; returns how many.
+    async fn purge(&self, what: Purge, before: Millis, limit: usize) -> StoreResult<u64>;
 }
 
 /// Health data: circuit breakers, latency histograms and the summary counts.

@@ -65,6 +65,8 @@ pub struct Endpoint {
     pub headers: BTreeMap<String, String>,
     pub secrets: SealedSecrets,
     pub delivery: DeliverySettings,
+    /// Herald extension: the request's method, URL template and body format (postbacks).
+    pub request: Option<crate::postback::RequestSettings>,
     pub created_at: Millis,
     pub updated_at: Millis,
 }
@@ -356,6 +358,18 @@ pub struct DeadLetter {
     pub status_code: u16,
     pub error_class: Option<String>,
     pub error: Option<String>,
+}
+
+/// What the retention purge removes, in batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purge {
+    /// Payloads of messages older than the cut-off with nothing left to deliver (their
+    /// metadata stays; they read as expunged).
+    Payloads,
+    /// Response bodies of older attempts.
+    Responses,
+    /// Older attempt rows, except those of deliveries still pending.
+    Attempts,
 }
 
 /// Deliveries of an endpoint by Svix status (also the API's `EndpointStats`).

@@ -143,3 +143,54 @@ async fn sensitive_fields_are_masked_for_portal_tokens_without_the_permission() 
     let delivered: Value = serde_json::from_slice(&receiver.requests()[0].body).unwrap();
     assert_eq!(delivered["click_id"], "c-123");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postback_fields_stay_out_of_logs_attempt_urls_and_masked_views() {
+    let click = unique("CANARYCLICK");
+    let payout = unique("CANARYPAYOUT");
+    let tracker = Receiver::start(|_, n| if n == 0 { Reply::status(503) } else { Reply::ok() }).await;
+    let storage = Storage::new().await;
+    let herald = Process::start_with(&storage, &[("RUST_LOG", "trace")]);
+    let api = Client { http: reqwest::Client::new(), base: herald.base.clone() };
+    let admin = crate::support::server::ADMIN_TOKEN;
+    let (_, app) = api.call(reqwest::Method::POST, admin, "/api/v1/app", Some(json!({"name": "aff"}))).await;
+    let app = app["id"].as_str().unwrap().to_owned();
+    let template = format!("{}/pb?clickid={{click_id}}&payout={{affiliate_payout}}", tracker.url(""));
+    let endpoint = json!({"url": tracker.url("/"), "request": {"method": "GET", "urlTemplate": template},
+                          "delivery": {"retry": {"strategy": "schedule", "delaysMs": [10], "jitterPercent": 0}}});
+    let (status, _) =
+        api.call(reqwest::Method::POST, admin, &format!("/api/v1/app/{app}/endpoint"), Some(endpoint)).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let message = json!({"eventType": "conversion", "payload": {"click_id": click, "affiliate_payout": payout}});
+    let (_, sent) = api.call(reqwest::Method::POST, admin, &format!("/api/v1/app/{app}/msg"), Some(message)).await;
+    let msg = sent["id"].as_str().unwrap().to_owned();
+    let got = tracker.wait_for(None, 2).await;
+    assert!(got[1].query.as_deref().unwrap().contains(&click), "the tracker gets the real value");
+
+    let (_, attempts) =
+        api.call(reqwest::Method::GET, admin, &format!("/api/v1/app/{app}/attempt/msg/{msg}"), None).await;
+    assert!(!attempts.to_string().contains(&click), "attempt URLs keep the macro, not the value: {attempts}");
+    let (_, access) =
+        api.call(reqwest::Method::POST, admin, &format!("/api/v1/auth/app-portal-access/{app}"), Some(json!({}))).await;
+    let portal = access["token"].as_str().unwrap().to_owned();
+    let (_, listed) = api.call(reqwest::Method::GET, &portal, &format!("/api/v1/app/{app}/msg"), None).await;
+    let listed = listed.to_string();
+    assert!(!listed.contains(&click) && !listed.contains(&payout), "masked for the portal token: {listed}");
+    let page = reqwest::Client::new()
+        .get(format!("{}/app/{app}/msg/{msg}", herald.base))
+        .header("cookie", format!("herald_session={portal}"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("[redacted]") && !page.contains(&click) && !page.contains(&payout),
+        "the dashboard masks too"
+    );
+
+    let logs = herald.stop();
+    assert!(logs.contains("TRACE"));
+    assert!(!logs.contains(&click) && !logs.contains(&payout), "postback fields reach no log");
+}

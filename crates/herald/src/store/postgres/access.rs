@@ -5,7 +5,8 @@ use async_trait::async_trait;
 use super::{PgStore, db_err};
 use crate::clock::Millis;
 use crate::ids::AppId;
-use crate::store::{AccessStore, PortalToken, StoreResult, StoredResponse};
+use crate::ids::first_body_at;
+use crate::store::{AccessStore, PortalToken, Purge, StoreResult, StoredResponse};
 
 #[async_trait]
 impl AccessStore for PgStore {
@@ -74,6 +75,32 @@ impl AccessStore for PgStore {
             .await
             .map_err(db_err)?;
         Ok(())
+    }
+
+    async fn purge(&self, what: Purge, before: Millis, limit: usize) -> StoreResult<u64> {
+        let (sql, prefix) = match what {
+            Purge::Payloads => (
+                "UPDATE herald.message SET payload = NULL WHERE id IN
+                    (SELECT m.id FROM herald.message m WHERE m.id < $1 AND m.payload IS NOT NULL
+                     AND NOT EXISTS (SELECT 1 FROM herald.delivery d WHERE d.msg_id = m.id AND d.state = 0) LIMIT $2)",
+                "msg_",
+            ),
+            Purge::Responses => (
+                "UPDATE herald.attempt SET response = '' WHERE id IN
+                    (SELECT id FROM herald.attempt WHERE id < $1 AND response <> '' LIMIT $2)",
+                "atmpt_",
+            ),
+            Purge::Attempts => (
+                "DELETE FROM herald.attempt WHERE id IN
+                    (SELECT a.id FROM herald.attempt a WHERE a.id < $1
+                     AND NOT EXISTS (SELECT 1 FROM herald.delivery d WHERE d.id = a.delivery_id AND d.state = 0)
+                     LIMIT $2)",
+                "atmpt_",
+            ),
+        };
+        let bound = format!("{prefix}{}", first_body_at(before));
+        let client = self.client().await?;
+        client.execute(sql, &[&bound, &(limit as i64)]).await.map_err(db_err)
     }
 
     async fn prune_idempotency(&self, before: Millis, limit: usize) -> StoreResult<u64> {

@@ -56,6 +56,7 @@ fn endpoint_params(e: &Endpoint) -> Vec<Box<dyn ToSql + Sync + Send>> {
         Box::new(Json(e.headers.clone())),
         Box::new(e.secrets.0.clone()),
         Box::new(Json(e.delivery.clone())),
+        Box::new(e.request.clone().map(Json)),
         Box::new(e.created_at),
         Box::new(e.updated_at),
     ]
@@ -174,10 +175,10 @@ impl CatalogStore for PgStore {
     async fn update_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()> {
         let sql = "UPDATE herald.endpoint SET uid = $2, url = $3, description = $4, disabled = $5, event_types = $6,
                        channels = $7, metadata = $8, throttle_rate = $9, headers = $10, secrets = $11, delivery = $12,
-                       updated_at = $13
+                       request = $13, updated_at = $14
                    WHERE id = $1";
         let mut params = endpoint_params(endpoint);
-        params.remove(13); // created_at never changes
+        params.remove(14); // created_at never changes
         params.remove(1); // nor does app_id
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db_err)?;

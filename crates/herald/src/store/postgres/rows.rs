@@ -28,7 +28,7 @@ pub fn app(row: &Row) -> App {
 }
 
 pub const ENDPOINT_COLUMNS: &str = "id, app_id, uid, url, description, disabled, event_types, channels, metadata, \
-     throttle_rate, headers, secrets, delivery, created_at, updated_at";
+     throttle_rate, headers, secrets, delivery, request, created_at, updated_at";
 
 pub fn endpoint(row: &Row) -> Endpoint {
     Endpoint {
@@ -45,8 +45,9 @@ pub fn endpoint(row: &Row) -> Endpoint {
         headers: row.get::<_, Json<_>>(10).0,
         secrets: SealedSecrets(row.get(11)),
         delivery: row.get::<_, Json<_>>(12).0,
-        created_at: row.get(13),
-        updated_at: row.get(14),
+        request: row.get::<_, Option<Json<_>>>(13).map(|j| j.0),
+        created_at: row.get(14),
+        updated_at: row.get(15),
     }
 }
 

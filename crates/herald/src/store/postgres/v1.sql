@@ -27,6 +27,7 @@ CREATE TABLE herald.endpoint (
     headers       jsonb NOT NULL,
     secrets       text NOT NULL, -- sealed: v1.<key id>.<nonce+ciphertext>
     delivery      jsonb NOT NULL,
+    request       jsonb,
     created_at    bigint NOT NULL,
     updated_at    bigint NOT NULL,
     UNIQUE (app_id, uid)

@@ -7,7 +7,8 @@ use super::SqliteStore;
 use super::messages::{save_response, stored_response};
 use crate::clock::Millis;
 use crate::ids::AppId;
-use crate::store::{AccessStore, PortalToken, StoreResult, StoredResponse};
+use crate::ids::first_body_at;
+use crate::store::{AccessStore, PortalToken, Purge, StoreResult, StoredResponse};
 
 #[async_trait]
 impl AccessStore for SqliteStore {
@@ -64,6 +65,30 @@ impl AccessStore for SqliteStore {
     async fn save_idempotent_response(&self, scope: &str, key: &str, response: &StoredResponse) -> StoreResult<()> {
         let (scope, key, response) = (scope.to_owned(), key.to_owned(), response.clone());
         self.writer.write(move |conn| save_response(conn, &scope, &key, &response)).await
+    }
+
+    async fn purge(&self, what: Purge, before: Millis, limit: usize) -> StoreResult<u64> {
+        let (sql, prefix) = match what {
+            Purge::Payloads => (
+                "UPDATE message SET payload = NULL WHERE id IN
+                    (SELECT m.id FROM message m WHERE m.id < ?1 AND m.payload IS NOT NULL
+                     AND NOT EXISTS (SELECT 1 FROM delivery d WHERE d.msg_id = m.id AND d.state = 0) LIMIT ?2)",
+                "msg_",
+            ),
+            Purge::Responses => (
+                "UPDATE attempt SET response = '' WHERE id IN
+                    (SELECT id FROM attempt WHERE id < ?1 AND response <> '' LIMIT ?2)",
+                "atmpt_",
+            ),
+            Purge::Attempts => (
+                "DELETE FROM attempt WHERE id IN
+                    (SELECT a.id FROM attempt a WHERE a.id < ?1
+                     AND NOT EXISTS (SELECT 1 FROM delivery d WHERE d.id = a.delivery_id AND d.state = 0) LIMIT ?2)",
+                "atmpt_",
+            ),
+        };
+        let bound = format!("{prefix}{}", first_body_at(before));
+        self.writer.write(move |conn| Ok(conn.prepare_cached(sql)?.execute(params![bound, limit as i64])? as u64)).await
     }
 
     async fn prune_idempotency(&self, before: Millis, limit: usize) -> StoreResult<u64> {

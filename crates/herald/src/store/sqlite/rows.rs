@@ -54,7 +54,7 @@ pub fn app(row: &Row<'_>) -> rusqlite::Result<App> {
 }
 
 pub const ENDPOINT_COLUMNS: &str = "id, app_id, uid, url, description, disabled, event_types, channels, metadata, \
-     throttle_rate, headers, secrets, delivery, created_at, updated_at";
+     throttle_rate, headers, secrets, delivery, request, created_at, updated_at";
 
 pub fn endpoint(row: &Row<'_>) -> rusqlite::Result<Endpoint> {
     Ok(Endpoint {
@@ -71,8 +71,9 @@ pub fn endpoint(row: &Row<'_>) -> rusqlite::Result<Endpoint> {
         headers: from_json(row, 10)?,
         secrets: SealedSecrets(row.get(11)?),
         delivery: from_json(row, 12)?,
-        created_at: row.get(13)?,
-        updated_at: row.get(14)?,
+        request: opt_json(row, 13)?,
+        created_at: row.get(14)?,
+        updated_at: row.get(15)?,
     })
 }
 
@@ -92,6 +93,7 @@ pub fn endpoint_values(e: &Endpoint) -> Vec<Value> {
         Value::Text(to_json(&e.headers)),
         Value::Text(e.secrets.0.clone()),
         Value::Text(to_json(&e.delivery)),
+        opt_json_value(&e.request).map_or(Value::Null, Value::Text),
         Value::Integer(e.created_at),
         Value::Integer(e.updated_at),
     ]

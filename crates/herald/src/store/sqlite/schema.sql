@@ -27,6 +27,7 @@ CREATE TABLE endpoint (
     headers       TEXT NOT NULL, -- JSON object
     secrets       TEXT NOT NULL, -- sealed: v1.<key id>.<nonce+ciphertext>
     delivery      TEXT NOT NULL, -- JSON delivery settings as given
+    request       TEXT,          -- JSON request settings (postbacks), when given
     created_at    INTEGER NOT NULL,
     updated_at    INTEGER NOT NULL,
     UNIQUE (app_id, uid)

@@ -17,6 +17,9 @@ use tokio::time::Instant;
 #[derive(Debug, Clone)]
 pub struct Received {
     pub path: String,
+    /// The query string, when there was one.
+    pub query: Option<String>,
+    pub method: String,
     pub headers: HeaderMap,
     pub body: Bytes,
     pub at: Instant,
@@ -140,8 +143,21 @@ impl Receiver {
     }
 }
 
-async fn handle(State(shared): State<Arc<Shared>>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
-    let received = Received { path: uri.path().to_owned(), headers, body, at: Instant::now() };
+async fn handle(
+    State(shared): State<Arc<Shared>>,
+    method: axum::http::Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let received = Received {
+        path: uri.path().to_owned(),
+        query: uri.query().map(str::to_owned),
+        method: method.to_string(),
+        headers,
+        body,
+        at: Instant::now(),
+    };
     let seen = {
         let mut per_path = shared.per_path.lock().unwrap();
         let count = per_path.entry(received.path.clone()).or_default();
