@@ -130,9 +130,9 @@ impl CatalogStore for PgStore {
     }
 
     async fn insert_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()> {
-        let marks = (1..=15).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ");
-        let sql = format!("INSERT INTO herald.endpoint ({ENDPOINT_COLUMNS}) VALUES ({marks})");
         let params = endpoint_params(endpoint);
+        let marks = (1..=params.len()).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ");
+        let sql = format!("INSERT INTO herald.endpoint ({ENDPOINT_COLUMNS}) VALUES ({marks})");
         let announce = endpoint_change(&endpoint.app_id, &endpoint.id);
         self.change(&sql, &refs(&params), announce, ENDPOINT_CONFLICT).await.map(drop)
     }
