@@ -47,10 +47,10 @@ if cargo nextest --version >/dev/null 2>&1; then
     cargo nextest run --workspace --no-fail-fast "$@"
     echo "==> the HTTP integration suite again, on PostgreSQL"
     HERALD_TEST_BACKEND=postgres cargo nextest run --workspace --no-fail-fast --test it \
-        -E 'not test(/^postgres::/) and not test(/^bench::/) ' "$@"
+        -E 'not test(/^postgres::/) and not test(/^bench::/) and not test(/^faults::/)' "$@"
 else
     cargo test --workspace --no-fail-fast "$@"
     echo "==> the HTTP integration suite again, on PostgreSQL"
     HERALD_TEST_BACKEND=postgres cargo test --workspace --no-fail-fast --test it -- \
-        --skip postgres:: --skip bench:: "$@"
+        --skip postgres:: --skip bench:: --skip faults:: "$@"
 fi

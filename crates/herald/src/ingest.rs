@@ -8,7 +8,9 @@ use crate::catalog::{Catalog, Target};
 use crate::dispatch::{Dispatcher, Job};
 use crate::endpoint_settings::Ordering;
 use crate::ids::EndpointId;
-use crate::store::{IdempotencyRecord, IngestResult, Message, NewDelivery, NewMessage, Store, StoreResult, Trigger};
+use crate::store::{
+    IdempotencyRecord, IngestResult, Message, NewDelivery, NewMessage, Store, StoreError, StoreResult, Trigger,
+};
 
 pub struct Ingestor {
     store: Arc<dyn Store>,
@@ -46,6 +48,7 @@ impl Ingestor {
                 Route::Only(id) => &t.endpoint.id == id && !t.endpoint.disabled,
             })
             .collect();
+        let chosen: Vec<Arc<Target>> = chosen.into_iter().cloned().collect();
         let deliveries: Vec<NewDelivery> = chosen
             .iter()
             .map(|t| NewDelivery { endpoint: t.endpoint.id.clone(), strict: t.settings.ordering == Ordering::Strict })
@@ -56,35 +59,41 @@ impl Ingestor {
         let strict = deliveries.len() - immediate;
         let in_memory = self.delivers && immediate > 0 && self.dispatcher.try_reserve(immediate);
         let message = Arc::new(message);
-        let result = self
-            .store
-            .ingest(NewMessage {
-                message: (*message).clone(),
-                deliveries,
-                owner: in_memory.then(|| self.dispatcher.owner().to_string()),
-                idempotency,
-            })
-            .await;
-        match &result {
-            Ok(IngestResult::Created { deliveries }) => {
-                if in_memory {
-                    let jobs = deliveries.iter().zip(&chosen).filter(|(_, t)| t.settings.ordering != Ordering::Strict);
-                    self.dispatcher.submit(jobs.map(|(delivery_id, target)| Job {
-                        delivery_id: *delivery_id,
-                        endpoint_id: target.endpoint.id.clone(),
-                        message: message.clone(),
-                        attempts: 0,
-                        trigger: Trigger::Scheduled,
-                        target: (*target).clone(),
-                    }));
+        let new = NewMessage {
+            message: (*message).clone(),
+            deliveries,
+            owner: in_memory.then(|| self.dispatcher.owner().to_string()),
+            idempotency,
+        };
+        // The commit and the hand-off run in their own task: if the caller goes away (the
+        // client hung up mid-request), a committed message must still reach the dispatcher,
+        // or its deliveries would stay claimed by this process with nobody working on them.
+        let (store, dispatcher) = (self.store.clone(), self.dispatcher.clone());
+        let committing = tokio::spawn(async move {
+            let result = store.ingest(new).await;
+            match &result {
+                Ok(IngestResult::Created { deliveries }) => {
+                    if in_memory {
+                        let jobs =
+                            deliveries.iter().zip(&chosen).filter(|(_, t)| t.settings.ordering != Ordering::Strict);
+                        dispatcher.submit(jobs.map(|(delivery_id, target)| Job {
+                            delivery_id: *delivery_id,
+                            endpoint_id: target.endpoint.id.clone(),
+                            message: message.clone(),
+                            attempts: 0,
+                            trigger: Trigger::Scheduled,
+                            target: target.clone(),
+                        }));
+                    }
+                    if strict > 0 || (immediate > 0 && !in_memory) {
+                        dispatcher.poke();
+                    }
                 }
-                if strict > 0 || (immediate > 0 && !in_memory) {
-                    self.dispatcher.poke();
-                }
+                _ if in_memory => dispatcher.unreserve(immediate),
+                _ => {}
             }
-            _ if in_memory => self.dispatcher.unreserve(immediate),
-            _ => {}
-        }
-        result
+            result
+        });
+        committing.await.map_err(|e| StoreError::Other(anyhow::anyhow!("the ingest task failed: {e}")))?
     }
 }

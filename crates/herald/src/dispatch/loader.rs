@@ -116,7 +116,8 @@ async fn with_targets(dispatcher: &Dispatcher, claimed: Vec<ClaimedDelivery>) ->
     let mut cancelled = vec![];
     for delivery in claimed {
         if !targets.contains_key(&delivery.endpoint_id) {
-            let target = dispatcher.catalog.target(&delivery.endpoint_id).await?;
+            let endpoint = &delivery.endpoint_id;
+            let target = persist(|| dispatcher.catalog.target(endpoint)).await?;
             targets.insert(delivery.endpoint_id.clone(), target);
         }
         match targets[&delivery.endpoint_id].clone() {
@@ -135,8 +136,33 @@ async fn with_targets(dispatcher: &Dispatcher, claimed: Vec<ClaimedDelivery>) ->
     }
     if !cancelled.is_empty() {
         let n = cancelled.len();
-        dispatcher.store.record_outcomes(&dispatcher.owner(), cancelled).await?;
+        let owner = dispatcher.owner();
+        persist(|| dispatcher.store.record_outcomes(&owner, cancelled.clone())).await?;
         dispatcher.lanes().forget(n);
     }
     Ok(jobs)
 }
+
+/// Tries a store call until it answers (a while at most): the deliveries just claimed are
+/// held by this process, and giving up on them here would strand them under its claim.
+async fn persist<T, F, Fut>(mut call: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let mut tries = 0;
+    loop {
+        match call().await {
+            Ok(value) => return Ok(value),
+            Err(e) if tries < PERSIST_TRIES => {
+                tries += 1;
+                tracing::warn!(error = %e, "the store is not answering; holding on to claimed deliveries");
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// How many times `persist` tries (half a second apart).
+const PERSIST_TRIES: u32 = 240;

@@ -7,6 +7,7 @@ mod bench;
 mod dashboard;
 mod dead_letters;
 mod delivery;
+mod faults;
 mod hardening;
 mod health;
 mod hostile;

@@ -61,6 +61,24 @@ impl Process {
         self.output.lock().unwrap().clone()
     }
 
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Sends a signal (SIGSTOP, SIGCONT, …) and returns at once.
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: signalling our own child process.
+        unsafe { libc::kill(self.pid(), signal) };
+    }
+
+    /// SIGTERM, then waits for the exit; returns the exit status and the whole output.
+    pub fn terminate(mut self) -> (std::process::ExitStatus, String) {
+        self.signal(libc::SIGTERM);
+        let status = self.child.wait().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        (status, self.output())
+    }
+
     pub fn kill(mut self) {
         self.child.kill().unwrap(); // SIGKILL
         self.child.wait().unwrap();

@@ -38,11 +38,14 @@ pub struct Reply {
     pub delay: Duration,
     pub body: String,
     pub headers: Vec<(String, String)>,
+    /// How long the request counts as in flight at most: for answers slower than the
+    /// sender's timeout, the sender has hung up by then, but the handler cannot tell.
+    pub counted_for: Option<Duration>,
 }
 
 impl Reply {
     pub fn status(status: u16) -> Self {
-        Self { status, delay: Duration::ZERO, body: String::new(), headers: vec![] }
+        Self { status, delay: Duration::ZERO, body: String::new(), headers: vec![], counted_for: None }
     }
 
     pub fn ok() -> Self {
@@ -51,6 +54,12 @@ impl Reply {
 
     pub fn after(mut self, delay: Duration) -> Self {
         self.delay = delay;
+        self
+    }
+
+    /// Counts the request as in flight for `window` at most (see `counted_for`).
+    pub fn counted_for(mut self, window: Duration) -> Self {
+        self.counted_for = Some(window);
         self
     }
 
@@ -164,12 +173,17 @@ async fn handle(
         *count += 1;
         *count - 1
     };
-    let _open = Open::new(&shared, &received.path);
+    let open = Open::new(&shared, &received.path);
     let reply = (shared.script)(&received, seen);
     shared.requests.lock().unwrap().push(received);
     shared.arrived.notify_waiters();
     if !reply.delay.is_zero() {
-        tokio::time::sleep(reply.delay).await;
+        let counted = reply.counted_for.unwrap_or(reply.delay).min(reply.delay);
+        tokio::time::sleep(counted).await;
+        if reply.counted_for.is_some() {
+            drop(open);
+        }
+        tokio::time::sleep(reply.delay - counted).await;
     }
     let mut response = (StatusCode::from_u16(reply.status).unwrap(), reply.body).into_response();
     for (name, value) in reply.headers {
@@ -188,19 +202,28 @@ struct Open {
 }
 
 impl Open {
+    /// Counts the request under its path and under `*` (every path together).
     fn new(shared: &Arc<Shared>, path: &str) -> Self {
         let mut concurrency = shared.concurrency.lock().unwrap();
-        let (now, max) = concurrency.entry(path.to_owned()).or_default();
-        *now += 1;
-        *max = (*max).max(*now);
+        for key in [path, ALL_PATHS] {
+            let (now, max) = concurrency.entry(key.to_owned()).or_default();
+            *now += 1;
+            *max = (*max).max(*now);
+        }
         Self { shared: shared.clone(), path: path.to_owned() }
     }
 }
 
 impl Drop for Open {
     fn drop(&mut self) {
-        if let Some((now, _)) = self.shared.concurrency.lock().unwrap().get_mut(&self.path) {
-            *now -= 1;
+        let mut concurrency = self.shared.concurrency.lock().unwrap();
+        for key in [self.path.as_str(), ALL_PATHS] {
+            if let Some((now, _)) = concurrency.get_mut(key) {
+                *now -= 1;
+            }
         }
     }
 }
+
+/// The key under which `max_concurrent` counts requests to every path together.
+pub const ALL_PATHS: &str = "*";

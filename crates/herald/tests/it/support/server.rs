@@ -40,13 +40,18 @@ impl Storage {
     /// Storage of the suite's backend.
     pub async fn new() -> Self {
         match backend() {
-            Backend::Sqlite => Self {
-                dir: tempfile::tempdir().unwrap(),
-                database_url: None,
-                cluster: None,
-                secret_key: herald::sealing::generate_key(),
-            },
+            Backend::Sqlite => Self::sqlite(),
             Backend::Postgres => Self::postgres().await,
+        }
+    }
+
+    /// SQLite storage, whatever the suite's backend.
+    pub fn sqlite() -> Self {
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+            database_url: None,
+            cluster: None,
+            secret_key: herald::sealing::generate_key(),
         }
     }
 

@@ -1,0 +1,452 @@
+//! The fault-injection harness: real `herald serve` processes on real storage, a producer
+//! that logs every ingest as ok, failed or unknown, recording receivers, and a seeded
+//! schedule of faults. After the faults it heals everything, retries the ingests whose
+//! outcome is unknown with their idempotency keys, waits for the backlog to drain, and
+//! checks the invariants (see `invariants.rs`).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::schedule::{Fault, Step, schedule};
+use crate::support::process::Process;
+use crate::support::server::{ADMIN_TOKEN, Backend, Storage};
+use crate::support::{Receiver, Reply};
+
+pub const ENDPOINTS: [&str; 3] = ["/e0", "/e1", "/e2"];
+/// Attempts in flight per application and process.
+pub const APP_CAP: usize = 8;
+pub const LEASE: Duration = Duration::from_secs(2);
+/// One message in this many is poison (every attempt of it panics inside Herald).
+const POISON_EVERY: usize = 250;
+
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub backend: Backend,
+    pub seed: u64,
+    pub messages: usize,
+    pub fault_time: Duration,
+}
+
+/// What the producer knows about each ingest, by idempotency key.
+#[derive(Default)]
+pub struct Ledger {
+    /// Every message id a key was answered with (more than one would break I4).
+    pub ids: HashMap<String, HashSet<String>>,
+    /// Keys whose outcome is not a 202 yet: failed (an error answer) or unknown (no answer).
+    pub open: HashMap<String, Value>,
+    pub failed: u64,
+    pub unknown: u64,
+    /// Keys of poison messages.
+    pub poison: HashSet<String>,
+    /// Problems seen while the run went on (SIGTERM exit codes, idempotency storms).
+    pub violations: Vec<String>,
+}
+
+/// The Herald processes sharing the storage, by slot; `None` while one is down.
+pub struct Herald {
+    pub storage: Storage,
+    slots: Vec<Option<Process>>,
+    env: Vec<(String, String)>,
+    /// Base URLs of the processes up now, for the producer.
+    pub bases: Arc<Mutex<Vec<String>>>,
+}
+
+impl Herald {
+    fn start(storage: Storage, processes: usize) -> Self {
+        let env = vec![
+            ("HERALD_FAULTS__PANIC_ON_EVENT_TYPE".to_owned(), "poison".to_owned()),
+            ("HERALD_QUEUE__LEASE_MS".to_owned(), LEASE.as_millis().to_string()),
+            ("HERALD_QUEUE__SHUTDOWN_GRACE_MS".to_owned(), "5000".to_owned()),
+            ("HERALD_AUTH__ADMIN_REQUESTS_PER_SECOND".to_owned(), "0".to_owned()),
+        ];
+        let mut herald = Self { storage, slots: Vec::new(), env, bases: Arc::default() };
+        for _ in 0..processes {
+            herald.slots.push(None);
+        }
+        for slot in 0..processes {
+            herald.up(slot);
+        }
+        herald
+    }
+
+    fn up(&mut self, slot: usize) {
+        let env: Vec<(&str, &str)> = self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let process = Process::start_with(&self.storage, &env);
+        self.slots[slot] = Some(process);
+        self.publish();
+    }
+
+    fn publish(&self) {
+        *self.bases.lock().unwrap() = self.slots.iter().flatten().map(|p| p.base.clone()).collect();
+    }
+
+    fn down(&mut self, slot: usize) -> Option<Process> {
+        let process = self.slots[slot].take();
+        self.publish();
+        process
+    }
+
+    pub fn any_base(&self) -> String {
+        self.bases.lock().unwrap().first().cloned().expect("a Herald process is up")
+    }
+
+    pub fn processes(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Restarts every slot that is down.
+    fn heal(&mut self) {
+        for slot in 0..self.slots.len() {
+            if self.slots[slot].is_none() {
+                self.up(slot);
+            }
+        }
+    }
+
+    pub fn shut_down(mut self) {
+        for slot in 0..self.slots.len() {
+            if let Some(process) = self.down(slot) {
+                process.kill();
+            }
+        }
+    }
+}
+
+/// The receivers (one server, a path per endpoint) and what they acknowledged with a 2xx.
+pub struct Receivers {
+    pub receiver: Receiver,
+    pub flapping: Arc<AtomicBool>,
+    /// (webhook-id, path) answered 2xx, and how many times.
+    pub acked: Arc<Mutex<HashMap<(String, String), usize>>>,
+}
+
+async fn receivers() -> Receivers {
+    let flapping = Arc::new(AtomicBool::new(false));
+    let acked: Arc<Mutex<HashMap<(String, String), usize>>> = Arc::default();
+    let (flag, log) = (flapping.clone(), acked.clone());
+    let turn = Arc::new(AtomicU64::new(0));
+    let receiver = Receiver::start(move |r, _| {
+        if flag.load(Ordering::SeqCst) {
+            // Alternate 500s and answers slower than the attempt timeout.
+            return if turn.fetch_add(1, Ordering::SeqCst).is_multiple_of(2) {
+                Reply::status(500)
+            } else {
+                // Herald hangs up at its 1 s timeout, counted from before this request
+                // arrived: counting it for 950 ms never overlaps the next attempt.
+                Reply::ok().after(Duration::from_millis(1500)).counted_for(Duration::from_millis(950))
+            };
+        }
+        *log.lock().unwrap().entry((r.header("webhook-id").to_owned(), r.path.clone())).or_default() += 1;
+        Reply::ok()
+    })
+    .await;
+    Receivers { receiver, flapping, acked }
+}
+
+/// Everything a finished run leaves for the checks.
+pub struct Run {
+    pub plan: Plan,
+    pub herald: Herald,
+    pub receivers: Receivers,
+    pub ledger: Arc<Mutex<Ledger>>,
+    pub app: String,
+    /// Endpoint id by receiver path, and its signing secret.
+    pub endpoints: Vec<(String, String, String)>,
+    pub last_fault_healed: Instant,
+    pub faults: Vec<(Fault, Duration)>,
+}
+
+pub async fn run(plan: Plan) -> Run {
+    let storage = match plan.backend {
+        Backend::Sqlite => Storage::sqlite(),
+        Backend::Postgres => Storage::postgres().await,
+    };
+    let processes = if plan.backend == Backend::Postgres { 2 } else { 1 };
+    let mut herald = Herald::start(storage, processes);
+    let receivers = receivers().await;
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(5)).no_proxy().build().unwrap();
+    let (app, endpoints) = setup(&client, &herald.any_base(), &receivers.receiver).await;
+
+    let ledger: Arc<Mutex<Ledger>> = Arc::default();
+    let producing =
+        tokio::spawn(produce(plan.clone(), client.clone(), herald.bases.clone(), app.clone(), ledger.clone()));
+    let mut faults = Vec::new();
+    for step in schedule(plan.backend, plan.seed, plan.fault_time, LEASE) {
+        let started = Instant::now();
+        inject(&mut herald, &receivers, &client, &app, &ledger, step, plan.seed).await;
+        faults.push((step.fault, started.elapsed()));
+        tokio::time::sleep(step.gap).await;
+    }
+    herald.heal();
+    receivers.flapping.store(false, Ordering::SeqCst);
+    let last_fault_healed = Instant::now();
+    producing.await.unwrap();
+    retry_open_ingests(&client, &herald, &app, &ledger).await;
+    Run { plan, herald, receivers, ledger, app, endpoints, last_fault_healed, faults }
+}
+
+/// An application (cap 8 per process) with an endpoint per receiver path: short attempt
+/// timeouts, many quick retries, a breaker that reopens soon.
+async fn setup(client: &reqwest::Client, base: &str, receiver: &Receiver) -> (String, Vec<(String, String, String)>) {
+    let post =
+        |path: String, body: Value| client.post(format!("{base}{path}")).bearer_auth(ADMIN_TOKEN).json(&body).send();
+    let app: Value = post("/api/v1/app".into(), json!({"name": "faults", "maxConcurrency": APP_CAP}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let app = app["id"].as_str().unwrap().to_owned();
+    let delivery = json!({
+        "timeoutMs": 1000,
+        "retry": {"strategy": "schedule", "jitterPercent": 20,
+                  "delaysMs": [200, 400, 800, 1600, 3000, 3000, 3000, 3000]},
+        "circuitBreaker": {"failureThreshold": 10, "cooldownMs": 1000, "maxCooldownMs": 4000},
+    });
+    let mut endpoints = Vec::new();
+    for path in ENDPOINTS {
+        let body = json!({"url": receiver.url(path), "delivery": delivery});
+        let endpoint: Value = post(format!("/api/v1/app/{app}/endpoint"), body).await.unwrap().json().await.unwrap();
+        let id = endpoint["id"].as_str().unwrap().to_owned();
+        let secret: Value = client
+            .get(format!("{base}/api/v1/app/{app}/endpoint/{id}/secret"))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        endpoints.push((path.to_owned(), id, secret["key"].as_str().unwrap().to_owned()));
+    }
+    (app, endpoints)
+}
+
+/// Sends the plan's messages spread over the fault time, each under its own idempotency
+/// key, to whichever process is up.
+async fn produce(
+    plan: Plan,
+    client: reqwest::Client,
+    bases: Arc<Mutex<Vec<String>>>,
+    app: String,
+    ledger: Arc<Mutex<Ledger>>,
+) {
+    let interval = plan.fault_time.div_f64(plan.messages as f64);
+    let mut tick = tokio::time::interval(interval);
+    let mut rng = StdRng::seed_from_u64(plan.seed ^ 0x9e37_79b9);
+    for i in 0..plan.messages {
+        tick.tick().await;
+        let key = format!("key-{}-{i}", plan.seed);
+        let event_type = if i % POISON_EVERY == POISON_EVERY - 1 { "poison" } else { "order.paid" };
+        let body = json!({"eventType": event_type, "payload": {"i": i, "pad": "x".repeat(64)}});
+        if event_type == "poison" {
+            ledger.lock().unwrap().poison.insert(key.clone());
+        }
+        let base = {
+            let bases = bases.lock().unwrap();
+            if bases.is_empty() { None } else { Some(bases[rng.random_range(0..bases.len())].clone()) }
+        };
+        let outcome = match base {
+            Some(base) => ingest(&client, &base, &app, &key, &body).await,
+            None => Ingest::Failed,
+        };
+        record(&ledger, &key, body, outcome);
+    }
+}
+
+pub enum Ingest {
+    Accepted(String),
+    Failed,
+    Unknown,
+}
+
+async fn ingest(client: &reqwest::Client, base: &str, app: &str, key: &str, body: &Value) -> Ingest {
+    let sent = client
+        .post(format!("{base}/api/v1/app/{app}/msg"))
+        .bearer_auth(ADMIN_TOKEN)
+        .header("idempotency-key", key)
+        .json(body)
+        .send()
+        .await;
+    match sent {
+        Ok(response) if response.status() == reqwest::StatusCode::ACCEPTED => match response.json::<Value>().await {
+            Ok(message) => Ingest::Accepted(message["id"].as_str().unwrap_or_default().to_owned()),
+            Err(_) => Ingest::Unknown,
+        },
+        Ok(_) => Ingest::Failed,
+        Err(_) => Ingest::Unknown,
+    }
+}
+
+fn record(ledger: &Mutex<Ledger>, key: &str, body: Value, outcome: Ingest) {
+    let mut ledger = ledger.lock().unwrap();
+    match outcome {
+        Ingest::Accepted(id) => {
+            ledger.ids.entry(key.to_owned()).or_default().insert(id);
+            ledger.open.remove(key);
+        }
+        Ingest::Failed => {
+            ledger.failed += 1;
+            ledger.open.insert(key.to_owned(), body);
+        }
+        Ingest::Unknown => {
+            ledger.unknown += 1;
+            ledger.open.insert(key.to_owned(), body);
+        }
+    }
+}
+
+/// After healing: every ingest without a 202 is sent again with its key until accepted.
+async fn retry_open_ingests(client: &reqwest::Client, herald: &Herald, app: &str, ledger: &Arc<Mutex<Ledger>>) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let open: Vec<(String, Value)> = ledger.lock().unwrap().open.clone().into_iter().collect();
+        if open.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{} ingests still refused a minute after healing", open.len());
+        for (key, body) in open {
+            let outcome = ingest(client, &herald.any_base(), app, &key, &body).await;
+            if let Ingest::Accepted(id) = outcome {
+                let mut ledger = ledger.lock().unwrap();
+                ledger.ids.entry(key.clone()).or_default().insert(id);
+                ledger.open.remove(&key);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn inject(
+    herald: &mut Herald,
+    receivers: &Receivers,
+    client: &reqwest::Client,
+    app: &str,
+    ledger: &Arc<Mutex<Ledger>>,
+    step: Step,
+    seed: u64,
+) {
+    let slot = (seed as usize + step.hold.as_millis() as usize) % herald.processes();
+    match step.fault {
+        Fault::Kill => {
+            if let Some(process) = herald.down(slot) {
+                process.kill();
+            }
+            tokio::time::sleep(step.hold).await;
+            herald.up(slot);
+        }
+        Fault::Term => {
+            if let Some(process) = herald.down(slot) {
+                let started = Instant::now();
+                let (status, _) = tokio::task::spawn_blocking(move || process.terminate()).await.unwrap();
+                if !status.success() || started.elapsed() > Duration::from_secs(8) {
+                    let took = started.elapsed();
+                    ledger.lock().unwrap().violations.push(format!("SIGTERM: exit {status} after {took:?}"));
+                }
+            }
+            tokio::time::sleep(step.hold).await;
+            herald.up(slot);
+        }
+        Fault::Stop => {
+            if let Some(process) = herald.slots[slot].as_ref() {
+                process.signal(libc::SIGSTOP);
+                tokio::time::sleep(step.hold).await;
+                process.signal(libc::SIGCONT);
+            }
+        }
+        Fault::PgRestart { immediate } => {
+            let cluster = herald.storage.cluster.as_mut().expect("PostgreSQL");
+            cluster.stop(if immediate { "immediate" } else { "fast" }).unwrap();
+            tokio::time::sleep(step.hold).await;
+            herald.storage.cluster.as_mut().unwrap().restart().unwrap();
+        }
+        Fault::PgTerminate => {
+            let url = herald.storage.database_url.clone().unwrap();
+            let (db, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+            tokio::spawn(connection);
+            db.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                 WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                &[],
+            )
+            .await
+            .unwrap();
+            tokio::time::sleep(step.hold).await;
+        }
+        Fault::ExclusiveLock => hold_exclusive_lock(&herald.storage, step.hold).await,
+        Fault::Flap => {
+            receivers.flapping.store(true, Ordering::SeqCst);
+            tokio::time::sleep(step.hold).await;
+            receivers.flapping.store(false, Ordering::SeqCst);
+        }
+        Fault::IdempotencyStorm => idempotency_storm(client, &herald.any_base(), app, ledger, seed).await,
+    }
+}
+
+async fn hold_exclusive_lock(storage: &Storage, hold: Duration) {
+    match &storage.database_url {
+        Some(url) => {
+            let (mut db, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+            tokio::spawn(connection);
+            let tx = db.transaction().await.unwrap();
+            tx.execute("LOCK TABLE herald.delivery IN ACCESS EXCLUSIVE MODE", &[]).await.unwrap();
+            tokio::time::sleep(hold).await;
+            tx.rollback().await.unwrap();
+        }
+        None => {
+            let path = storage.dir.path().join("herald.db");
+            tokio::task::spawn_blocking(move || {
+                let db = rusqlite::Connection::open(path).unwrap();
+                db.busy_timeout(Duration::from_secs(30)).unwrap();
+                db.execute_batch("BEGIN EXCLUSIVE").unwrap();
+                std::thread::sleep(hold);
+                db.execute_batch("ROLLBACK").unwrap();
+            })
+            .await
+            .unwrap();
+        }
+    }
+}
+
+/// 50 concurrent creations with one key and body give one message; the key with another
+/// body is a 422.
+async fn idempotency_storm(client: &reqwest::Client, base: &str, app: &str, ledger: &Arc<Mutex<Ledger>>, seed: u64) {
+    let key = format!("storm-{seed}-{}", rand::random::<u32>());
+    let body = json!({"eventType": "order.paid", "payload": {"storm": key}});
+    let sends = (0..50).map(|_| ingest(client, base, app, &key, &body));
+    let outcomes = futures_util::future::join_all(sends).await;
+    let ids: HashSet<String> =
+        outcomes.into_iter().filter_map(|o| if let Ingest::Accepted(id) = o { Some(id) } else { None }).collect();
+    {
+        let mut book = ledger.lock().unwrap();
+        if ids.len() > 1 {
+            book.violations.push(format!("I4: 50 concurrent ingests with key {key} made {} messages", ids.len()));
+        }
+        if let Some(id) = ids.into_iter().next() {
+            book.ids.insert(key.clone(), HashSet::from([id]));
+        } else {
+            book.open.insert(key.clone(), body);
+        }
+    }
+    let other = json!({"eventType": "order.paid", "payload": {"storm": "a different body"}});
+    let answer = client
+        .post(format!("{base}/api/v1/app/{app}/msg"))
+        .bearer_auth(ADMIN_TOKEN)
+        .header("idempotency-key", &key)
+        .json(&other)
+        .send()
+        .await;
+    if let Ok(answer) = answer
+        && answer.status() != reqwest::StatusCode::UNPROCESSABLE_ENTITY
+        && !answer.status().is_server_error()
+    {
+        ledger.lock().unwrap().violations.push(format!("a reused key with another body answered {}", answer.status()));
+    }
+}

@@ -1,0 +1,218 @@
+//! The promise, checked after the faults: every accepted message reached every endpoint
+//! with a 2xx or is a dead letter (I1); nothing arrived that was never sent (I2);
+//! duplicates carry the same id, body and a valid signature (I3); a key made at most one
+//! message (I4); no application exceeded its cap (I5, per process); the backlog drained
+//! within the lease plus 30 s of the last fault (I6).
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::harness::{APP_CAP, LEASE, Run};
+use crate::support::receiver::ALL_PATHS;
+use crate::support::server::ADMIN_TOKEN;
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub backend: String,
+    pub seed: u64,
+    pub messages_sent: usize,
+    pub accepted: usize,
+    pub ingest_failed_then_retried: u64,
+    pub ingest_unknown_then_retried: u64,
+    pub deliveries_owed: usize,
+    pub delivered: usize,
+    pub dead_letters: usize,
+    pub lost: usize,
+    /// Up to ten lost deliveries, as "message → endpoint path".
+    pub lost_examples: Vec<String>,
+    pub unexpected: usize,
+    pub duplicates: usize,
+    pub drain_seconds: f64,
+    pub most_in_flight: usize,
+    pub faults: Vec<String>,
+    pub violations: Vec<String>,
+}
+
+impl Report {
+    pub fn passed(&self) -> bool {
+        self.lost == 0 && self.unexpected == 0 && self.violations.is_empty()
+    }
+
+    pub fn summary(&self) -> String {
+        format!(
+            "{} seed {}: {} accepted, {} deliveries owed: {} lost, {} unexpected, {} duplicates, {} dead letters, \
+             drained {:.1} s after the last fault, {} violations",
+            self.backend,
+            self.seed,
+            self.accepted,
+            self.deliveries_owed,
+            self.lost,
+            self.unexpected,
+            self.duplicates,
+            self.dead_letters,
+            self.drain_seconds,
+            self.violations.len()
+        )
+    }
+}
+
+/// Waits for the backlog to drain, then checks every invariant.
+pub async fn check(run: Run) -> Report {
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let base = run.herald.any_base();
+    let (accepted, poison, mut violations, failed, unknown) = {
+        let ledger = run.ledger.lock().unwrap();
+        let mut accepted: HashMap<String, String> = HashMap::new();
+        for (key, ids) in &ledger.ids {
+            if let Some(id) = ids.iter().next() {
+                accepted.insert(id.clone(), key.clone());
+            }
+        }
+        let mut violations = ledger.violations.clone();
+        for (key, ids) in &ledger.ids {
+            if ids.len() > 1 {
+                violations.push(format!("I4: key {key} made {} messages", ids.len()));
+            }
+        }
+        let poison: HashSet<String> =
+            ledger.poison.iter().filter_map(|k| ledger.ids.get(k)).flatten().cloned().collect();
+        (accepted, poison, violations, ledger.failed, ledger.unknown)
+    };
+    // I6: drain. A delivery is settled when acknowledged with a 2xx or dead.
+    let paths: Vec<&str> = run.endpoints.iter().map(|(p, _, _)| p.as_str()).collect();
+    let owed: Vec<(String, String)> = accepted
+        .keys()
+        .filter(|id| !poison.contains(*id))
+        .flat_map(|id| paths.iter().map(move |p| (id.clone(), (*p).to_owned())))
+        .collect();
+    let limit = LEASE + Duration::from_secs(30);
+    let mut dead: HashSet<(String, String)> = HashSet::new();
+    let mut lost: Vec<(String, String)>;
+    loop {
+        let acked = run.receivers.acked.lock().unwrap().clone();
+        lost = owed.iter().filter(|d| !acked.contains_key(*d) && !dead.contains(*d)).cloned().collect();
+        let unsettled_poison =
+            poison.iter().filter(|id| !paths.iter().all(|p| dead.contains(&((*id).clone(), p.to_string()))));
+        let unsettled_poison: Vec<String> = unsettled_poison.cloned().collect();
+        if lost.is_empty() && unsettled_poison.is_empty() {
+            break;
+        }
+        let waited = run.last_fault_healed.elapsed();
+        if waited > limit + Duration::from_secs(60) {
+            break;
+        }
+        // Ask Herald which of the unsettled ones are dead letters.
+        let mut ask: HashSet<String> = lost.iter().map(|(id, _)| id.clone()).collect();
+        ask.extend(unsettled_poison);
+        for id in ask.into_iter().take(200) {
+            for (path, status) in delivery_states(&client, &base, &run.app, &id, &run.endpoints).await {
+                if status == 2 {
+                    dead.insert((id.clone(), path));
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let drain = run.last_fault_healed.elapsed();
+    if drain > limit && lost.is_empty() {
+        violations.push(format!("I6: the backlog drained in {drain:?}, more than the lease plus 30 s"));
+    }
+    for id in &poison {
+        if run.receivers.receiver.requests().iter().any(|r| r.header("webhook-id") == id) {
+            violations.push(format!("poison message {id} was delivered"));
+        }
+    }
+    // I2 and I3 over everything the receivers saw.
+    let requests = run.receivers.receiver.requests();
+    let all_ids: HashSet<String> = run.ledger.lock().unwrap().ids.values().flatten().cloned().collect();
+    let unexpected = requests.iter().filter(|r| !all_ids.contains(r.header("webhook-id"))).count();
+    let mut seen: HashMap<(String, String), String> = HashMap::new();
+    // Delivered twice: acknowledged with a 2xx more than once (a crash or pause between the
+    // receiver's answer and Herald's record of it).
+    let duplicates = run.receivers.acked.lock().unwrap().values().filter(|n| **n > 1).count();
+    let secrets: HashMap<&str, &str> = run.endpoints.iter().map(|(p, _, s)| (p.as_str(), s.as_str())).collect();
+    for r in &requests {
+        let id = r.header("webhook-id").to_owned();
+        if !verify(secrets[r.path.as_str()], r) {
+            violations.push(format!("I3: {id} to {} has no valid signature", r.path));
+        }
+        let hash = format!("{:x}", Sha256::digest(&r.body));
+        if let Some(before) = seen.insert((id.clone(), r.path.clone()), hash.clone())
+            && before != hash
+        {
+            violations.push(format!("I3: {id} to {} arrived with two bodies", r.path));
+        }
+    }
+    // I5: per process, so the bound is the cap times the processes.
+    let most = run.receivers.receiver.max_concurrent(ALL_PATHS);
+    if most > APP_CAP * run.herald.processes() {
+        violations.push(format!("I5: {most} attempts in flight for one application (cap {APP_CAP} per process)"));
+    }
+    let report = Report {
+        backend: format!("{:?}", run.plan.backend),
+        seed: run.plan.seed,
+        messages_sent: run.plan.messages,
+        accepted: accepted.len(),
+        ingest_failed_then_retried: failed,
+        ingest_unknown_then_retried: unknown,
+        deliveries_owed: owed.len(),
+        delivered: owed.len() - lost.len() - owed.iter().filter(|d| dead.contains(*d)).count(),
+        dead_letters: dead.len(),
+        lost: lost.len(),
+        lost_examples: lost.iter().take(10).map(|(id, path)| format!("{id} → {path}")).collect(),
+        unexpected,
+        duplicates,
+        drain_seconds: drain.as_secs_f64(),
+        most_in_flight: most,
+        faults: run.faults.iter().map(|(f, took)| format!("{f:?} ({:.1} s)", took.as_secs_f64())).collect(),
+        violations,
+    };
+    run.herald.shut_down();
+    report
+}
+
+/// Delivery states (Svix status codes) of one message, by receiver path.
+async fn delivery_states(
+    client: &reqwest::Client,
+    base: &str,
+    app: &str,
+    msg: &str,
+    endpoints: &[(String, String, String)],
+) -> Vec<(String, i64)> {
+    let Ok(response) =
+        client.get(format!("{base}/api/v1/app/{app}/msg/{msg}/endpoint")).bearer_auth(ADMIN_TOKEN).send().await
+    else {
+        return Vec::new();
+    };
+    let list: Value = response.json().await.unwrap_or(Value::Null);
+    let by_id: HashMap<&str, &str> = endpoints.iter().map(|(p, id, _)| (id.as_str(), p.as_str())).collect();
+    list["data"]
+        .as_array()
+        .map(|rows| {
+            rows.iter()
+                .filter_map(|d| Some((by_id.get(d["id"].as_str()?)?.to_string(), d["status"].as_i64()?)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn verify(secret: &str, request: &crate::support::receiver::Received) -> bool {
+    let key = herald::signing::SigningKey::decode(secret).unwrap();
+    let headers = herald::signing::SignedHeaders::from_pairs(
+        request.headers.iter().map(|(k, v)| (k.as_str(), v.to_str().unwrap_or_default())),
+    );
+    herald::signing::verify(&key, &headers, &request.body, chrono::Utc::now().timestamp()).is_ok()
+}
+
+/// Where reports go.
+pub fn save(report: &Report) -> std::path::PathBuf {
+    let dir = crate::support::browser::artifacts_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("faults-{}-{}.json", report.backend.to_lowercase(), report.seed));
+    std::fs::write(&path, serde_json::to_string_pretty(report).unwrap()).unwrap();
+    path
+}
