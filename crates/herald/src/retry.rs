@@ -174,7 +174,8 @@ pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
         return Some(Duration::from_secs(secs));
     }
     let date = httpdate::parse_http_date(value).ok()?;
-    Some(date.duration_since(now).unwrap_or(Duration::ZERO))
+    let wait = date.duration_since(now).unwrap_or(Duration::ZERO);
+    Some(wait.min(Duration::from_millis(MAX_DELAY_MS)))
 }
 
 #[cfg(test)]
@@ -294,5 +295,14 @@ mod tests {
         }
         let huge = parse_retry_after("99999999999999999999999999999", now).unwrap();
         assert_eq!(huge, Duration::from_millis(MAX_DELAY_MS));
+    }
+
+    #[test]
+    fn far_future_retry_after_dates_are_clamped_like_seconds() {
+        // Found by the retry_after fuzz target.
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let far = parse_retry_after("Fri, 31 Dec 9999 23:59:59 GMT", now).unwrap();
+        assert_eq!(far, Duration::from_millis(MAX_DELAY_MS));
+        assert_eq!(parse_retry_after("Fri, 31 Dec 9999 23:59:59 GMT", SystemTime::UNIX_EPOCH), Some(far));
     }
 }

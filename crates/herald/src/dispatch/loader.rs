@@ -45,10 +45,14 @@ pub async fn keep_lease(dispatcher: Arc<Dispatcher>, shutdown: CancellationToken
             _ = beat.tick() => {}
             _ = shutdown.cancelled() => return,
         }
-        match dispatcher.store.heartbeat(&dispatcher.owner()).await {
-            Ok(true) => {}
-            Ok(false) => dispatcher.forfeit().await,
-            Err(e) => tracing::warn!(error = %e, "renewing the lease failed; will retry"),
+        if !dispatcher.may_claim() {
+            dispatcher.register().await;
+        } else {
+            match dispatcher.store.heartbeat(&dispatcher.owner()).await {
+                Ok(true) => {}
+                Ok(false) => dispatcher.forfeit().await,
+                Err(e) => tracing::warn!(error = %e, "renewing the lease failed; will retry"),
+            }
         }
         if let Err(e) = dispatcher.store.reap_expired(lease).await {
             tracing::warn!(error = %e, "releasing expired leases failed; will retry");
@@ -64,6 +68,7 @@ async fn load_available(dispatcher: &Dispatcher) -> Result<(), StoreError> {
     loop {
         let batch = dispatcher.lanes().free().min(CLAIM_BATCH);
         if batch == 0 || !dispatcher.try_reserve(batch) {
+            // (`try_reserve` also refuses while this process is not registered.)
             return Ok(());
         }
         let now = now_ms();

@@ -50,6 +50,9 @@ pub struct Dispatcher {
     node: String,
     owner: RwLock<Arc<str>>,
     generation: std::sync::atomic::AtomicU64,
+    /// Whether `owner` is registered (on a shared store, nothing is claimed until it is:
+    /// claims under a name the store does not know would never be released).
+    registered: std::sync::atomic::AtomicBool,
     store: Arc<dyn Store>,
     catalog: Arc<Catalog>,
     deliverer: Deliverer,
@@ -80,6 +83,7 @@ impl Dispatcher {
             owner: RwLock::new(Arc::from(format!("{owner}-0"))),
             node: owner,
             generation: Default::default(),
+            registered: std::sync::atomic::AtomicBool::new(!store.shared()),
             store,
             catalog,
             deliverer,
@@ -104,21 +108,37 @@ impl Dispatcher {
     /// The lease was lost (the process stalled longer than the lease): every delivery it
     /// held now belongs to others. Forget the waiting ones and continue under a new owner
     /// name, so no outcome of the old claims can land on new ones.
+    /// Claims made under the old name after its lease ended are given back too.
     async fn forfeit(&self) {
+        self.registered.store(false, std::sync::atomic::Ordering::SeqCst);
         let dropped = self.lanes().drain_waiting().len();
         let generation = self.generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
         let owner: Arc<str> = Arc::from(format!("{}-{generation}", self.node));
-        *self.owner.write().unwrap_or_else(|p| p.into_inner()) = owner.clone();
-        tracing::warn!(dropped, owner = %owner, "lease lost; dropped held deliveries and registered anew");
-        if let Err(e) = self.store.register_node(&owner).await {
-            tracing::warn!(error = %e, "registering after a lost lease failed; will retry");
+        let old = std::mem::replace(&mut *self.owner.write().unwrap_or_else(|p| p.into_inner()), owner.clone());
+        tracing::warn!(dropped, owner = %owner, "lease lost; dropped held deliveries and registering anew");
+        if let Err(e) = self.store.release_owner(&old).await {
+            tracing::warn!(error = %e, "giving back the old name's claims failed; its lease reaping will");
         }
+        self.register().await;
+    }
+
+    /// Registers the current owner name; until that succeeds nothing is claimed.
+    async fn register(&self) {
+        match self.store.register_node(&self.owner()).await {
+            Ok(()) => self.registered.store(true, std::sync::atomic::Ordering::SeqCst),
+            Err(e) => tracing::warn!(error = %e, "registering this process failed; will retry"),
+        }
+    }
+
+    /// Whether this process may claim deliveries now.
+    pub fn may_claim(&self) -> bool {
+        self.registered.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Reserves memory for `n` deliveries about to be ingested; when this returns false
     /// they are committed unclaimed and the loader picks them up as room frees.
     pub fn try_reserve(&self, n: usize) -> bool {
-        self.lanes().try_reserve(n)
+        self.may_claim() && self.lanes().try_reserve(n)
     }
 
     /// Returns a reservation that will not be used (the ingest failed).
@@ -172,9 +192,7 @@ impl Dispatcher {
             tokio::spawn(latency::run(self.latency.clone(), self.store.clone(), LATENCY_FLUSH, stop_latency.clone()));
         let stop_outcomes = CancellationToken::new();
         let writer = tokio::spawn(outcomes::run(self.clone(), rx, stop_outcomes.clone()));
-        if let Err(e) = self.store.register_node(&self.owner()).await {
-            tracing::warn!(error = %e, "registering this process failed; the lease task will retry");
-        }
+        self.register().await;
         let loader = tokio::spawn(loader::run(self.clone(), shutdown.clone()));
         let leases = tokio::spawn(loader::keep_lease(self.clone(), shutdown.clone()));
         self.clone().pump(shutdown).await;

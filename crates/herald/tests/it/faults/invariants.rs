@@ -92,12 +92,14 @@ pub async fn check(run: Run) -> Report {
     let limit = LEASE + Duration::from_secs(30);
     let mut dead: HashSet<(String, String)> = HashSet::new();
     let mut lost: Vec<(String, String)>;
+    let mut unsettled: Vec<String> = Vec::new();
     loop {
         let acked = run.receivers.acked.lock().unwrap().clone();
         lost = owed.iter().filter(|d| !acked.contains_key(*d) && !dead.contains(*d)).cloned().collect();
         let unsettled_poison =
             poison.iter().filter(|id| !paths.iter().all(|p| dead.contains(&((*id).clone(), p.to_string()))));
         let unsettled_poison: Vec<String> = unsettled_poison.cloned().collect();
+        unsettled = unsettled_poison.clone();
         if lost.is_empty() && unsettled_poison.is_empty() {
             break;
         }
@@ -120,6 +122,10 @@ pub async fn check(run: Run) -> Report {
     let drain = run.last_fault_healed.elapsed();
     if drain > limit && lost.is_empty() {
         violations.push(format!("I6: the backlog drained in {drain:?}, more than the lease plus 30 s"));
+    }
+    for id in unsettled.iter().take(5) {
+        let states = delivery_states(&client, &base, &run.app, id, &run.endpoints).await;
+        violations.push(format!("poison message {id} not yet a dead letter: {states:?}"));
     }
     for id in &poison {
         if run.receivers.receiver.requests().iter().any(|r| r.header("webhook-id") == id) {
