@@ -30,6 +30,9 @@ impl Dispatcher {
         };
         drop(permit);
         self.lanes().finished(job.app());
+        if sent.is_none() {
+            self.lanes().release_probe(job.app(), &job.endpoint_id);
+        }
         let transition = sent.as_ref().and_then(|sent| self.observe(&job, sent));
         self.wake_pump.notify_one();
         if let Some(transition) = transition {
@@ -87,6 +90,7 @@ impl Dispatcher {
         let about_endpoint =
             !matches!(sent.result, AttemptResult::Failed(Failure::Internal | Failure::BlockedDestination));
         if !about_endpoint {
+            self.lanes().release_probe(job.app(), &job.endpoint_id);
             return None;
         }
         let slow = self.latency.record(&job.endpoint_id, now, sent.duration.as_secs_f64() * 1000.0);

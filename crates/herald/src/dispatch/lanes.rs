@@ -402,6 +402,16 @@ impl Lanes {
         transition
     }
 
+    /// An attempt ended without a verdict on its endpoint (Herald's own failure, a refused
+    /// destination, or no attempt at all): if it was the half-open probe, another may go,
+    /// or the endpoint would wait for a verdict that never comes.
+    pub fn release_probe(&mut self, app: &AppId, endpoint: &EndpointId) {
+        if let Some(gate) = self.gates.get_mut(endpoint) {
+            gate.breaker.abandon_probe();
+            self.wake(app, Some(endpoint));
+        }
+    }
+
     /// Removes every job that is waiting (ready, parked or on a timer), e.g. to release
     /// them at shutdown. In-flight jobs stay accounted until they finish.
     pub fn drain_waiting(&mut self) -> Vec<Job> {

@@ -40,22 +40,33 @@ pub async fn keep_lease(dispatcher: Arc<Dispatcher>, shutdown: CancellationToken
     let lease = dispatcher.config.lease;
     let mut beat = tokio::time::interval(lease / 4);
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut beats: u64 = 0;
     loop {
         tokio::select! {
             _ = beat.tick() => {}
             _ = shutdown.cancelled() => return,
         }
+        beats += 1;
+        // Claims can race their owner's expiry; sweep them up now and then, and after churn.
+        let mut sweep = beats.is_multiple_of(ORPHAN_SWEEP_EVERY);
         if !dispatcher.may_claim() {
             dispatcher.register().await;
         } else {
             match dispatcher.store.heartbeat(&dispatcher.owner()).await {
                 Ok(true) => {}
-                Ok(false) => dispatcher.forfeit().await,
+                Ok(false) => {
+                    dispatcher.forfeit().await;
+                    sweep = true;
+                }
                 Err(e) => tracing::warn!(error = %e, "renewing the lease failed; will retry"),
             }
         }
-        if let Err(e) = dispatcher.store.reap_expired(lease).await {
-            tracing::warn!(error = %e, "releasing expired leases failed; will retry");
+        match dispatcher.store.reap_expired(lease).await {
+            Ok(released) => sweep |= released > 0,
+            Err(e) => tracing::warn!(error = %e, "releasing expired leases failed; will retry"),
+        }
+        if sweep && let Err(e) = dispatcher.store.release_orphans().await {
+            tracing::warn!(error = %e, "releasing orphaned claims failed; will retry");
         }
     }
 }
@@ -168,6 +179,9 @@ where
         }
     }
 }
+
+/// Every how many lease beats orphaned claims are swept up regardless.
+const ORPHAN_SWEEP_EVERY: u64 = 10;
 
 /// How many times `persist` tries (half a second apart).
 const PERSIST_TRIES: u32 = 240;

@@ -132,6 +132,12 @@ pub trait QueueStore: Send + Sync {
     /// Releases the deliveries of processes whose lease expired more than `lease` ago and
     /// forgets those processes; returns how many deliveries were released.
     async fn reap_expired(&self, lease: Duration) -> StoreResult<u64>;
+    /// Releases pending deliveries claimed under a name no registered process holds (a
+    /// claim that raced its owner's expiry); returns how many. Nothing to do on a store
+    /// only one process opens.
+    async fn release_orphans(&self) -> StoreResult<u64> {
+        Ok(0)
+    }
     /// Puts deliveries back to pending for a manual retry; returns how many.
     async fn requeue(&self, request: Requeue) -> StoreResult<u64>;
     /// Dead letters matching `filter`, most recently dead first.

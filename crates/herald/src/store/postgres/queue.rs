@@ -232,6 +232,24 @@ impl QueueStore for PgStore {
         Ok(released as u64)
     }
 
+    async fn release_orphans(&self) -> StoreResult<u64> {
+        let client = self.client().await?;
+        let released = client
+            .execute(
+                "UPDATE herald.delivery d SET owner = NULL
+                 WHERE d.state = 0 AND d.owner IS NOT NULL
+                   AND NOT EXISTS (SELECT 1 FROM herald.node n WHERE n.id = d.owner)",
+                &[],
+            )
+            .await
+            .map_err(db_err)?;
+        if released > 0 {
+            client.execute(NOTIFY_WORK, &[]).await.map_err(db_err)?;
+            tracing::warn!(released, "released deliveries claimed under names no process holds");
+        }
+        Ok(released)
+    }
+
     async fn requeue(&self, request: Requeue) -> StoreResult<u64> {
         let client = self.client().await?;
         let now = now_ms();
