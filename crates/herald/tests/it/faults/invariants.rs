@@ -92,7 +92,7 @@ pub async fn check(run: Run) -> Report {
     let limit = LEASE + Duration::from_secs(30);
     let mut dead: HashSet<(String, String)> = HashSet::new();
     let mut lost: Vec<(String, String)>;
-    let mut unsettled: Vec<String> = Vec::new();
+    let mut unsettled: Vec<String>;
     loop {
         let acked = run.receivers.acked.lock().unwrap().clone();
         lost = owed.iter().filter(|d| !acked.contains_key(*d) && !dead.contains(*d)).cloned().collect();
