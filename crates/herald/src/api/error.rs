@@ -119,7 +119,7 @@ impl IntoResponse for ApiError {
             Self::RateLimited(_) => ("rate_limited", "this token sent too many requests; retry after the delay".into()),
             Self::Unavailable(why) => {
                 tracing::warn!(reason = %why, "answering 503: storage unavailable");
-                ("unavailable", "storage is temporarily unavailable; retry later".to_owned())
+                ("unavailable", format!("storage is temporarily unavailable ({why}); retry later"))
             }
             Self::Internal(e) => {
                 tracing::error!(error = ?e, "internal error while handling a request");

@@ -96,7 +96,8 @@ fn migrate(conn: &Connection) -> anyhow::Result<()> {
 fn map_err(e: rusqlite::Error) -> StoreError {
     use rusqlite::ErrorCode::*;
     match e.sqlite_error_code() {
-        Some(DiskFull | SystemIoFailure | DatabaseBusy | DatabaseLocked | CannotOpen | ReadOnly | OutOfMemory) => {
+        Some(DiskFull) => StoreError::Unavailable("the disk holding the database is full".into()),
+        Some(SystemIoFailure | DatabaseBusy | DatabaseLocked | CannotOpen | ReadOnly | OutOfMemory) => {
             StoreError::Unavailable(e.to_string())
         }
         _ => StoreError::Other(e.into()),

@@ -14,6 +14,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use super::proxy::{Mode, Proxy};
 use super::schedule::{Fault, Step, schedule};
 use crate::support::process::Process;
 use crate::support::server::{ADMIN_TOKEN, Backend, Storage};
@@ -52,6 +53,8 @@ pub struct Ledger {
 /// The Herald processes sharing the storage, by slot; `None` while one is down.
 pub struct Herald {
     pub storage: Storage,
+    /// Whether the SQLite data directory is a small tmpfs of its own (for DiskFull).
+    pub disk: bool,
     slots: Vec<Option<Process>>,
     env: Vec<(String, String)>,
     /// Base URLs of the processes up now, for the producer.
@@ -59,14 +62,14 @@ pub struct Herald {
 }
 
 impl Herald {
-    fn start(storage: Storage, processes: usize) -> Self {
+    fn start(storage: Storage, processes: usize, disk: bool) -> Self {
         let env = vec![
             ("HERALD_FAULTS__PANIC_ON_EVENT_TYPE".to_owned(), "poison".to_owned()),
             ("HERALD_QUEUE__LEASE_MS".to_owned(), LEASE.as_millis().to_string()),
             ("HERALD_QUEUE__SHUTDOWN_GRACE_MS".to_owned(), "5000".to_owned()),
             ("HERALD_AUTH__ADMIN_REQUESTS_PER_SECOND".to_owned(), "0".to_owned()),
         ];
-        let mut herald = Self { storage, slots: Vec::new(), env, bases: Arc::default() };
+        let mut herald = Self { storage, disk, slots: Vec::new(), env, bases: Arc::default() };
         for _ in 0..processes {
             herald.slots.push(None);
         }
@@ -116,12 +119,29 @@ impl Herald {
                 process.kill();
             }
         }
+        if self.disk {
+            let _ = std::process::Command::new("umount").arg("-l").arg(self.storage.dir.path()).status();
+        }
     }
 }
 
-/// The receivers (one server, a path per endpoint) and what they acknowledged with a 2xx.
+/// Mounts a 256 MiB tmpfs on `dir` so that it can be filled up; false where mounting is not
+/// allowed (not root, or a container without the capability): the DiskFull fault is then
+/// skipped, and the report says so.
+fn small_disk(dir: &std::path::Path) -> bool {
+    std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=256m", "tmpfs"])
+        .arg(dir)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The receivers (one server, a path per endpoint, behind a proxy that can misbehave) and
+/// what they acknowledged with a 2xx.
 pub struct Receivers {
     pub receiver: Receiver,
+    pub proxy: Proxy,
     pub flapping: Arc<AtomicBool>,
     /// (webhook-id, path) answered 2xx, and how many times.
     pub acked: Arc<Mutex<HashMap<(String, String), usize>>>,
@@ -147,7 +167,8 @@ async fn receivers() -> Receivers {
         Reply::ok()
     })
     .await;
-    Receivers { receiver, flapping, acked }
+    let proxy = Proxy::start(receiver.addr).await;
+    Receivers { receiver, proxy, flapping, acked }
 }
 
 /// Everything a finished run leaves for the checks.
@@ -168,17 +189,21 @@ pub async fn run(plan: Plan) -> Run {
         Backend::Sqlite => Storage::sqlite(),
         Backend::Postgres => Storage::postgres().await,
     };
+    let disk = plan.backend == Backend::Sqlite && small_disk(storage.dir.path());
+    if plan.backend == Backend::Sqlite && !disk {
+        eprintln!("DiskFull skipped: a tmpfs cannot be mounted here");
+    }
     let processes = if plan.backend == Backend::Postgres { 2 } else { 1 };
-    let mut herald = Herald::start(storage, processes);
+    let mut herald = Herald::start(storage, processes, disk);
     let receivers = receivers().await;
     let client = reqwest::Client::builder().timeout(Duration::from_secs(5)).no_proxy().build().unwrap();
-    let (app, endpoints) = setup(&client, &herald.any_base(), &receivers.receiver).await;
+    let (app, endpoints) = setup(&client, &herald.any_base(), &receivers).await;
 
     let ledger: Arc<Mutex<Ledger>> = Arc::default();
     let producing =
         tokio::spawn(produce(plan.clone(), client.clone(), herald.bases.clone(), app.clone(), ledger.clone()));
     let mut faults = Vec::new();
-    for step in schedule(plan.backend, plan.seed, plan.fault_time, LEASE) {
+    for step in schedule(plan.backend, disk, plan.seed, plan.fault_time, LEASE) {
         let started = Instant::now();
         inject(&mut herald, &receivers, &client, &app, &ledger, step, plan.seed).await;
         faults.push((step.fault, started.elapsed()));
@@ -186,6 +211,7 @@ pub async fn run(plan: Plan) -> Run {
     }
     herald.heal();
     receivers.flapping.store(false, Ordering::SeqCst);
+    receivers.proxy.set(Mode::Pass);
     let last_fault_healed = Instant::now();
     producing.await.unwrap();
     retry_open_ingests(&client, &herald, &app, &ledger).await;
@@ -194,7 +220,7 @@ pub async fn run(plan: Plan) -> Run {
 
 /// An application (cap 8 per process) with an endpoint per receiver path: short attempt
 /// timeouts, many quick retries, a breaker that reopens soon.
-async fn setup(client: &reqwest::Client, base: &str, receiver: &Receiver) -> (String, Vec<(String, String, String)>) {
+async fn setup(client: &reqwest::Client, base: &str, receivers: &Receivers) -> (String, Vec<(String, String, String)>) {
     let post =
         |path: String, body: Value| client.post(format!("{base}{path}")).bearer_auth(ADMIN_TOKEN).json(&body).send();
     let app: Value = post("/api/v1/app".into(), json!({"name": "faults", "maxConcurrency": APP_CAP}))
@@ -212,7 +238,7 @@ async fn setup(client: &reqwest::Client, base: &str, receiver: &Receiver) -> (St
     });
     let mut endpoints = Vec::new();
     for path in ENDPOINTS {
-        let body = json!({"url": receiver.url(path), "delivery": delivery});
+        let body = json!({"url": format!("http://{}{path}", receivers.proxy.addr), "delivery": delivery});
         let endpoint: Value = post(format!("/api/v1/app/{app}/endpoint"), body).await.unwrap().json().await.unwrap();
         let id = endpoint["id"].as_str().unwrap().to_owned();
         let secret: Value = client
@@ -387,7 +413,57 @@ async fn inject(
             receivers.flapping.store(false, Ordering::SeqCst);
         }
         Fault::IdempotencyStorm => idempotency_storm(client, &herald.any_base(), app, ledger, seed).await,
+        Fault::Proxy(mode) => {
+            receivers.proxy.set(mode);
+            tokio::time::sleep(step.hold).await;
+            receivers.proxy.set(Mode::Pass);
+        }
+        Fault::DiskFull => {
+            let filler = herald.storage.dir.path().join("filler");
+            let path = filler.clone();
+            tokio::task::spawn_blocking(move || fill(&path)).await.unwrap();
+            // Once SQLite needs new pages, ingest refuses, and says why. (Writes that fit in
+            // pages SQLite already holds, such as a recycled WAL, may still succeed.)
+            for n in 0..20 {
+                let key = format!("disk-{seed}-{n}-{}", rand::random::<u32>());
+                let body = json!({"eventType": "order.paid", "payload": {"disk": "full", "pad": "y".repeat(4096)}});
+                let base = herald.any_base();
+                let answer = client
+                    .post(format!("{base}/api/v1/app/{app}/msg"))
+                    .bearer_auth(ADMIN_TOKEN)
+                    .header("idempotency-key", &key)
+                    .json(&body)
+                    .send()
+                    .await;
+                match answer {
+                    Ok(r) if r.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE => {
+                        let text = r.text().await.unwrap_or_default();
+                        let mut book = ledger.lock().unwrap();
+                        book.open.insert(key, body);
+                        if !text.contains("disk") {
+                            book.violations.push(format!("disk full: an unclear refusal: {text}"));
+                        }
+                    }
+                    Ok(r) if r.status() == reqwest::StatusCode::ACCEPTED => {
+                        let id = r.json::<Value>().await.ok().and_then(|m| m["id"].as_str().map(str::to_owned));
+                        record(ledger, &key, body, id.map_or(Ingest::Unknown, Ingest::Accepted));
+                    }
+                    _ => record(ledger, &key, body, Ingest::Unknown),
+                }
+            }
+            tokio::time::sleep(step.hold).await;
+            std::fs::remove_file(&filler).unwrap();
+        }
     }
+}
+
+/// Writes to `path` until the disk is full.
+fn fill(path: &std::path::Path) {
+    use std::io::Write;
+    let mut file = std::fs::File::create(path).unwrap();
+    let block = vec![0u8; 1 << 20];
+    while file.write_all(&block).is_ok() {}
+    let _ = file.sync_all();
 }
 
 async fn hold_exclusive_lock(storage: &Storage, hold: Duration) {

@@ -5,6 +5,7 @@
 
 mod harness;
 mod invariants;
+mod proxy;
 mod schedule;
 
 use std::time::Duration;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use super::proxy::Mode;
 use crate::support::server::Backend;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +28,10 @@ pub enum Fault {
     Flap,
     /// 50 concurrent creations with one idempotency key, then one with another body.
     IdempotencyStorm,
+    /// The proxy between Herald and the receivers adds latency, resets, or swallows.
+    Proxy(Mode),
+    /// The SQLite data directory (a small tmpfs) is filled up, then freed.
+    DiskFull,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -38,10 +43,12 @@ pub struct Step {
     pub gap: Duration,
 }
 
-/// Faults that apply to a backend.
-fn menu(backend: Backend) -> Vec<Fault> {
+/// Faults that apply to a backend (`disk`: whether the data directory is a tmpfs that can
+/// be filled).
+fn menu(backend: Backend, disk: bool) -> Vec<Fault> {
     let mut faults =
         vec![Fault::Kill, Fault::Term, Fault::Stop, Fault::ExclusiveLock, Fault::Flap, Fault::IdempotencyStorm];
+    faults.extend([Fault::Proxy(Mode::Latency), Fault::Proxy(Mode::Reset), Fault::Proxy(Mode::Blackhole)]);
     if backend == Backend::Postgres {
         faults.extend([
             Fault::PgRestart { immediate: false },
@@ -49,14 +56,17 @@ fn menu(backend: Backend) -> Vec<Fault> {
             Fault::PgTerminate,
         ]);
     }
+    if backend == Backend::Sqlite && disk {
+        faults.push(Fault::DiskFull);
+    }
     faults
 }
 
 /// Steps filling `total`: every fault of the menu once (in a seeded order), then seeded
 /// picks until the time is used.
-pub fn schedule(backend: Backend, seed: u64, total: Duration, lease: Duration) -> Vec<Step> {
+pub fn schedule(backend: Backend, disk: bool, seed: u64, total: Duration, lease: Duration) -> Vec<Step> {
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut faults = menu(backend);
+    let mut faults = menu(backend, disk);
     for i in (1..faults.len()).rev() {
         faults.swap(i, rng.random_range(0..=i));
     }
@@ -81,15 +91,13 @@ pub fn schedule(backend: Backend, seed: u64, total: Duration, lease: Duration) -
 #[test]
 fn a_seed_gives_the_same_schedule_and_covers_every_fault() {
     let lease = Duration::from_secs(2);
-    let a = schedule(Backend::Postgres, 7, Duration::from_secs(60), lease);
-    let b = schedule(Backend::Postgres, 7, Duration::from_secs(60), lease);
+    let a = schedule(Backend::Postgres, false, 7, Duration::from_secs(60), lease);
+    let b = schedule(Backend::Postgres, false, 7, Duration::from_secs(60), lease);
     assert_eq!(format!("{a:?}"), format!("{b:?}"));
-    for fault in menu(Backend::Postgres) {
+    for fault in menu(Backend::Postgres, false) {
         assert!(a.iter().any(|s| s.fault == fault), "{fault:?} is scheduled");
     }
-    assert!(
-        schedule(Backend::Sqlite, 7, Duration::from_secs(60), lease)
-            .iter()
-            .all(|s| !matches!(s.fault, Fault::PgTerminate))
-    );
+    let sqlite = schedule(Backend::Sqlite, true, 7, Duration::from_secs(60), lease);
+    assert!(sqlite.iter().all(|s| !matches!(s.fault, Fault::PgTerminate)));
+    assert!(sqlite.iter().any(|s| s.fault == Fault::DiskFull));
 }
