@@ -43,7 +43,8 @@ async fn nothing_is_lost_on_postgres_under_faults() {
     prove(Plan { backend: Backend::Postgres, seed: seed(), messages: 2000, fault_time: Duration::from_secs(60) }).await;
 }
 
-/// The long run: 20,000 messages × 3 endpoints, 300 s of faults, five seeds per backend.
+/// The long run: 20,000 messages × 3 endpoints, 300 s of faults, five seeds per backend
+/// (`HERALD_FAULT_SEEDS=1,2`, `HERALD_FAULT_BACKENDS=sqlite|postgres` to narrow it).
 /// `scripts/faults-long.sh` runs it; reports land in test-artifacts/.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "the long fault run (about an hour); scripts/faults-long.sh"]
@@ -52,7 +53,12 @@ async fn long_fault_run() {
         Ok(list) => list.split(',').filter_map(|s| s.trim().parse().ok()).collect(),
         Err(_) => (0..5).map(|_| rand::random()).collect(),
     };
-    for backend in [Backend::Sqlite, Backend::Postgres] {
+    let backends = match std::env::var("HERALD_FAULT_BACKENDS").as_deref() {
+        Ok("sqlite") => vec![Backend::Sqlite],
+        Ok("postgres") => vec![Backend::Postgres],
+        _ => vec![Backend::Sqlite, Backend::Postgres],
+    };
+    for backend in backends {
         for &seed in &seeds {
             prove(Plan { backend, seed, messages: 20_000, fault_time: Duration::from_secs(300) }).await;
         }
