@@ -148,7 +148,11 @@ impl Server {
             Role::Api => None,
         };
         tokio::spawn(self.catalog.clone().follow(self.store.signals().catalog.subscribe(), stop_background.clone()));
-        tokio::spawn(reseal(self.catalog.clone()));
+        // Only a rotation (previous keys configured) can leave secrets sealed under an old
+        // key that this process can open; otherwise the start-up scan is skipped.
+        if !self.config.auth.previous_secret_keys.is_empty() {
+            tokio::spawn(reseal(self.catalog.clone()));
+        }
         if self.config.server.role != Role::Api {
             tokio::spawn(self.alerts.clone().run(stop_background.clone()));
         }

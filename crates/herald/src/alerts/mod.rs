@@ -133,15 +133,8 @@ impl Alerts {
         let conditions = self.conditions(now).await?;
         let (started, ended) = {
             let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-            let started: Vec<_> = conditions.iter().filter(|(k, _)| !state.active.contains_key(*k)).collect();
-            let started: Vec<((Kind, String), Value)> =
-                started.into_iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-            let ended: Vec<((Kind, String), Value)> = state
-                .active
-                .iter()
-                .filter(|(k, _)| !conditions.contains_key(*k))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
+            let started = only_in(&conditions, &state.active);
+            let ended = only_in(&state.active, &conditions);
             state.active = conditions;
             for kind in Kind::ALL {
                 let active = state.active.keys().filter(|(k, _)| *k == kind).count();
@@ -235,4 +228,9 @@ impl Alerts {
         }
         Ok(())
     }
+}
+
+/// The conditions of `a` that `b` lacks.
+fn only_in(a: &Conditions, b: &Conditions) -> Vec<((Kind, String), Value)> {
+    a.iter().filter(|(k, _)| !b.contains_key(*k)).map(|(k, v)| (k.clone(), v.clone())).collect()
 }

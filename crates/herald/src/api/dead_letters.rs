@@ -10,9 +10,9 @@ use serde::{Deserialize, Serialize};
 
 use super::auth::Principal;
 use super::error::{ApiError, ApiResult};
-use super::extract::{JsonBody, QueryMap};
+use super::extract::{JsonBody, QueryMap, body_time};
 use super::{AppState, visible_app};
-use crate::clock::{Millis, now_ms, parse_rfc3339, to_rfc3339};
+use crate::clock::{Millis, now_ms, to_rfc3339};
 use crate::dead_letters::{EndpointDeadLetters, analyse};
 use crate::ids::AppId;
 use crate::replay::ReplayTask;
@@ -146,11 +146,6 @@ async fn replay_filter(
     app: &AppId,
     input: &ReplayIn,
 ) -> ApiResult<DeadLetterFilter> {
-    let time = |field: &str, raw: &Option<String>| -> ApiResult<Option<Millis>> {
-        raw.as_deref()
-            .map(|r| parse_rfc3339(r).ok_or_else(|| ApiError::invalid(field, "is not an RFC 3339 time")))
-            .transpose()
-    };
     let endpoint = match &input.endpoint_id {
         Some(id) => Some(super::visible_endpoint(state, principal, app.as_str(), id).await?.1.id),
         None => None,
@@ -158,8 +153,8 @@ async fn replay_filter(
     Ok(DeadLetterFilter {
         app: Some(app.clone()),
         endpoint,
-        dead_since: time("since", &input.since)?.unwrap_or(0),
-        dead_until: time("until", &input.until)?,
+        dead_since: body_time("since", input.since.as_deref())?.unwrap_or(0),
+        dead_until: body_time("until", input.until.as_deref())?,
         status_code: input.status_code,
         error_class: input.error_class.clone(),
         event_type: input.event_type.clone(),

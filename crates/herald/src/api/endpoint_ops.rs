@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::auth::Principal;
 use super::endpoint::{check_headers, save};
 use super::error::{ApiError, ApiResult};
-use super::extract::{JsonBody, QueryMap};
+use super::extract::{JsonBody, QueryMap, body_time};
 use super::message::MessageOut;
 use super::validate::Problems;
 use super::{AppState, visible_endpoint};
@@ -239,14 +239,8 @@ pub async fn recover(
     body: JsonBody<RecoverIn>,
 ) -> ApiResult<(StatusCode, Json<RecoverOut>)> {
     let (_, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
-    let time = |field: &str, raw: &str| {
-        crate::clock::parse_rfc3339(raw).ok_or_else(|| ApiError::invalid(field, "is not an RFC 3339 time"))
-    };
-    let since = time("since", &body.value.since)?;
-    let until = match &body.value.until {
-        Some(raw) => time("until", raw)?,
-        None => i64::MAX,
-    };
+    let since = body_time("since", Some(&body.value.since))?.unwrap_or_default();
+    let until = body_time("until", body.value.until.as_deref())?.unwrap_or(i64::MAX);
     let recovered = state.store.requeue(Requeue::Recover { endpoint: endpoint.id.clone(), since, until }).await?;
     state.dispatcher.poke();
     let out = RecoverOut {

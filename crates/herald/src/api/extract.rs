@@ -34,6 +34,11 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
     }
 }
 
+/// An RFC 3339 time given in a body field, in milliseconds (422 naming the field otherwise).
+pub fn body_time(field: &str, raw: Option<&str>) -> Result<Option<Millis>, ApiError> {
+    raw.map(|r| parse_rfc3339(r).ok_or_else(|| ApiError::invalid(field, "is not an RFC 3339 time"))).transpose()
+}
+
 /// Deepest nesting of arrays and objects accepted in a request body.
 pub const MAX_JSON_DEPTH: usize = 64;
 

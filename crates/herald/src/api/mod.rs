@@ -30,6 +30,7 @@ use axum::routing::get;
 
 pub use auth::{AdminToken, PORTAL_TOKEN_PREFIX, Principal};
 pub use error::{ApiError, ApiResult};
+pub use extract::body_time;
 
 use crate::catalog::Catalog;
 use crate::dispatch::Dispatcher;

@@ -10,8 +10,8 @@ use serde::Deserialize;
 
 use super::view::{self, csrf};
 use super::{Page, Viewer};
-use crate::api::{ApiError, AppState, visible_app, visible_endpoint, visible_message};
-use crate::clock::{Millis, parse_rfc3339};
+use crate::api::{ApiError, AppState, body_time, visible_app, visible_endpoint, visible_message};
+use crate::clock::Millis;
 use crate::store::{DeadLetterFilter, Requeue};
 
 #[derive(Deserialize)]
@@ -122,9 +122,7 @@ pub async fn bulk_replay(
     Ok(Redirect::to(&format!("/app/{}/replay/{}", app.id, task.id)).into_response())
 }
 
+/// A form's time field; left empty, it is not given.
 fn time(field: &str, raw: Option<&str>) -> Result<Option<Millis>, Page> {
-    match raw.map(str::trim).filter(|r| !r.is_empty()) {
-        None => Ok(None),
-        Some(r) => parse_rfc3339(r).map(Some).ok_or_else(|| ApiError::invalid(field, "is not an RFC 3339 time").into()),
-    }
+    Ok(body_time(field, raw.map(str::trim).filter(|r| !r.is_empty()))?)
 }

@@ -90,7 +90,11 @@ impl Outgoing<'_> {
         let template = self.target.template.as_ref().map_err(|e| (Failure::Template, e.clone()))?;
         let msg_id = self.message.id.as_str();
         let timestamp = self.now.div_euclid(1000);
-        let payload: Value = serde_json::from_str(self.payload).unwrap_or(Value::Null);
+        // Plain JSON deliveries send the payload as stored; only templates and form bodies
+        // need it parsed (kept off the common path).
+        let parsed = template.is_some() || settings.body_format() == BodyFormat::Form;
+        let payload: Value =
+            if parsed { serde_json::from_str(self.payload).unwrap_or(Value::Null) } else { Value::Null };
         let values = Values {
             message_id: msg_id,
             event_type: &self.message.event_type,
