@@ -31,46 +31,6 @@ pub async fn run(dispatcher: Arc<Dispatcher>, shutdown: CancellationToken) {
     }
 }
 
-/// On a shared store: renews this process's lease, and releases the deliveries of processes
-/// whose lease expired (every process does it; it is idempotent).
-pub async fn keep_lease(dispatcher: Arc<Dispatcher>, shutdown: CancellationToken) {
-    if !dispatcher.store.shared() {
-        return;
-    }
-    let lease = dispatcher.config.lease;
-    let mut beat = tokio::time::interval(lease / 4);
-    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut beats: u64 = 0;
-    loop {
-        tokio::select! {
-            _ = beat.tick() => {}
-            _ = shutdown.cancelled() => return,
-        }
-        beats += 1;
-        // Claims can race their owner's expiry; sweep them up now and then, and after churn.
-        let mut sweep = beats.is_multiple_of(ORPHAN_SWEEP_EVERY);
-        if !dispatcher.may_claim() {
-            dispatcher.register().await;
-        } else {
-            match dispatcher.store.heartbeat(&dispatcher.owner()).await {
-                Ok(true) => {}
-                Ok(false) => {
-                    dispatcher.forfeit().await;
-                    sweep = true;
-                }
-                Err(e) => tracing::warn!(error = %e, "renewing the lease failed; will retry"),
-            }
-        }
-        match dispatcher.store.reap_expired(lease).await {
-            Ok(released) => sweep |= released > 0,
-            Err(e) => tracing::warn!(error = %e, "releasing expired leases failed; will retry"),
-        }
-        if sweep && let Err(e) = dispatcher.store.release_orphans().await {
-            tracing::warn!(error = %e, "releasing orphaned claims failed; will retry");
-        }
-    }
-}
-
 /// Claims due work until memory is full or nothing claimable is left: the heads of strictly
 /// ordered endpoints first, then everything else.
 async fn load_available(dispatcher: &Dispatcher) -> Result<(), StoreError> {
@@ -179,9 +139,6 @@ where
         }
     }
 }
-
-/// Every how many lease beats orphaned claims are swept up regardless.
-const ORPHAN_SWEEP_EVERY: u64 = 10;
 
 /// How many times `persist` tries (half a second apart).
 const PERSIST_TRIES: u32 = 240;

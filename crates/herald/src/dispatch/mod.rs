@@ -9,10 +9,11 @@
 mod attempt;
 mod lanes;
 pub mod latency;
+mod lease;
 mod loader;
 mod outcomes;
 
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore};
@@ -41,18 +42,15 @@ pub struct DispatchConfig {
     pub panic_on_event_type: Option<String>,
 }
 
+/// How often a pump waiting for its lease to be renewed looks again.
+const LEASE_RECHECK: Duration = Duration::from_millis(50);
+
 /// How often the latency histograms are flushed to the store.
 const LATENCY_FLUSH: Duration = Duration::from_secs(5);
 
 pub struct Dispatcher {
-    /// Identifies this process's claims in the store: the node name and a generation that
-    /// changes whenever the lease is lost and the process registers anew.
-    node: String,
-    owner: RwLock<Arc<str>>,
-    generation: std::sync::atomic::AtomicU64,
-    /// Whether `owner` is registered (on a shared store, nothing is claimed until it is:
-    /// claims under a name the store does not know would never be released).
-    registered: std::sync::atomic::AtomicBool,
+    /// The owner name this process's claims carry, and its lease on a shared store.
+    lease: lease::Lease,
     store: Arc<dyn Store>,
     catalog: Arc<Catalog>,
     deliverer: Deliverer,
@@ -80,10 +78,7 @@ impl Dispatcher {
     ) -> Arc<Self> {
         let (outcomes, outcomes_rx) = outcomes::channel();
         Arc::new(Self {
-            owner: RwLock::new(Arc::from(format!("{owner}-0"))),
-            node: owner,
-            generation: Default::default(),
-            registered: std::sync::atomic::AtomicBool::new(!store.shared()),
+            lease: lease::Lease::new(owner, store.shared()),
             store,
             catalog,
             deliverer,
@@ -102,43 +97,13 @@ impl Dispatcher {
 
     /// The owner name this process claims deliveries under.
     pub fn owner(&self) -> Arc<str> {
-        self.owner.read().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    /// The lease was lost (the process stalled longer than the lease): every delivery it
-    /// held now belongs to others. Forget the waiting ones and continue under a new owner
-    /// name, so no outcome of the old claims can land on new ones.
-    /// Claims made under the old name after its lease ended are given back too.
-    async fn forfeit(&self) {
-        self.registered.store(false, std::sync::atomic::Ordering::SeqCst);
-        let dropped = self.lanes().drain_waiting().len();
-        let generation = self.generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-        let owner: Arc<str> = Arc::from(format!("{}-{generation}", self.node));
-        let old = std::mem::replace(&mut *self.owner.write().unwrap_or_else(|p| p.into_inner()), owner.clone());
-        tracing::warn!(dropped, owner = %owner, "lease lost; dropped held deliveries and registering anew");
-        if let Err(e) = self.store.release_owner(&old).await {
-            tracing::warn!(error = %e, "giving back the old name's claims failed; its lease reaping will");
-        }
-        self.register().await;
-    }
-
-    /// Registers the current owner name; until that succeeds nothing is claimed.
-    async fn register(&self) {
-        match self.store.register_node(&self.owner()).await {
-            Ok(()) => self.registered.store(true, std::sync::atomic::Ordering::SeqCst),
-            Err(e) => tracing::warn!(error = %e, "registering this process failed; will retry"),
-        }
-    }
-
-    /// Whether this process may claim deliveries now.
-    pub fn may_claim(&self) -> bool {
-        self.registered.load(std::sync::atomic::Ordering::SeqCst)
+        self.lease.owner()
     }
 
     /// Reserves memory for `n` deliveries about to be ingested; when this returns false
     /// they are committed unclaimed and the loader picks them up as room frees.
     pub fn try_reserve(&self, n: usize) -> bool {
-        self.may_claim() && self.lanes().try_reserve(n)
+        self.lease.may_claim() && self.lanes().try_reserve(n)
     }
 
     /// Returns a reservation that will not be used (the ingest failed).
@@ -192,9 +157,9 @@ impl Dispatcher {
             tokio::spawn(latency::run(self.latency.clone(), self.store.clone(), LATENCY_FLUSH, stop_latency.clone()));
         let stop_outcomes = CancellationToken::new();
         let writer = tokio::spawn(outcomes::run(self.clone(), rx, stop_outcomes.clone()));
-        self.register().await;
+        lease::register(&self).await;
         let loader = tokio::spawn(loader::run(self.clone(), shutdown.clone()));
-        let leases = tokio::spawn(loader::keep_lease(self.clone(), shutdown.clone()));
+        let leases = tokio::spawn(lease::keep(self.clone(), shutdown.clone()));
         self.clone().pump(shutdown).await;
         let _ = loader.await;
         let _ = leases.await;
@@ -236,6 +201,16 @@ impl Dispatcher {
                 _ = shutdown.cancelled() => return,
             };
             let job = loop {
+                // Past the lease's sure end (a store outage, a pause), the claims may be
+                // another process's already: start nothing until the lease is renewed.
+                if !self.lease.may_start() {
+                    tokio::select! {
+                        _ = self.wake_pump.notified() => {}
+                        _ = tokio::time::sleep(LEASE_RECHECK) => {}
+                        _ = shutdown.cancelled() => return,
+                    }
+                    continue;
+                }
                 let (job, next_due) = {
                     let mut lanes = self.lanes();
                     let now = now_ms();

@@ -19,7 +19,9 @@ const LINGER: Duration = Duration::from_millis(5);
 /// Waits between tries while the store is unreachable; the last one repeats until the store
 /// answers or the dispatcher stops. An outcome is never dropped while the process runs
 /// (dropping it would strand the delivery under this process's claim until a restart).
-const RETRY_DELAYS_MS: &[u64] = &[50, 200, 1000, 2000, 5000, 10_000, 30_000];
+/// The waits stay short: until its outcome is written a delivery is neither retried nor
+/// settled, so a long wait would outlast the outage it rides out.
+const RETRY_DELAYS_MS: &[u64] = &[50, 200, 500, 1000];
 
 /// An attempt's outcome waiting to be recorded, with its job.
 pub struct Pending {

@@ -236,6 +236,50 @@ async fn a_database_restart_under_load_answers_503_loses_nothing_and_heals_itsel
     herald.kill();
 }
 
+/// A database outage longer than the lease: neither process may take the other's deliveries
+/// when the database comes back (nobody could renew meanwhile), and neither may start
+/// attempts past its own lease's end. Every delivery arrives, none twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_outage_longer_than_the_lease_delivers_nothing_twice() {
+    let receiver = Receiver::start(|_, _| Reply::ok().after(Duration::from_millis(200))).await;
+    let mut storage = Storage::postgres().await;
+    let processes: Vec<Process> = (0..2).map(|_| Process::start(&storage)).collect();
+    let base = &processes[0].base;
+    let app: Value =
+        post(base, "/api/v1/app", json!({"name": "outage", "maxConcurrency": 4})).await.json().await.unwrap();
+    let app = app["id"].as_str().unwrap().to_owned();
+    post(base, &format!("/api/v1/app/{app}/endpoint"), json!({"url": receiver.url("/r")})).await;
+    // A backlog held by both processes: 4 attempts of 200 ms at a time each, for seconds.
+    let mut accepted = HashSet::new();
+    for n in 0..200 {
+        let base = &processes[n % 2].base;
+        let msg: Value = post(base, &format!("/api/v1/app/{app}/msg"), json!({"eventType": "e", "payload": {"n": n}}))
+            .await
+            .json()
+            .await
+            .unwrap();
+        accepted.insert(msg["id"].as_str().unwrap().to_owned());
+    }
+    eventually("deliveries under way", || async { (receiver.requests().len() >= 10).then_some(()) }).await;
+    let cluster = storage.cluster.as_mut().unwrap();
+    cluster.stop("immediate").unwrap();
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    cluster.restart().unwrap();
+    eventually("every accepted message to arrive", || async {
+        let received: HashSet<String> = received_ids(&receiver).into_iter().collect();
+        accepted.is_subset(&received).then_some(())
+    })
+    .await;
+    // Long enough for a reaped lease to show up as second deliveries.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let mut seen = HashSet::new();
+    let twice: Vec<String> = received_ids(&receiver).into_iter().filter(|id| !seen.insert(id.clone())).collect();
+    assert!(twice.is_empty(), "{} deliveries arrived twice, e.g. {:?}", twice.len(), twice.first());
+    for process in processes {
+        process.kill();
+    }
+}
+
 #[tokio::test]
 async fn processes_starting_together_apply_each_migration_once() {
     let storage = Storage::postgres().await;

@@ -210,7 +210,12 @@ impl QueueStore for PgStore {
         let seconds = lease.as_secs_f64();
         let dead: Vec<String> = client
             .query(
-                "DELETE FROM herald.node WHERE heartbeat_at < now() - make_interval(secs => $1) RETURNING id",
+                // For a lease after the database (re)started, nobody could renew: no lease
+                // counts as expired until every process had one full lease to reconnect.
+                "DELETE FROM herald.node
+                 WHERE heartbeat_at < now() - make_interval(secs => $1)
+                   AND pg_postmaster_start_time() < now() - make_interval(secs => $1)
+                 RETURNING id",
                 &[&seconds],
             )
             .await

@@ -40,6 +40,8 @@ pub struct Plan {
 pub struct Ledger {
     /// Every message id a key was answered with (more than one would break I4).
     pub ids: HashMap<String, HashSet<String>>,
+    /// When each message id was first accepted.
+    pub accepted_at: HashMap<String, Instant>,
     /// Keys whose outcome is not a 202 yet: failed (an error answer) or unknown (no answer).
     pub open: HashMap<String, Value>,
     pub failed: u64,
@@ -137,19 +139,22 @@ fn small_disk(dir: &std::path::Path) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// Each 2xx answer's time, by (webhook-id, receiver path).
+pub type Acks = HashMap<(String, String), Vec<Instant>>;
+
 /// The receivers (one server, a path per endpoint, behind a proxy that can misbehave) and
 /// what they acknowledged with a 2xx.
 pub struct Receivers {
     pub receiver: Receiver,
     pub proxy: Proxy,
     pub flapping: Arc<AtomicBool>,
-    /// (webhook-id, path) answered 2xx, and how many times.
-    pub acked: Arc<Mutex<HashMap<(String, String), usize>>>,
+    /// (webhook-id, path) answered 2xx, and when (once per time).
+    pub acked: Arc<Mutex<Acks>>,
 }
 
 async fn receivers() -> Receivers {
     let flapping = Arc::new(AtomicBool::new(false));
-    let acked: Arc<Mutex<HashMap<(String, String), usize>>> = Arc::default();
+    let acked: Arc<Mutex<Acks>> = Arc::default();
     let (flag, log) = (flapping.clone(), acked.clone());
     let turn = Arc::new(AtomicU64::new(0));
     let receiver = Receiver::start(move |r, _| {
@@ -163,7 +168,11 @@ async fn receivers() -> Receivers {
                 Reply::ok().after(Duration::from_millis(1500)).counted_for(Duration::from_millis(950))
             };
         }
-        *log.lock().unwrap().entry((r.header("webhook-id").to_owned(), r.path.clone())).or_default() += 1;
+        log.lock()
+            .unwrap()
+            .entry((r.header("webhook-id").to_owned(), r.path.clone()))
+            .or_default()
+            .push(Instant::now());
         Reply::ok()
     })
     .await;
@@ -181,7 +190,16 @@ pub struct Run {
     /// Endpoint id by receiver path, and its signing secret.
     pub endpoints: Vec<(String, String, String)>,
     pub last_fault_healed: Instant,
-    pub faults: Vec<(Fault, Duration)>,
+    /// How long after healing the last ingest refused during the faults was accepted.
+    pub reingested: Duration,
+    pub faults: Vec<Injected>,
+}
+
+/// A fault as it happened.
+pub struct Injected {
+    pub fault: Fault,
+    pub started: Instant,
+    pub healed: Instant,
 }
 
 pub async fn run(plan: Plan) -> Run {
@@ -202,20 +220,23 @@ pub async fn run(plan: Plan) -> Run {
     let ledger: Arc<Mutex<Ledger>> = Arc::default();
     let producing =
         tokio::spawn(produce(plan.clone(), client.clone(), herald.bases.clone(), app.clone(), ledger.clone()));
+    let resending =
+        tokio::spawn(resend_while(producing, client.clone(), herald.bases.clone(), app.clone(), ledger.clone()));
     let mut faults = Vec::new();
     for step in schedule(plan.backend, disk, plan.seed, plan.fault_time, LEASE) {
         let started = Instant::now();
         inject(&mut herald, &receivers, &client, &app, &ledger, step, plan.seed).await;
-        faults.push((step.fault, started.elapsed()));
+        faults.push(Injected { fault: step.fault, started, healed: Instant::now() });
         tokio::time::sleep(step.gap).await;
     }
     herald.heal();
     receivers.flapping.store(false, Ordering::SeqCst);
     receivers.proxy.set(Mode::Pass);
     let last_fault_healed = Instant::now();
-    producing.await.unwrap();
-    retry_open_ingests(&client, &herald, &app, &ledger).await;
-    Run { plan, herald, receivers, ledger, app, endpoints, last_fault_healed, faults }
+    resending.await.unwrap();
+    resend_until_accepted(&client, &herald.bases, &app, &ledger).await;
+    let reingested = last_fault_healed.elapsed();
+    Run { plan, herald, receivers, ledger, app, endpoints, last_fault_healed, reingested, faults }
 }
 
 /// An application (cap 8 per process) with an endpoint per receiver path: short attempt
@@ -311,13 +332,16 @@ async fn ingest(client: &reqwest::Client, base: &str, app: &str, key: &str, body
     }
 }
 
+/// Books an ingest's outcome; `failed` and `unknown` count keys, not tries.
 fn record(ledger: &Mutex<Ledger>, key: &str, body: Value, outcome: Ingest) {
     let mut ledger = ledger.lock().unwrap();
     match outcome {
         Ingest::Accepted(id) => {
+            ledger.accepted_at.entry(id.clone()).or_insert_with(Instant::now);
             ledger.ids.entry(key.to_owned()).or_default().insert(id);
             ledger.open.remove(key);
         }
+        Ingest::Failed | Ingest::Unknown if ledger.open.contains_key(key) => {}
         Ingest::Failed => {
             ledger.failed += 1;
             ledger.open.insert(key.to_owned(), body);
@@ -329,25 +353,51 @@ fn record(ledger: &Mutex<Ledger>, key: &str, body: Value, outcome: Ingest) {
     }
 }
 
-/// After healing: every ingest without a 202 is sent again with its key until accepted.
-async fn retry_open_ingests(client: &reqwest::Client, herald: &Herald, app: &str, ledger: &Arc<Mutex<Ledger>>) {
+/// Sends every ingest without a 202 again with its key, as a client would, once a second
+/// until `producing` is done.
+async fn resend_while(
+    producing: tokio::task::JoinHandle<()>,
+    client: reqwest::Client,
+    bases: Arc<Mutex<Vec<String>>>,
+    app: String,
+    ledger: Arc<Mutex<Ledger>>,
+) {
+    while !producing.is_finished() {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        resend_open(&client, &bases, &app, &ledger).await;
+    }
+    producing.await.unwrap();
+}
+
+/// After healing: resends until every ingest is accepted.
+async fn resend_until_accepted(
+    client: &reqwest::Client,
+    bases: &Mutex<Vec<String>>,
+    app: &str,
+    ledger: &Mutex<Ledger>,
+) {
     let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let open: Vec<(String, Value)> = ledger.lock().unwrap().open.clone().into_iter().collect();
-        if open.is_empty() {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{} ingests still refused a minute after healing", open.len());
-        for (key, body) in open {
-            let outcome = ingest(client, &herald.any_base(), app, &key, &body).await;
-            if let Ingest::Accepted(id) = outcome {
-                let mut ledger = ledger.lock().unwrap();
-                ledger.ids.entry(key.clone()).or_default().insert(id);
-                ledger.open.remove(&key);
-            }
-        }
+    while !ledger.lock().unwrap().open.is_empty() {
+        let open = ledger.lock().unwrap().open.len();
+        assert!(Instant::now() < deadline, "{open} ingests still refused a minute after healing");
+        resend_open(client, bases, app, ledger).await;
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// One pass over the open ingests, a few at a time, each to any process that is up.
+async fn resend_open(client: &reqwest::Client, bases: &Mutex<Vec<String>>, app: &str, ledger: &Mutex<Ledger>) {
+    use futures_util::StreamExt;
+    let open: Vec<(String, Value)> = ledger.lock().unwrap().open.clone().into_iter().collect();
+    let sends = open.into_iter().map(|(key, body)| async move {
+        let base = bases.lock().unwrap().first().cloned();
+        let outcome = match base {
+            Some(base) => ingest(client, &base, app, &key, &body).await,
+            None => Ingest::Failed,
+        };
+        record(ledger, &key, body, outcome);
+    });
+    futures_util::stream::iter(sends).buffer_unordered(8).collect::<Vec<()>>().await;
 }
 
 async fn inject(
@@ -506,6 +556,7 @@ async fn idempotency_storm(client: &reqwest::Client, base: &str, app: &str, ledg
             book.violations.push(format!("I4: 50 concurrent ingests with key {key} made {} messages", ids.len()));
         }
         if let Some(id) = ids.into_iter().next() {
+            book.accepted_at.entry(id.clone()).or_insert_with(Instant::now);
             book.ids.insert(key.clone(), HashSet::from([id]));
         } else {
             book.open.insert(key.clone(), body);

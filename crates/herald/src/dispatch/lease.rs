@@ -1,0 +1,157 @@
+//! This process's lease on a shared store (PostgreSQL). Every claim carries the owner name
+//! of the process that made it; the process renews its lease a few times per lease period,
+//! and anyone may release the claims of a process whose lease expired.
+//!
+//! A process that cannot renew does not know whether others already took its claims, so
+//! once its last renewal is older than the lease (less a margin) it starts no attempt until
+//! a renewal succeeds: a store outage or a pause then costs time, not duplicate deliveries.
+//! A renewal that finds the lease gone means the claims now belong to others; the process
+//! forgets what it held and continues under a new owner name.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use super::Dispatcher;
+
+/// Every how many lease beats orphaned claims are swept up regardless.
+const ORPHAN_SWEEP_EVERY: u64 = 10;
+
+/// The owner name, whether it is registered, and until when its lease surely holds.
+pub struct Lease {
+    node: String,
+    owner: RwLock<Arc<str>>,
+    generation: AtomicU64,
+    /// On a shared store, nothing is claimed until the owner name is registered (claims
+    /// under a name the store does not know would never be released).
+    registered: AtomicBool,
+    /// Whether there is a lease at all (a single-process store has none).
+    shared: bool,
+    /// Milliseconds after `epoch` before which this process's claims are surely its own.
+    held_until: AtomicU64,
+    epoch: Instant,
+}
+
+impl Lease {
+    pub fn new(node: String, shared: bool) -> Self {
+        Self {
+            owner: RwLock::new(Arc::from(format!("{node}-0"))),
+            node,
+            generation: AtomicU64::new(0),
+            registered: AtomicBool::new(!shared),
+            shared,
+            held_until: AtomicU64::new(0),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// The owner name this process claims deliveries under.
+    pub fn owner(&self) -> Arc<str> {
+        self.owner.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Whether this process may claim deliveries now.
+    pub fn may_claim(&self) -> bool {
+        self.registered.load(Ordering::SeqCst)
+    }
+
+    /// Whether this process may start an attempt on a delivery it holds: its lease surely
+    /// still holds, so no other process can have taken the delivery.
+    pub fn may_start(&self) -> bool {
+        !self.shared || (self.may_claim() && self.millis(Instant::now()) < self.held_until.load(Ordering::SeqCst))
+    }
+
+    /// A renewal sent at `sent` succeeded: the store's expiry is at least `lease` after it.
+    /// A margin covers clocks that run at slightly different rates.
+    fn renewed(&self, sent: Instant, lease: Duration) {
+        let until = self.millis(sent + lease - lease / 8);
+        self.held_until.fetch_max(until, Ordering::SeqCst);
+    }
+
+    /// Takes a new owner name and returns the old one.
+    fn rename(&self) -> Arc<str> {
+        self.registered.store(false, Ordering::SeqCst);
+        self.held_until.store(0, Ordering::SeqCst);
+        let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        let owner: Arc<str> = Arc::from(format!("{}-{generation}", self.node));
+        std::mem::replace(&mut *self.owner.write().unwrap_or_else(|p| p.into_inner()), owner)
+    }
+
+    fn millis(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.epoch).as_millis() as u64
+    }
+}
+
+/// Registers the current owner name; until that succeeds nothing is claimed.
+pub async fn register(dispatcher: &Dispatcher) {
+    let lease = &dispatcher.lease;
+    let sent = Instant::now();
+    match dispatcher.store.register_node(&lease.owner()).await {
+        Ok(()) => {
+            lease.renewed(sent, dispatcher.config.lease);
+            lease.registered.store(true, Ordering::SeqCst);
+            dispatcher.wake_pump.notify_one();
+        }
+        Err(e) => tracing::warn!(error = %e, "registering this process failed; will retry"),
+    }
+}
+
+/// The lease was lost (the process stalled longer than the lease): every delivery it held
+/// now belongs to others. Forget the waiting ones and continue under a new owner name, so
+/// no outcome of the old claims can land on new ones. Claims made under the old name after
+/// its lease ended are given back too.
+async fn forfeit(dispatcher: &Dispatcher) {
+    let old = dispatcher.lease.rename();
+    let dropped = dispatcher.lanes().drain_waiting().len();
+    tracing::warn!(dropped, owner = %dispatcher.lease.owner(), "lease lost; dropped held deliveries and registering anew");
+    if let Err(e) = dispatcher.store.release_owner(&old).await {
+        tracing::warn!(error = %e, "giving back the old name's claims failed; its lease reaping will");
+    }
+    register(dispatcher).await;
+}
+
+/// On a shared store: renews this process's lease, and releases the deliveries of processes
+/// whose lease expired (every process does it; it is idempotent).
+pub async fn keep(dispatcher: Arc<Dispatcher>, shutdown: CancellationToken) {
+    if !dispatcher.store.shared() {
+        return;
+    }
+    let lease = dispatcher.config.lease;
+    let mut beat = tokio::time::interval(lease / 4);
+    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut beats: u64 = 0;
+    loop {
+        tokio::select! {
+            _ = beat.tick() => {}
+            _ = shutdown.cancelled() => return,
+        }
+        beats += 1;
+        // Claims can race their owner's expiry; sweep them up now and then, and after churn.
+        let mut sweep = beats.is_multiple_of(ORPHAN_SWEEP_EVERY);
+        if !dispatcher.lease.may_claim() {
+            register(&dispatcher).await;
+        } else {
+            let sent = Instant::now();
+            match dispatcher.store.heartbeat(&dispatcher.lease.owner()).await {
+                Ok(true) => {
+                    dispatcher.lease.renewed(sent, lease);
+                    dispatcher.wake_pump.notify_one();
+                }
+                Ok(false) => {
+                    forfeit(&dispatcher).await;
+                    sweep = true;
+                }
+                Err(e) => tracing::warn!(error = %e, "renewing the lease failed; will retry"),
+            }
+        }
+        match dispatcher.store.reap_expired(lease).await {
+            Ok(released) => sweep |= released > 0,
+            Err(e) => tracing::warn!(error = %e, "releasing expired leases failed; will retry"),
+        }
+        if sweep && let Err(e) = dispatcher.store.release_orphans().await {
+            tracing::warn!(error = %e, "releasing orphaned claims failed; will retry");
+        }
+    }
+}
