@@ -54,6 +54,11 @@ impl Report {
         self.lost == 0 && self.unexpected == 0 && self.violations.is_empty()
     }
 
+    /// How to run this plan again.
+    pub fn reproduce(&self) -> String {
+        format!("{} seed {} (HERALD_FAULT_SEED={})", self.backend, self.seed, self.seed)
+    }
+
     pub fn summary(&self) -> String {
         format!(
             "{} seed {}: {} accepted, {} deliveries owed: {} lost, {} unexpected, {} duplicates, {} dead letters, \

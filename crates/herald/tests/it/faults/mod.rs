@@ -17,16 +17,16 @@ use crate::support::server::Backend;
 
 /// Runs one plan and fails loudly, with its seed, unless every invariant held.
 async fn prove(plan: Plan) {
-    let seed = plan.seed;
+    let report = try_plan(plan).await;
+    assert!(report.passed(), "invariants broken — {}\n{:#?}", report.reproduce(), report.violations);
+}
+
+/// Runs one plan and saves and prints its report.
+async fn try_plan(plan: Plan) -> invariants::Report {
     let report = check(run(plan).await).await;
     let path = save(&report);
     eprintln!("{}\nreport: {}", report.summary(), path.display());
-    assert!(
-        report.passed(),
-        "invariants broken — reproduce with HERALD_FAULT_SEED={seed}: {}\n{:#?}",
-        report.summary(),
-        report.violations
-    );
+    report
 }
 
 fn seed() -> u64 {
@@ -58,9 +58,14 @@ async fn long_fault_run() {
         Ok("postgres") => vec![Backend::Postgres],
         _ => vec![Backend::Sqlite, Backend::Postgres],
     };
+    let mut failed = Vec::new();
     for backend in backends {
         for &seed in &seeds {
-            prove(Plan { backend, seed, messages: 20_000, fault_time: Duration::from_secs(300) }).await;
+            let report = try_plan(Plan { backend, seed, messages: 20_000, fault_time: Duration::from_secs(300) }).await;
+            if !report.passed() {
+                failed.push(format!("{}: {:?}", report.reproduce(), report.violations));
+            }
         }
     }
+    assert!(failed.is_empty(), "invariants broken in {} runs:\n{}", failed.len(), failed.join("\n"));
 }
