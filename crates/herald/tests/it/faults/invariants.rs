@@ -54,9 +54,9 @@ impl Report {
         self.lost == 0 && self.unexpected == 0 && self.violations.is_empty()
     }
 
-    /// How to run this plan again.
+    /// Which plan this was; the seed reproduces it.
     pub fn reproduce(&self) -> String {
-        format!("{} seed {} (HERALD_FAULT_SEED={})", self.backend, self.seed, self.seed)
+        format!("{} seed {}", self.backend, self.seed)
     }
 
     pub fn summary(&self) -> String {

@@ -18,7 +18,13 @@ use crate::support::server::Backend;
 /// Runs one plan and fails loudly, with its seed, unless every invariant held.
 async fn prove(plan: Plan) {
     let report = try_plan(plan).await;
-    assert!(report.passed(), "invariants broken — {}\n{:#?}", report.reproduce(), report.violations);
+    assert!(
+        report.passed(),
+        "invariants broken — {}, reproduce with HERALD_FAULT_SEED={}\n{:#?}",
+        report.reproduce(),
+        report.seed,
+        report.violations
+    );
 }
 
 /// Runs one plan and saves and prints its report.
@@ -67,5 +73,10 @@ async fn long_fault_run() {
             }
         }
     }
-    assert!(failed.is_empty(), "invariants broken in {} runs:\n{}", failed.len(), failed.join("\n"));
+    assert!(
+        failed.is_empty(),
+        "invariants broken in {} runs (reproduce with HERALD_FAULT_SEEDS and HERALD_FAULT_BACKENDS):\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
 }
