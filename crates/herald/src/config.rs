@@ -113,6 +113,8 @@ pub struct ServerConfig {
     pub public_url: Option<String>,
     pub idempotency_ttl: Duration,
     pub role: Role,
+    /// Threads of the async runtime; `None`: one per core.
+    pub worker_threads: Option<usize>,
 }
 
 /// What a process does (`server.role`).
@@ -269,6 +271,7 @@ struct RawServer {
     public_url: String,
     idempotency_ttl_secs: u64,
     role: String,
+    worker_threads: usize,
 }
 
 #[derive(Deserialize)]
@@ -491,6 +494,7 @@ impl Raw {
                 public_url: non_empty(self.server.public_url),
                 idempotency_ttl: Duration::from_secs(self.server.idempotency_ttl_secs),
                 role,
+                worker_threads: Some(self.server.worker_threads).filter(|n| *n > 0),
             },
             auth: AuthConfig {
                 admin_token: non_empty(self.auth.admin_token),
@@ -569,6 +573,7 @@ mod tests {
         assert_eq!(config.delivery.default_retry, RetryPolicy::default());
         assert!(config.auth.admin_token.is_none());
         assert!(config.delivery.allowed_networks.is_empty());
+        assert_eq!(config.server.worker_threads, None, "0: one thread per core");
     }
 
     #[test]
@@ -579,6 +584,7 @@ mod tests {
                 ("HERALD_ALLOWED_NETWORKS", "127.0.0.1/32, 10.0.0.0/8"),
                 ("HERALD_DELIVERY__TIMEOUT_MS", "2500"),
                 ("HERALD_LOG__FORMAT", "json"),
+                ("HERALD_SERVER__WORKER_THREADS", "1"),
                 ("HERALD_UNRELATED", "ignored"),
             ]),
             ..Default::default()
@@ -588,6 +594,7 @@ mod tests {
         assert_eq!(config.delivery.allowed_networks.len(), 2);
         assert_eq!(config.delivery.timeout, Duration::from_millis(2500));
         assert!(config.log.json);
+        assert_eq!(config.server.worker_threads, Some(1));
     }
 
     #[test]

@@ -59,10 +59,11 @@ impl Ingestor {
         let strict = deliveries.len() - immediate;
         let in_memory = self.delivers && immediate > 0 && self.dispatcher.try_reserve(immediate);
         let message = Arc::new(message);
+        let owner = self.dispatcher.owner();
         let new = NewMessage {
             message: (*message).clone(),
             deliveries,
-            owner: in_memory.then(|| self.dispatcher.owner().to_string()),
+            owner: in_memory.then(|| owner.to_string()),
             idempotency,
         };
         // The commit and the hand-off run in their own task: if the caller goes away (the
@@ -83,6 +84,7 @@ impl Ingestor {
                             attempts: 0,
                             trigger: Trigger::Scheduled,
                             target: target.clone(),
+                            owner: owner.clone(),
                         }));
                     }
                     if strict > 0 || (immediate > 0 && !in_memory) {

@@ -69,7 +69,11 @@ fn main() -> anyhow::Result<()> {
             let sources = Sources { file: config, env: std::env::vars().collect(), overrides };
             let config = Config::load(&sources)?;
             telemetry::init(&config.log);
-            let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+            let mut runtime = tokio::runtime::Builder::new_multi_thread();
+            if let Some(threads) = config.server.worker_threads {
+                runtime.worker_threads(threads);
+            }
+            let runtime = runtime.enable_all().build().context("starting the runtime")?;
             runtime.block_on(serve(config))
         }
         Command::Bench(args) => {

@@ -179,7 +179,6 @@ impl Dispatcher {
 
     /// Puts a job back without consuming an attempt.
     fn retry_later(&self, job: Job, after: Duration) {
-        self.lanes().add_timer(job, now_ms() + after.as_millis() as i64);
-        self.wake_pump.notify_one();
+        self.hold([(job, now_ms() + after.as_millis() as i64)]);
     }
 }

@@ -36,6 +36,8 @@ pub struct Job {
     /// The endpoint as it was when the job arrived (for the lane's limits and gates; the
     /// attempt itself reads the current endpoint).
     pub target: Arc<Target>,
+    /// The owner name the delivery was claimed under; its outcome is recorded under it.
+    pub owner: Arc<str>,
 }
 
 impl Job {
@@ -43,7 +45,7 @@ impl Job {
         &self.message.app_id
     }
 
-    pub fn from_claim(c: ClaimedDelivery, target: Arc<Target>) -> Self {
+    pub fn from_claim(c: ClaimedDelivery, target: Arc<Target>, owner: Arc<str>) -> Self {
         Self {
             delivery_id: c.delivery_id,
             endpoint_id: c.endpoint_id,
@@ -51,6 +53,7 @@ impl Job {
             attempts: c.attempts,
             trigger: c.trigger,
             target,
+            owner,
         }
     }
 }
@@ -529,6 +532,7 @@ mod tests {
                 attempts,
                 trigger: Trigger::Scheduled,
                 target: target.clone(),
+                owner: Arc::from("test-0"),
             }
         }
     }

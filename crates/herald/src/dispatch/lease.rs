@@ -3,10 +3,15 @@
 //! and anyone may release the claims of a process whose lease expired.
 //!
 //! A process that cannot renew does not know whether others already took its claims, so
-//! once its last renewal is older than the lease (less a margin) it starts no attempt until
-//! a renewal succeeds: a store outage or a pause then costs time, not duplicate deliveries.
-//! A renewal that finds the lease gone means the claims now belong to others; the process
-//! forgets what it held and continues under a new owner name.
+//! once its last renewal is older than half the lease it starts no attempt until a renewal
+//! succeeds: a store outage or a pause then costs time, not duplicate deliveries. (The other
+//! half covers an attempt's way to the wire: DNS, connect and TLS budgets should stay
+//! below it.) A renewal that finds the lease gone means the claims now belong to others;
+//! the process forgets what it held and continues under a new owner name.
+//!
+//! Reaping is held back after outages that hit everyone: a process reaps others only once
+//! its own renewals have succeeded without a break for a whole lease, and (PostgreSQL) no
+//! lease expires within a lease of the database's start.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -15,6 +20,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::Dispatcher;
+use crate::store::StoreError;
 
 /// Every how many lease beats orphaned claims are swept up regardless.
 const ORPHAN_SWEEP_EVERY: u64 = 10;
@@ -64,9 +70,9 @@ impl Lease {
     }
 
     /// A renewal sent at `sent` succeeded: the store's expiry is at least `lease` after it.
-    /// A margin covers clocks that run at slightly different rates.
+    /// Attempts may start during the first half of that.
     fn renewed(&self, sent: Instant, lease: Duration) {
-        let until = self.millis(sent + lease - lease / 8);
+        let until = self.millis(sent + lease / 2);
         self.held_until.fetch_max(until, Ordering::SeqCst);
     }
 
@@ -85,17 +91,34 @@ impl Lease {
 }
 
 /// Registers the current owner name; until that succeeds nothing is claimed.
-pub async fn register(dispatcher: &Dispatcher) {
+/// Returns whether it did.
+pub async fn register(dispatcher: &Dispatcher) -> bool {
     let lease = &dispatcher.lease;
     let sent = Instant::now();
-    match dispatcher.store.register_node(&lease.owner()).await {
+    match within(dispatcher, dispatcher.store.register_node(&lease.owner())).await {
         Ok(()) => {
             lease.renewed(sent, dispatcher.config.lease);
             lease.registered.store(true, Ordering::SeqCst);
             dispatcher.wake_pump.notify_one();
+            true
         }
-        Err(e) => tracing::warn!(error = %e, "registering this process failed; will retry"),
+        Err(e) => {
+            tracing::warn!(error = %e, "registering this process failed; will retry");
+            false
+        }
     }
+}
+
+/// A lease call that does not answer within half the lease has failed: by then the fence
+/// has stopped new attempts anyway, and a hung connection must not stall the renewals.
+async fn within<T>(
+    dispatcher: &Dispatcher,
+    call: impl std::future::Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    let limit = dispatcher.config.lease / 2;
+    tokio::time::timeout(limit, call)
+        .await
+        .unwrap_or_else(|_| Err(StoreError::Other(anyhow::anyhow!("no answer within {limit:?}"))))
 }
 
 /// The lease was lost (the process stalled longer than the lease): every delivery it held
@@ -122,6 +145,8 @@ pub async fn keep(dispatcher: Arc<Dispatcher>, shutdown: CancellationToken) {
     let mut beat = tokio::time::interval(lease / 4);
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut beats: u64 = 0;
+    // Since when this process's renewals have all succeeded.
+    let mut unbroken_since: Option<Instant> = None;
     loop {
         tokio::select! {
             _ = beat.tick() => {}
@@ -130,25 +155,35 @@ pub async fn keep(dispatcher: Arc<Dispatcher>, shutdown: CancellationToken) {
         beats += 1;
         // Claims can race their owner's expiry; sweep them up now and then, and after churn.
         let mut sweep = beats.is_multiple_of(ORPHAN_SWEEP_EVERY);
-        if !dispatcher.lease.may_claim() {
-            register(&dispatcher).await;
+        let sent = Instant::now();
+        let renewed = if !dispatcher.lease.may_claim() {
+            register(&dispatcher).await
         } else {
-            let sent = Instant::now();
-            match dispatcher.store.heartbeat(&dispatcher.lease.owner()).await {
+            match within(&dispatcher, dispatcher.store.heartbeat(&dispatcher.lease.owner())).await {
                 Ok(true) => {
                     dispatcher.lease.renewed(sent, lease);
                     dispatcher.wake_pump.notify_one();
+                    true
                 }
                 Ok(false) => {
-                    forfeit(&dispatcher).await;
                     sweep = true;
+                    forfeit(&dispatcher).await;
+                    false
                 }
-                Err(e) => tracing::warn!(error = %e, "renewing the lease failed; will retry"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "renewing the lease failed; will retry");
+                    false
+                }
             }
-        }
-        match dispatcher.store.reap_expired(lease).await {
-            Ok(released) => sweep |= released > 0,
-            Err(e) => tracing::warn!(error = %e, "releasing expired leases failed; will retry"),
+        };
+        unbroken_since = if renewed { unbroken_since.or(Some(sent)) } else { None };
+        // Whatever cut this process off may have cut the others off too: reap only once
+        // its own renewals have run unbroken for a lease, so every live process had its turn.
+        if unbroken_since.is_some_and(|since| since.elapsed() >= lease) {
+            match dispatcher.store.reap_expired(lease).await {
+                Ok(released) => sweep |= released > 0,
+                Err(e) => tracing::warn!(error = %e, "releasing expired leases failed; will retry"),
+            }
         }
         if sweep && let Err(e) = dispatcher.store.release_orphans().await {
             tracing::warn!(error = %e, "releasing orphaned claims failed; will retry");

@@ -58,17 +58,10 @@ async fn load_available(dispatcher: &Dispatcher) -> Result<(), StoreError> {
         };
         let got = claimed.len();
         dispatcher.lanes().forget(batch - got);
-        let jobs = with_targets(dispatcher, claimed).await?;
-        {
-            let mut lanes = dispatcher.lanes();
-            for job in jobs {
-                let due = job.due;
-                if due <= now { lanes.add_ready(job.job, now) } else { lanes.add_timer(job.job, due) }
-            }
-        }
+        let jobs = with_targets(dispatcher, &owner, claimed).await?;
+        dispatcher.hold(jobs.into_iter().map(|c| (c.job, c.due)));
         if got > 0 {
             tracing::debug!(claimed = got, heads, "claimed deliveries from the store");
-            dispatcher.wake_pump.notify_one();
         }
         if got < batch {
             if !heads {
@@ -86,7 +79,11 @@ struct Claimed {
 
 /// Attaches each claimed delivery's endpoint; deliveries of deleted endpoints are cancelled
 /// on the spot (and leave memory).
-async fn with_targets(dispatcher: &Dispatcher, claimed: Vec<ClaimedDelivery>) -> Result<Vec<Claimed>, StoreError> {
+async fn with_targets(
+    dispatcher: &Dispatcher,
+    owner: &Arc<str>,
+    claimed: Vec<ClaimedDelivery>,
+) -> Result<Vec<Claimed>, StoreError> {
     let mut targets = HashMap::new();
     let mut jobs = Vec::with_capacity(claimed.len());
     let mut cancelled = vec![];
@@ -99,7 +96,7 @@ async fn with_targets(dispatcher: &Dispatcher, claimed: Vec<ClaimedDelivery>) ->
         match targets[&delivery.endpoint_id].clone() {
             Some(target) => {
                 let due = delivery.next_at;
-                jobs.push(Claimed { job: Job::from_claim(delivery, target), due });
+                jobs.push(Claimed { job: Job::from_claim(delivery, target, owner.clone()), due });
             }
             None => cancelled.push(OutcomeRecord {
                 delivery_id: delivery.delivery_id,
@@ -112,8 +109,7 @@ async fn with_targets(dispatcher: &Dispatcher, claimed: Vec<ClaimedDelivery>) ->
     }
     if !cancelled.is_empty() {
         let n = cancelled.len();
-        let owner = dispatcher.owner();
-        persist(|| dispatcher.store.record_outcomes(&owner, cancelled.clone())).await?;
+        persist(|| dispatcher.store.record_outcomes(owner, cancelled.clone())).await?;
         dispatcher.lanes().forget(n);
     }
     Ok(jobs)

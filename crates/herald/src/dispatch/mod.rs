@@ -114,13 +114,38 @@ impl Dispatcher {
 
     /// Hands over reserved, committed and claimed deliveries for immediate attempts.
     pub fn submit(&self, jobs: impl IntoIterator<Item = Job>) {
+        self.hold(jobs.into_iter().map(|job| (job, 0)));
+    }
+
+    /// Takes jobs into memory (their room already reserved): each ready now or at its time.
+    /// A job claimed under an owner name this process no longer holds (its lease was lost
+    /// since) is dropped with its room: the claim is the store's to give to someone else.
+    /// Checked under the lanes lock, which the lease's `forfeit` takes after renaming, so
+    /// no job of an old name can slip in after the forfeit emptied the lanes.
+    fn hold(&self, jobs: impl IntoIterator<Item = (Job, Millis)>) {
         let now = now_ms();
         let mut lanes = self.lanes();
-        for job in jobs {
-            lanes.add_ready(job, now);
+        let owner = self.owner();
+        let (mut held, mut dropped) = (0, 0);
+        for (job, due) in jobs {
+            if job.owner != owner {
+                dropped += 1;
+            } else if due <= now {
+                lanes.add_ready(job, now);
+                held += 1;
+            } else {
+                lanes.add_timer(job, due);
+                held += 1;
+            }
         }
+        lanes.forget(dropped);
         drop(lanes);
-        self.wake_pump.notify_one();
+        if dropped > 0 {
+            tracing::info!(dropped, "dropped jobs claimed under a lost lease");
+        }
+        if held > 0 {
+            self.wake_pump.notify_one();
+        }
     }
 
     /// This process's circuit breaker of an endpoint, if it has one.

@@ -57,17 +57,60 @@ pub async fn run(dispatcher: Arc<Dispatcher>, mut rx: Receiver, stop: Cancellati
     }
 }
 
+/// Records a batch, each outcome under the owner name its delivery was claimed under (an
+/// attempt begun before a lost lease must not land on the claim that replaced it), then
+/// keeps the in-memory retries and lets the rest go.
 async fn write(dispatcher: &Dispatcher, batch: &mut Vec<Pending>, stop: &CancellationToken) {
-    let records: Vec<OutcomeRecord> = batch.iter().map(|p| p.record.clone()).collect();
+    let mut applied = vec![false; batch.len()];
+    let mut owners: Vec<Arc<str>> = batch.iter().map(|p| p.job.owner.clone()).collect();
+    owners.sort_unstable();
+    owners.dedup();
+    for owner in owners {
+        let (at, records): (Vec<usize>, Vec<OutcomeRecord>) =
+            batch.iter().enumerate().filter(|(_, p)| p.job.owner == owner).map(|(i, p)| (i, p.record.clone())).unzip();
+        for (i, ok) in at.into_iter().zip(record(dispatcher, &owner, records, stop).await) {
+            applied[i] = ok;
+        }
+    }
+    let mut kept = Vec::new();
+    let mut released = 0;
+    for (Pending { mut job, record }, applied) in batch.drain(..).zip(applied) {
+        match (applied, record.next) {
+            (true, NextState::Retry { at, keep: true }) => {
+                job.attempts = record.attempts;
+                job.trigger = Trigger::Scheduled;
+                kept.push((job, at));
+            }
+            (applied, _) => {
+                if !applied {
+                    tracing::info!(delivery = record.delivery_id, "claim lost; outcome not recorded");
+                }
+                released += 1;
+            }
+        }
+    }
+    dispatcher.lanes().forget(released);
+    dispatcher.hold(kept);
+    dispatcher.wake_loader.notify_one();
+}
+
+/// Writes outcomes under one owner name, trying until the store answers (or, once stopping,
+/// giving up); which of them applied (the claim still held).
+async fn record(
+    dispatcher: &Dispatcher,
+    owner: &str,
+    records: Vec<OutcomeRecord>,
+    stop: &CancellationToken,
+) -> Vec<bool> {
     let mut delays = RETRY_DELAYS_MS.iter().copied();
     let mut delay = 0;
-    let applied = loop {
-        match dispatcher.store.record_outcomes(&dispatcher.owner(), records.clone()).await {
-            Ok(applied) => break applied,
+    loop {
+        match dispatcher.store.record_outcomes(owner, records.clone()).await {
+            Ok(applied) => return applied,
             // Stopping: the claims are dropped at the next start and the deliveries retried.
             Err(e) if stop.is_cancelled() => {
                 tracing::error!(error = %e, outcomes = records.len(), "outcomes not recorded at shutdown");
-                break vec![false; records.len()];
+                return vec![false; records.len()];
             }
             Err(e) => {
                 delay = delays.next().unwrap_or(delay);
@@ -75,28 +118,5 @@ async fn write(dispatcher: &Dispatcher, batch: &mut Vec<Pending>, stop: &Cancell
                 tokio::time::sleep(Duration::from_millis(delay)).await;
             }
         }
-    };
-    let mut lanes = dispatcher.lanes();
-    let mut retained = false;
-    for (Pending { mut job, record }, applied) in batch.drain(..).zip(applied) {
-        match (applied, record.next) {
-            (true, NextState::Retry { at, keep: true }) => {
-                job.attempts = record.attempts;
-                job.trigger = Trigger::Scheduled;
-                lanes.add_timer(job, at);
-                retained = true;
-            }
-            (applied, _) => {
-                if !applied {
-                    tracing::info!(delivery = record.delivery_id, "claim lost; outcome not recorded");
-                }
-                lanes.forget(1);
-            }
-        }
     }
-    drop(lanes);
-    if retained {
-        dispatcher.wake_pump.notify_one();
-    }
-    dispatcher.wake_loader.notify_one();
 }
