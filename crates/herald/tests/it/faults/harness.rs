@@ -277,7 +277,8 @@ async fn setup(client: &reqwest::Client, base: &str, receivers: &Receivers) -> (
 }
 
 /// Sends the plan's messages spread over the fault time, each under its own idempotency
-/// key, to whichever process is up.
+/// key, to whichever process is up. Open model: each ingest goes out at its time whatever
+/// the earlier ones are doing, so a stalled Herald does not leave a lagging producer behind.
 async fn produce(
     plan: Plan,
     client: reqwest::Client,
@@ -288,6 +289,7 @@ async fn produce(
     let interval = plan.fault_time.div_f64(plan.messages as f64);
     let mut tick = tokio::time::interval(interval);
     let mut rng = StdRng::seed_from_u64(plan.seed ^ 0x9e37_79b9);
+    let mut sending = tokio::task::JoinSet::new();
     for i in 0..plan.messages {
         tick.tick().await;
         let key = format!("key-{}-{i}", plan.seed);
@@ -300,12 +302,16 @@ async fn produce(
             let bases = bases.lock().unwrap();
             if bases.is_empty() { None } else { Some(bases[rng.random_range(0..bases.len())].clone()) }
         };
-        let outcome = match base {
-            Some(base) => ingest(&client, &base, &app, &key, &body).await,
-            None => Ingest::Failed,
-        };
-        record(&ledger, &key, body, outcome);
+        let (client, app, ledger) = (client.clone(), app.clone(), ledger.clone());
+        sending.spawn(async move {
+            let outcome = match base {
+                Some(base) => ingest(&client, &base, &app, &key, &body).await,
+                None => Ingest::Failed,
+            };
+            record(&ledger, &key, body, outcome);
+        });
     }
+    sending.join_all().await;
 }
 
 pub enum Ingest {
@@ -364,7 +370,7 @@ async fn resend_while(
 ) {
     while !producing.is_finished() {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        resend_open(&client, &bases, &app, &ledger).await;
+        resend_open(&client, &bases, &app, &ledger, RESEND_PER_SECOND).await;
     }
     producing.await.unwrap();
 }
@@ -380,15 +386,26 @@ async fn resend_until_accepted(
     while !ledger.lock().unwrap().open.is_empty() {
         let open = ledger.lock().unwrap().open.len();
         assert!(Instant::now() < deadline, "{open} ingests still refused a minute after healing");
-        resend_open(client, bases, app, ledger).await;
+        resend_open(client, bases, app, ledger, usize::MAX).await;
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
-/// One pass over the open ingests, a few at a time, each to any process that is up.
-async fn resend_open(client: &reqwest::Client, bases: &Mutex<Vec<String>>, app: &str, ledger: &Mutex<Ledger>) {
+/// Open ingests resent at most per second while the faults go on (each pass then ends
+/// within one client timeout even when Herald is stalled).
+const RESEND_PER_SECOND: usize = 64;
+
+/// One pass over up to `most` open ingests, all at once, each to any process that is up.
+async fn resend_open(
+    client: &reqwest::Client,
+    bases: &Mutex<Vec<String>>,
+    app: &str,
+    ledger: &Mutex<Ledger>,
+    most: usize,
+) {
     use futures_util::StreamExt;
-    let open: Vec<(String, Value)> = ledger.lock().unwrap().open.clone().into_iter().collect();
+    let open: Vec<(String, Value)> =
+        ledger.lock().unwrap().open.iter().take(most).map(|(k, v)| (k.clone(), v.clone())).collect();
     let sends = open.into_iter().map(|(key, body)| async move {
         let base = bases.lock().unwrap().first().cloned();
         let outcome = match base {
@@ -397,7 +414,7 @@ async fn resend_open(client: &reqwest::Client, bases: &Mutex<Vec<String>>, app: 
         };
         record(ledger, &key, body, outcome);
     });
-    futures_util::stream::iter(sends).buffer_unordered(8).collect::<Vec<()>>().await;
+    futures_util::stream::iter(sends).buffer_unordered(64).collect::<Vec<()>>().await;
 }
 
 async fn inject(
@@ -462,7 +479,11 @@ async fn inject(
             tokio::time::sleep(step.hold).await;
             receivers.flapping.store(false, Ordering::SeqCst);
         }
-        Fault::IdempotencyStorm => idempotency_storm(client, &herald.any_base(), app, ledger, seed).await,
+        Fault::IdempotencyStorm => {
+            idempotency_storm(client, &herald.any_base(), app, ledger, seed).await;
+            // Its share of the fault time, so that the faults last as long as the producer.
+            tokio::time::sleep(step.hold).await;
+        }
         Fault::Proxy(mode) => {
             receivers.proxy.set(mode);
             tokio::time::sleep(step.hold).await;
