@@ -9,9 +9,11 @@
 //! below it.) A renewal that finds the lease gone means the claims now belong to others;
 //! the process forgets what it held and continues under a new owner name.
 //!
-//! Reaping is held back after outages that hit everyone: a process reaps others only once
-//! its own renewals have succeeded without a break for a whole lease, and (PostgreSQL) no
-//! lease expires within a lease of the database's start.
+//! Reaping is held back after stalls that may have hit everyone (a database outage, a lock,
+//! a paused process): a process reaps others only once its own renewals have run for a
+//! whole lease, each within half a lease of the one before, and (PostgreSQL) no lease
+//! expires within a lease of the database's start. Renewing and reaping run in separate
+//! loops, so a reap stuck behind a lock never delays a renewal.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -37,6 +39,10 @@ pub struct Lease {
     shared: bool,
     /// Milliseconds after `epoch` before which this process's claims are surely its own.
     held_until: AtomicU64,
+    /// When the last successful renewal was sent, and when the current run of timely
+    /// renewals began (milliseconds after `epoch`, plus one; 0: none).
+    last_renewed: AtomicU64,
+    steady_since: AtomicU64,
     epoch: Instant,
 }
 
@@ -49,6 +55,8 @@ impl Lease {
             registered: AtomicBool::new(!shared),
             shared,
             held_until: AtomicU64::new(0),
+            last_renewed: AtomicU64::new(0),
+            steady_since: AtomicU64::new(0),
             epoch: Instant::now(),
         }
     }
@@ -74,12 +82,32 @@ impl Lease {
     fn renewed(&self, sent: Instant, lease: Duration) {
         let until = self.millis(sent + lease / 2);
         self.held_until.fetch_max(until, Ordering::SeqCst);
+        let at = self.millis(sent) + 1;
+        let last = self.last_renewed.swap(at, Ordering::SeqCst);
+        if last == 0 || at.saturating_sub(last) > half(lease) {
+            self.steady_since.store(at, Ordering::SeqCst);
+        }
+    }
+
+    /// A renewal failed: the run of timely renewals is over.
+    fn broken(&self) {
+        self.steady_since.store(0, Ordering::SeqCst);
+    }
+
+    /// Whether this process may reap the leases of others: its own renewals have run on time
+    /// for a whole lease and are still current, so whatever stalled it is not stalling it now
+    /// and every live process had a lease's time to renew since.
+    fn may_reap(&self, lease: Duration) -> bool {
+        let now = self.millis(Instant::now()) + 1;
+        let (since, last) = (self.steady_since.load(Ordering::SeqCst), self.last_renewed.load(Ordering::SeqCst));
+        since != 0 && now.saturating_sub(since) >= lease.as_millis() as u64 && now.saturating_sub(last) <= half(lease)
     }
 
     /// Takes a new owner name and returns the old one.
     fn rename(&self) -> Arc<str> {
         self.registered.store(false, Ordering::SeqCst);
         self.held_until.store(0, Ordering::SeqCst);
+        self.broken();
         let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
         let owner: Arc<str> = Arc::from(format!("{}-{generation}", self.node));
         std::mem::replace(&mut *self.owner.write().unwrap_or_else(|p| p.into_inner()), owner)
@@ -90,9 +118,12 @@ impl Lease {
     }
 }
 
+fn half(lease: Duration) -> u64 {
+    lease.as_millis() as u64 / 2
+}
+
 /// Registers the current owner name; until that succeeds nothing is claimed.
-/// Returns whether it did.
-pub async fn register(dispatcher: &Dispatcher) -> bool {
+pub async fn register(dispatcher: &Dispatcher) {
     let lease = &dispatcher.lease;
     let sent = Instant::now();
     match within(dispatcher, dispatcher.store.register_node(&lease.owner())).await {
@@ -100,12 +131,8 @@ pub async fn register(dispatcher: &Dispatcher) -> bool {
             lease.renewed(sent, dispatcher.config.lease);
             lease.registered.store(true, Ordering::SeqCst);
             dispatcher.wake_pump.notify_one();
-            true
         }
-        Err(e) => {
-            tracing::warn!(error = %e, "registering this process failed; will retry");
-            false
-        }
+        Err(e) => tracing::warn!(error = %e, "registering this process failed; will retry"),
     }
 }
 
@@ -135,51 +162,58 @@ async fn forfeit(dispatcher: &Dispatcher) {
     register(dispatcher).await;
 }
 
-/// On a shared store: renews this process's lease, and releases the deliveries of processes
-/// whose lease expired (every process does it; it is idempotent).
+/// On a shared store: renews this process's lease, and (in a loop of its own) releases the
+/// deliveries of processes whose lease expired (every process does it; it is idempotent).
 pub async fn keep(dispatcher: Arc<Dispatcher>, shutdown: CancellationToken) {
     if !dispatcher.store.shared() {
         return;
     }
+    let reaper = tokio::spawn(reap(dispatcher.clone(), shutdown.clone()));
+    let lease = dispatcher.config.lease;
+    let mut beat = tokio::time::interval(lease / 4);
+    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = beat.tick() => {}
+            _ = shutdown.cancelled() => break,
+        }
+        if !dispatcher.lease.may_claim() {
+            register(&dispatcher).await;
+            continue;
+        }
+        let sent = Instant::now();
+        match within(&dispatcher, dispatcher.store.heartbeat(&dispatcher.lease.owner())).await {
+            Ok(true) => {
+                dispatcher.lease.renewed(sent, lease);
+                dispatcher.wake_pump.notify_one();
+            }
+            Ok(false) => forfeit(&dispatcher).await,
+            Err(e) => {
+                dispatcher.lease.broken();
+                tracing::warn!(error = %e, "renewing the lease failed; will retry");
+            }
+        }
+    }
+    let _ = reaper.await;
+}
+
+/// Releases the deliveries of processes whose lease expired, while this process's own
+/// renewals are steady; sweeps up orphaned claims now and then, and after churn.
+async fn reap(dispatcher: Arc<Dispatcher>, shutdown: CancellationToken) {
     let lease = dispatcher.config.lease;
     let mut beat = tokio::time::interval(lease / 4);
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut beats: u64 = 0;
-    // Since when this process's renewals have all succeeded.
-    let mut unbroken_since: Option<Instant> = None;
+    let mut generation = dispatcher.lease.generation.load(Ordering::SeqCst);
     loop {
         tokio::select! {
             _ = beat.tick() => {}
             _ = shutdown.cancelled() => return,
         }
         beats += 1;
-        // Claims can race their owner's expiry; sweep them up now and then, and after churn.
-        let mut sweep = beats.is_multiple_of(ORPHAN_SWEEP_EVERY);
-        let sent = Instant::now();
-        let renewed = if !dispatcher.lease.may_claim() {
-            register(&dispatcher).await
-        } else {
-            match within(&dispatcher, dispatcher.store.heartbeat(&dispatcher.lease.owner())).await {
-                Ok(true) => {
-                    dispatcher.lease.renewed(sent, lease);
-                    dispatcher.wake_pump.notify_one();
-                    true
-                }
-                Ok(false) => {
-                    sweep = true;
-                    forfeit(&dispatcher).await;
-                    false
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "renewing the lease failed; will retry");
-                    false
-                }
-            }
-        };
-        unbroken_since = if renewed { unbroken_since.or(Some(sent)) } else { None };
-        // Whatever cut this process off may have cut the others off too: reap only once
-        // its own renewals have run unbroken for a lease, so every live process had its turn.
-        if unbroken_since.is_some_and(|since| since.elapsed() >= lease) {
+        let now = dispatcher.lease.generation.load(Ordering::SeqCst);
+        let mut sweep = beats.is_multiple_of(ORPHAN_SWEEP_EVERY) || std::mem::replace(&mut generation, now) != now;
+        if dispatcher.lease.may_reap(lease) {
             match dispatcher.store.reap_expired(lease).await {
                 Ok(released) => sweep |= released > 0,
                 Err(e) => tracing::warn!(error = %e, "releasing expired leases failed; will retry"),
