@@ -233,9 +233,29 @@ fn unexcused_duplicates(acked: &Acks, faults: &[Injected]) -> Vec<String> {
         .filter(|(_, times)| !windows.iter().any(|(from, to)| (*from..=*to).contains(&times[0])))
         .take(10)
         .map(|((id, path), times)| {
-            format!("I3: {id} to {path} acknowledged {} times, first outside any crash or pause", times.len())
+            let nearest = faults.iter().min_by_key(|f| distance(times[0], f.started, f.healed));
+            let context = nearest.map_or(String::new(), |f| {
+                let from_heal = |t: Instant| signed_seconds(t, f.healed);
+                let acks: Vec<String> = times.iter().map(|t| format!("{:+.2} s", from_heal(*t))).collect();
+                format!(
+                    "; nearest fault {:?} (held {:.1} s), acknowledged at {} from its healing",
+                    f.fault,
+                    (f.healed - f.started).as_secs_f64(),
+                    acks.join(", ")
+                )
+            });
+            format!("I3: {id} to {path} acknowledged {} times, first outside any crash or pause{context}", times.len())
         })
         .collect()
+}
+
+/// How far `t` is from the span `from..=to`.
+fn distance(t: Instant, from: Instant, to: Instant) -> Duration {
+    if t < from { from - t } else { t.saturating_duration_since(to) }
+}
+
+fn signed_seconds(t: Instant, from: Instant) -> f64 {
+    if t >= from { (t - from).as_secs_f64() } else { -(from - t).as_secs_f64() }
 }
 
 /// Per fault: its hold time, and how long after its healing the last delivery of a message
