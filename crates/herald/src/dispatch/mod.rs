@@ -184,10 +184,12 @@ impl Dispatcher {
         let writer = tokio::spawn(outcomes::run(self.clone(), rx, stop_outcomes.clone()));
         lease::register(&self).await;
         let loader = tokio::spawn(loader::run(self.clone(), shutdown.clone()));
-        let leases = tokio::spawn(lease::keep(self.clone(), shutdown.clone()));
+        // The lease is kept until the claims are given back: a lease lapsing while the last
+        // attempts finish would let another process send them again.
+        let stop_lease = CancellationToken::new();
+        let leases = tokio::spawn(lease::keep(self.clone(), stop_lease.clone()));
         self.clone().pump(shutdown).await;
         let _ = loader.await;
-        let _ = leases.await;
         self.attempts.close();
         let grace = self.config.queue.shutdown_grace;
         if tokio::time::timeout(grace, self.attempts.wait()).await.is_err() {
@@ -203,6 +205,8 @@ impl Dispatcher {
             Ok(released) => tracing::info!(waiting, released, "dispatcher stopped; deliveries released"),
             Err(e) => tracing::error!(error = %e, "releasing deliveries at shutdown failed"),
         }
+        stop_lease.cancel();
+        let _ = leases.await;
     }
 
     /// Restores what outlives a restart: saved circuit breakers and latency history.

@@ -462,8 +462,7 @@ async fn inject(
         }
         Fault::PgTerminate => {
             let url = herald.storage.database_url.clone().unwrap();
-            let (db, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
-            tokio::spawn(connection);
+            let db = connect(&url).await;
             db.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
                  WHERE datname = current_database() AND pid <> pg_backend_pid()",
@@ -540,8 +539,7 @@ fn fill(path: &std::path::Path) {
 async fn hold_exclusive_lock(storage: &Storage, hold: Duration) {
     match &storage.database_url {
         Some(url) => {
-            let (mut db, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
-            tokio::spawn(connection);
+            let mut db = connect(url).await;
             let tx = db.transaction().await.unwrap();
             tx.execute("LOCK TABLE herald.delivery IN ACCESS EXCLUSIVE MODE", &[]).await.unwrap();
             tokio::time::sleep(hold).await;
@@ -596,5 +594,24 @@ async fn idempotency_storm(client: &reqwest::Client, base: &str, app: &str, ledg
         && !answer.status().is_server_error()
     {
         ledger.lock().unwrap().violations.push(format!("a reused key with another body answered {}", answer.status()));
+    }
+}
+
+/// The harness's own connection to the database, once it accepts connections again (after
+/// an immediate stop it first replays its log).
+async fn connect(url: &str) -> tokio_postgres::Client {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match tokio_postgres::connect(url, tokio_postgres::NoTls).await {
+            Ok((db, connection)) => {
+                tokio::spawn(connection);
+                return db;
+            }
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("the database is not accepting connections yet: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("the database did not come back: {e}"),
+        }
     }
 }
