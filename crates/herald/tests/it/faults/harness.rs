@@ -320,15 +320,25 @@ pub enum Ingest {
     Unknown,
 }
 
-async fn ingest(client: &reqwest::Client, base: &str, app: &str, key: &str, body: &Value) -> Ingest {
-    let sent = client
+/// Creates a message under an idempotency key.
+async fn post_message(
+    client: &reqwest::Client,
+    base: &str,
+    app: &str,
+    key: &str,
+    body: &Value,
+) -> reqwest::Result<reqwest::Response> {
+    client
         .post(format!("{base}/api/v1/app/{app}/msg"))
         .bearer_auth(ADMIN_TOKEN)
         .header("idempotency-key", key)
         .json(body)
         .send()
-        .await;
-    match sent {
+        .await
+}
+
+async fn ingest(client: &reqwest::Client, base: &str, app: &str, key: &str, body: &Value) -> Ingest {
+    match post_message(client, base, app, key, body).await {
         Ok(response) if response.status() == reqwest::StatusCode::ACCEPTED => match response.json::<Value>().await {
             Ok(message) => Ingest::Accepted(message["id"].as_str().unwrap_or_default().to_owned()),
             Err(_) => Ingest::Unknown,
@@ -497,15 +507,7 @@ async fn inject(
             for n in 0..20 {
                 let key = format!("disk-{seed}-{n}-{}", rand::random::<u32>());
                 let body = json!({"eventType": "order.paid", "payload": {"disk": "full", "pad": "y".repeat(4096)}});
-                let base = herald.any_base();
-                let answer = client
-                    .post(format!("{base}/api/v1/app/{app}/msg"))
-                    .bearer_auth(ADMIN_TOKEN)
-                    .header("idempotency-key", &key)
-                    .json(&body)
-                    .send()
-                    .await;
-                match answer {
+                match post_message(client, &herald.any_base(), app, &key, &body).await {
                     Ok(r) if r.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE => {
                         let text = r.text().await.unwrap_or_default();
                         let mut book = ledger.lock().unwrap();
@@ -582,14 +584,7 @@ async fn idempotency_storm(client: &reqwest::Client, base: &str, app: &str, ledg
         }
     }
     let other = json!({"eventType": "order.paid", "payload": {"storm": "a different body"}});
-    let answer = client
-        .post(format!("{base}/api/v1/app/{app}/msg"))
-        .bearer_auth(ADMIN_TOKEN)
-        .header("idempotency-key", &key)
-        .json(&other)
-        .send()
-        .await;
-    if let Ok(answer) = answer
+    if let Ok(answer) = post_message(client, base, app, &key, &other).await
         && answer.status() != reqwest::StatusCode::UNPROCESSABLE_ENTITY
         && !answer.status().is_server_error()
     {
