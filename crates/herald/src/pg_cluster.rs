@@ -89,7 +89,18 @@ impl TempCluster {
     /// Creates a fresh database and returns its URL.
     pub async fn create_database(&self) -> anyhow::Result<String> {
         let name = format!("herald_{}", random_token(6).to_lowercase());
-        let (client, connection) = tokio_postgres::connect(&self.url("postgres"), tokio_postgres::NoTls).await?;
+        // The port answers a moment before the server accepts connections ("the database
+        // system is starting up"): try for a while.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let (client, connection) = loop {
+            match tokio_postgres::connect(&self.url("postgres"), tokio_postgres::NoTls).await {
+                Ok(connected) => break connected,
+                Err(e) if Instant::now() < deadline && e.code().is_some() => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
         tokio::spawn(connection);
         client.batch_execute(&format!("CREATE DATABASE {name}")).await?;
         Ok(self.url(&name))
