@@ -24,6 +24,8 @@ pub const ENDPOINTS: [&str; 3] = ["/e0", "/e1", "/e2"];
 /// Attempts in flight per application and process.
 pub const APP_CAP: usize = 8;
 pub const LEASE: Duration = Duration::from_secs(2);
+/// Every endpoint's attempt timeout.
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(1);
 /// One message in this many is poison (every attempt of it panics inside Herald).
 const POISON_EVERY: usize = 250;
 
@@ -252,7 +254,7 @@ async fn setup(client: &reqwest::Client, base: &str, receivers: &Receivers) -> (
         .unwrap();
     let app = app["id"].as_str().unwrap().to_owned();
     let delivery = json!({
-        "timeoutMs": 1000,
+        "timeoutMs": ATTEMPT_TIMEOUT.as_millis() as u64,
         "retry": {"strategy": "schedule", "jitterPercent": 20,
                   "delaysMs": [200, 400, 800, 1600, 3000, 3000, 3000, 3000]},
         "circuitBreaker": {"failureThreshold": 10, "cooldownMs": 1000, "maxCooldownMs": 4000},

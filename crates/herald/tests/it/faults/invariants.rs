@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::harness::{APP_CAP, Acks, Injected, LEASE, Run};
+use super::harness::{APP_CAP, ATTEMPT_TIMEOUT, Acks, LEASE, Run};
 use super::proxy::Mode;
 use super::schedule::Fault;
 use crate::support::receiver::ALL_PATHS;
@@ -38,6 +38,9 @@ pub struct Report {
     pub lost_examples: Vec<String>,
     pub unexpected: usize,
     pub duplicates: usize,
+    /// Duplicates whose earlier attempts Herald recorded as timed out although the receiver
+    /// had answered (the answer came too late), rather than cut off by a crash or a pause.
+    pub duplicates_after_timeouts: usize,
     pub drain_seconds: f64,
     /// How long after healing the ingests refused during the faults were all accepted.
     pub reingested_seconds: f64,
@@ -61,8 +64,8 @@ impl Report {
 
     pub fn summary(&self) -> String {
         format!(
-            "{} seed {}: {} accepted, {} deliveries owed: {} lost, {} unexpected, {} duplicates, {} dead letters, \
-             drained {:.1} s after the last fault, {} violations",
+            "{} seed {}: {} accepted, {} deliveries owed: {} lost, {} unexpected, {} duplicates ({} after a \
+             timed-out attempt), {} dead letters, drained {:.1} s after the last fault, {} violations",
             self.backend,
             self.seed,
             self.accepted,
@@ -70,6 +73,7 @@ impl Report {
             self.lost,
             self.unexpected,
             self.duplicates,
+            self.duplicates_after_timeouts,
             self.dead_letters,
             self.drain_seconds,
             self.violations.len()
@@ -163,7 +167,8 @@ pub async fn check(run: Run) -> Report {
     // receiver's answer and Herald's record of it).
     let acked = run.receivers.acked.lock().unwrap().clone();
     let duplicates = acked.values().filter(|times| times.len() > 1).count();
-    violations.extend(unexcused_duplicates(&acked, &run.faults));
+    let (unexcused, duplicates_after_timeouts) = unexcused_duplicates(&client, &base, &run, &acked).await;
+    violations.extend(unexcused);
     let secrets: HashMap<&str, &str> = run.endpoints.iter().map(|(p, _, s)| (p.as_str(), s.as_str())).collect();
     for r in &requests {
         let id = r.header("webhook-id").to_owned();
@@ -196,6 +201,7 @@ pub async fn check(run: Run) -> Report {
         lost_examples: lost.iter().take(10).map(|(id, path)| format!("{id} → {path}")).collect(),
         unexpected,
         duplicates,
+        duplicates_after_timeouts,
         drain_seconds: drain.as_secs_f64(),
         most_in_flight: most,
         reingested_seconds: run.reingested.as_secs_f64(),
@@ -206,14 +212,17 @@ pub async fn check(run: Run) -> Report {
     report
 }
 
-/// I3's timing: a delivery acknowledged twice is excused only when its first
-/// acknowledgement fell around a fault that can cut an acknowledgement off before Herald
-/// records it: from an attempt timeout before the fault to a lease and an attempt timeout
-/// after its healing. SIGTERM, locks, a full disk, flapping receivers and idempotency
-/// storms excuse nothing.
-fn unexcused_duplicates(acked: &Acks, faults: &[Injected]) -> Vec<String> {
-    let attempt_timeout = Duration::from_secs(1);
-    let windows: Vec<(Instant, Instant)> = faults
+/// I3's timing: every acknowledgement of a delivery but its last needs an explanation for
+/// why Herald sent it again. Either it fell around a fault that can cut an acknowledgement
+/// off before Herald records it (from an attempt timeout before the fault to a lease and an
+/// attempt timeout after its healing), or Herald itself recorded that attempt as timed out:
+/// the receiver answered, but not within the endpoint's timeout (on a loaded machine, after
+/// a lock releases a backlog), and retrying is then what at-least-once requires. SIGTERM,
+/// locks, a full disk, flapping receivers and idempotency storms excuse nothing by
+/// themselves. Returns the violations and how many duplicates followed a timed-out attempt.
+async fn unexcused_duplicates(client: &reqwest::Client, base: &str, run: &Run, acked: &Acks) -> (Vec<String>, usize) {
+    let windows: Vec<(Instant, Instant)> = run
+        .faults
         .iter()
         .filter(|f| {
             matches!(
@@ -225,15 +234,27 @@ fn unexcused_duplicates(acked: &Acks, faults: &[Injected]) -> Vec<String> {
                     | Fault::Proxy(Mode::Reset | Mode::Blackhole | Mode::Latency)
             )
         })
-        .map(|f| (f.started - attempt_timeout, f.healed + LEASE + attempt_timeout))
+        .map(|f| (f.started - ATTEMPT_TIMEOUT, f.healed + LEASE + ATTEMPT_TIMEOUT))
         .collect();
-    acked
-        .iter()
-        .filter(|(_, times)| times.len() > 1)
-        .filter(|(_, times)| !windows.iter().any(|(from, to)| (*from..=*to).contains(&times[0])))
+    let in_window = |t: &Instant| windows.iter().any(|(from, to)| (*from..=*to).contains(t));
+    let suspects: Vec<(&(String, String), &Vec<Instant>)> =
+        acked.iter().filter(|(_, times)| times.len() > 1 && !times[..times.len() - 1].iter().all(in_window)).collect();
+    let clock = WallClock::now();
+    let asked = suspects.iter().map(|((id, path), times)| async move {
+        let timeouts = timed_out_attempts(client, base, run, id, path).await;
+        let explained = times[..times.len() - 1]
+            .iter()
+            .all(|t| in_window(t) || timeouts.iter().any(|span| span.contains(&clock.millis(*t))));
+        (id, path, *times, explained)
+    });
+    let answers: Vec<_> = futures_util::stream::iter(asked).buffer_unordered(16).collect().await;
+    let after_timeouts = answers.iter().filter(|(.., explained)| *explained).count();
+    let violations = answers
+        .into_iter()
+        .filter(|(.., explained)| !explained)
         .take(10)
-        .map(|((id, path), times)| {
-            let nearest = faults.iter().min_by_key(|f| distance(times[0], f.started, f.healed));
+        .map(|(id, path, times, _)| {
+            let nearest = run.faults.iter().min_by_key(|f| distance(times[0], f.started, f.healed));
             let context = nearest.map_or(String::new(), |f| {
                 let from_heal = |t: Instant| signed_seconds(t, f.healed);
                 let acks: Vec<String> = times.iter().map(|t| format!("{:+.2} s", from_heal(*t))).collect();
@@ -244,9 +265,58 @@ fn unexcused_duplicates(acked: &Acks, faults: &[Injected]) -> Vec<String> {
                     acks.join(", ")
                 )
             });
-            format!("I3: {id} to {path} acknowledged {} times, first outside any crash or pause{context}", times.len())
+            format!(
+                "I3: {id} to {path} acknowledged {} times, not explained by a crash, a pause or a recorded \
+                 timeout{context}",
+                times.len()
+            )
+        })
+        .collect();
+    (violations, after_timeouts)
+}
+
+/// The spans (wall-clock milliseconds, with a little slack for rounding) of the attempts
+/// Herald recorded as timed out for one message at one endpoint.
+async fn timed_out_attempts(
+    client: &reqwest::Client,
+    base: &str,
+    run: &Run,
+    msg: &str,
+    path: &str,
+) -> Vec<std::ops::RangeInclusive<i64>> {
+    const SLACK_MS: i64 = 50;
+    let Some((_, endpoint, _)) = run.endpoints.iter().find(|(p, _, _)| p == path) else { return vec![] };
+    let url = format!("{base}/api/v1/app/{}/attempt/msg/{msg}?endpoint_id={endpoint}&limit=250", run.app);
+    let Ok(response) = client.get(url).bearer_auth(ADMIN_TOKEN).send().await else { return vec![] };
+    let list: Value = response.json().await.unwrap_or(Value::Null);
+    let rows = list["data"].as_array().cloned().unwrap_or_default();
+    rows.iter()
+        .filter(|a| a["errorClass"] == "timeout")
+        .filter_map(|a| {
+            let ended = herald::clock::parse_rfc3339(a["timestamp"].as_str()?)?;
+            let took = a["responseDurationMs"].as_i64()?;
+            Some(ended - took - SLACK_MS..=ended + SLACK_MS)
         })
         .collect()
+}
+
+/// Converts the harness's monotonic instants (all in the past) to wall-clock milliseconds,
+/// the clock of Herald's attempt records.
+#[derive(Clone, Copy)]
+struct WallClock {
+    instant: Instant,
+    unix_ms: i64,
+}
+
+impl WallClock {
+    fn now() -> Self {
+        let unix_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+        Self { instant: Instant::now(), unix_ms }
+    }
+
+    fn millis(&self, t: Instant) -> i64 {
+        self.unix_ms - self.instant.saturating_duration_since(t).as_millis() as i64
+    }
 }
 
 /// How far `t` is from the span `from..=to`.
