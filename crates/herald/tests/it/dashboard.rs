@@ -95,8 +95,7 @@ async fn operators_and_customers_see_failures_and_replay_them_in_a_real_browser(
     let portal_url = access["url"].as_str().unwrap();
     assert!(portal_url.contains("/portal#token="), "{portal_url}");
     browser.goto(portal_url).await;
-    eventually("the portal sign-in", || async { browser.url().await.ends_with(&format!("/app/{app}")).then_some(()) })
-        .await;
+    browser.until_url("the portal sign-in", |url| url.ends_with(&format!("/app/{app}"))).await;
     assert!(!browser.url().await.contains("token"), "no token left in the address bar");
     browser.screenshot("consumer-application").await;
     for foreign in

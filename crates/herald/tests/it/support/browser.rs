@@ -88,9 +88,19 @@ impl Browser {
         }
     }
 
+    /// Clicks an element that submits a form or follows a link, and returns once the next
+    /// page has loaded. (A WebDriver click can return before the navigation starts; a
+    /// command sent meanwhile, such as another `goto`, would race it.)
     pub async fn click(&self, css: &str) {
         let element = self.find(css).await.unwrap_or_else(|| panic!("no element {css}"));
+        self.run("window.heraldPageBeforeClick = true;").await;
         self.call(reqwest::Method::POST, &format!("/element/{element}/click"), Some(json!({}))).await;
+        let next_page = "return window.heraldPageBeforeClick === undefined && document.readyState === 'complete';";
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while self.run(next_page).await != Value::Bool(true) {
+            assert!(tokio::time::Instant::now() < deadline, "clicking {css} led to no new page");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     pub async fn type_into(&self, css: &str, text: &str) {
@@ -101,6 +111,24 @@ impl Browser {
     /// Runs `script` in the page and returns its result.
     pub async fn run(&self, script: &str) -> Value {
         self.call(reqwest::Method::POST, "/execute/sync", Some(json!({"script": script, "args": []}))).await
+    }
+
+    /// Waits until the address satisfies `want`; on timeout fails with what the browser
+    /// shows (address, page text, a screenshot), so a failure says where the page got stuck.
+    pub async fn until_url(&self, what: &str, want: impl Fn(&str) -> bool) -> String {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let url = self.url().await;
+            if want(&url) {
+                return url;
+            }
+            if tokio::time::Instant::now() > deadline {
+                let text = self.text("body").await;
+                let shot = self.screenshot(&format!("stuck-{}", what.replace(' ', "-"))).await;
+                panic!("timed out waiting for {what}: the browser shows {url}\n{text}\nscreenshot: {}", shot.display());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Saves a PNG of the page under the test artifacts directory; returns its path.
