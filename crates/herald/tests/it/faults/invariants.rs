@@ -1,8 +1,8 @@
 //! The promise, checked after the faults: every accepted message reached every endpoint
 //! with a 2xx or is a dead letter (I1); nothing arrived that was never sent (I2);
-//! duplicates carry the same id, body and a valid signature, and were first acknowledged
-//! around a fault that can cut an acknowledgement off (a crash, a pause, a database restart,
-//! a broken connection) (I3); a key made at most one
+//! duplicates carry the same id, body and a valid signature, and each was sent again for a
+//! reason Herald's own records show (it saw no answer in time, or the record was lost in a
+//! crash, a pause or a database fault) (I3); a key made at most one
 //! message (I4); no application exceeded its cap (I5, per process); the backlog drained
 //! within the lease plus 30 s of the last fault (I6).
 
@@ -17,7 +17,6 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::harness::{APP_CAP, ATTEMPT_TIMEOUT, Acks, LEASE, Run};
-use super::proxy::Mode;
 use super::schedule::Fault;
 use crate::support::receiver::ALL_PATHS;
 use crate::support::server::ADMIN_TOKEN;
@@ -38,9 +37,9 @@ pub struct Report {
     pub lost_examples: Vec<String>,
     pub unexpected: usize,
     pub duplicates: usize,
-    /// Duplicates whose earlier attempts Herald recorded as timed out although the receiver
-    /// had answered (the answer came too late), rather than cut off by a crash or a pause.
-    pub duplicates_after_timeouts: usize,
+    /// Duplicates sent again after an attempt Herald recorded without an answer (a timeout
+    /// or a reset although the receiver had answered) rather than after a crash or a pause.
+    pub duplicates_after_unanswered: usize,
     pub drain_seconds: f64,
     /// How long after healing the ingests refused during the faults were all accepted.
     pub reingested_seconds: f64,
@@ -64,8 +63,8 @@ impl Report {
 
     pub fn summary(&self) -> String {
         format!(
-            "{} seed {}: {} accepted, {} deliveries owed: {} lost, {} unexpected, {} duplicates ({} after a \
-             timed-out attempt), {} dead letters, drained {:.1} s after the last fault, {} violations",
+            "{} seed {}: {} accepted, {} deliveries owed: {} lost, {} unexpected, {} duplicates ({} after an \
+             unanswered attempt), {} dead letters, drained {:.1} s after the last fault, {} violations",
             self.backend,
             self.seed,
             self.accepted,
@@ -73,7 +72,7 @@ impl Report {
             self.lost,
             self.unexpected,
             self.duplicates,
-            self.duplicates_after_timeouts,
+            self.duplicates_after_unanswered,
             self.dead_letters,
             self.drain_seconds,
             self.violations.len()
@@ -167,7 +166,7 @@ pub async fn check(run: Run) -> Report {
     // receiver's answer and Herald's record of it).
     let acked = run.receivers.acked.lock().unwrap().clone();
     let duplicates = acked.values().filter(|times| times.len() > 1).count();
-    let (unexcused, duplicates_after_timeouts) = unexcused_duplicates(&client, &base, &run, &acked).await;
+    let (unexcused, duplicates_after_unanswered) = unexcused_duplicates(&client, &base, &run, &acked).await;
     violations.extend(unexcused);
     let secrets: HashMap<&str, &str> = run.endpoints.iter().map(|(p, _, s)| (p.as_str(), s.as_str())).collect();
     for r in &requests {
@@ -201,7 +200,7 @@ pub async fn check(run: Run) -> Report {
         lost_examples: lost.iter().take(10).map(|(id, path)| format!("{id} → {path}")).collect(),
         unexpected,
         duplicates,
-        duplicates_after_timeouts,
+        duplicates_after_unanswered,
         drain_seconds: drain.as_secs_f64(),
         most_in_flight: most,
         reingested_seconds: run.reingested.as_secs_f64(),
@@ -212,92 +211,121 @@ pub async fn check(run: Run) -> Report {
     report
 }
 
-/// I3's timing: every acknowledgement of a delivery but its last needs an explanation for
-/// why Herald sent it again. Either it fell around a fault that can cut an acknowledgement
-/// off before Herald records it (from an attempt timeout before the fault to a lease and an
-/// attempt timeout after its healing), or Herald itself recorded that attempt as timed out:
-/// the receiver answered, but not within the endpoint's timeout (on a loaded machine, after
-/// a lock releases a backlog), and retrying is then what at-least-once requires. SIGTERM,
-/// locks, a full disk, flapping receivers and idempotency storms excuse nothing by
-/// themselves. Returns the violations and how many duplicates followed a timed-out attempt.
+/// I3's explanation: every acknowledgement of a delivery but its last needs a reason why
+/// Herald sent it again, read from Herald's own attempt records:
+/// - Herald recorded that attempt without an answer (a timeout, a reset): the receiver
+///   answered, but Herald never saw it in time, and retrying is what at-least-once requires;
+/// - Herald has no record of that attempt, and a crash, a pause or a database fault fell
+///   between it and the next send (from an attempt timeout before the fault to a lease and
+///   an attempt timeout after its healing): the outcome was lost with the process or its lease.
+///
+/// An attempt Herald recorded with the answer, or one lost without such a fault (SIGTERM,
+/// locks, a full disk, flapping receivers and idempotency storms excuse nothing), is a
+/// violation. Returns the violations and how many duplicates followed an unanswered attempt.
 async fn unexcused_duplicates(client: &reqwest::Client, base: &str, run: &Run, acked: &Acks) -> (Vec<String>, usize) {
-    let windows: Vec<(Instant, Instant)> = run
+    let crashes: Vec<(Instant, Instant)> = run
         .faults
         .iter()
-        .filter(|f| {
-            matches!(
-                f.fault,
-                Fault::Kill
-                    | Fault::Stop
-                    | Fault::PgRestart { .. }
-                    | Fault::PgTerminate
-                    | Fault::Proxy(Mode::Reset | Mode::Blackhole | Mode::Latency)
-            )
-        })
+        .filter(|f| matches!(f.fault, Fault::Kill | Fault::Stop | Fault::PgRestart { .. } | Fault::PgTerminate))
         .map(|f| (f.started - ATTEMPT_TIMEOUT, f.healed + LEASE + ATTEMPT_TIMEOUT))
         .collect();
-    let in_window = |t: &Instant| windows.iter().any(|(from, to)| (*from..=*to).contains(t));
-    let suspects: Vec<(&(String, String), &Vec<Instant>)> =
-        acked.iter().filter(|(_, times)| times.len() > 1 && !times[..times.len() - 1].iter().all(in_window)).collect();
+    let crash_between = |from: Instant, to: Instant| crashes.iter().any(|(start, end)| *start <= to && from <= *end);
     let clock = WallClock::now();
-    let asked = suspects.iter().map(|((id, path), times)| async move {
-        let timeouts = timed_out_attempts(client, base, run, id, path).await;
-        let explained = times[..times.len() - 1]
-            .iter()
-            .all(|t| in_window(t) || timeouts.iter().any(|span| span.contains(&clock.millis(*t))));
-        (id, path, *times, explained)
+    let asked = acked.iter().filter(|(_, times)| times.len() > 1).map(|((id, path), times)| async move {
+        let recorded = recorded_attempts(client, base, run, id, path).await;
+        let reasons: Vec<Option<Reason>> = times
+            .windows(2)
+            .map(|pair| match recorded.iter().find(|a| a.covers(clock.millis(pair[0]))) {
+                Some(a) if !a.answered => Some(Reason::Unanswered),
+                Some(_) => None,
+                None => crash_between(pair[0], pair[1]).then_some(Reason::Lost),
+            })
+            .collect();
+        (id, path, times, recorded, reasons)
     });
     let answers: Vec<_> = futures_util::stream::iter(asked).buffer_unordered(16).collect().await;
-    let after_timeouts = answers.iter().filter(|(.., explained)| *explained).count();
+    let unanswered = answers.iter().filter(|(.., reasons)| reasons.contains(&Some(Reason::Unanswered))).count();
     let violations = answers
         .into_iter()
-        .filter(|(.., explained)| !explained)
+        .filter(|(.., reasons)| reasons.contains(&None))
         .take(10)
-        .map(|(id, path, times, _)| {
+        .map(|(id, path, times, recorded, _)| {
             let nearest = run.faults.iter().min_by_key(|f| distance(times[0], f.started, f.healed));
             let context = nearest.map_or(String::new(), |f| {
-                let from_heal = |t: Instant| signed_seconds(t, f.healed);
-                let acks: Vec<String> = times.iter().map(|t| format!("{:+.2} s", from_heal(*t))).collect();
+                let at = |ms: i64| signed_seconds(clock.instant, f.healed) + (ms - clock.unix_ms) as f64 / 1000.0;
+                let acks: Vec<String> =
+                    times.iter().map(|t| format!("{:+.2} s", signed_seconds(*t, f.healed))).collect();
+                let attempts: Vec<String> =
+                    recorded.iter().map(|a| format!("{:+.2} s {}", at(a.ended), a.outcome)).collect();
                 format!(
-                    "; nearest fault {:?} (held {:.1} s), acknowledged at {} from its healing",
+                    "; nearest fault {:?} (held {:.1} s); from its healing: acknowledged at {}, Herald recorded [{}]",
                     f.fault,
                     (f.healed - f.started).as_secs_f64(),
-                    acks.join(", ")
+                    acks.join(", "),
+                    attempts.join(", ")
                 )
             });
-            format!(
-                "I3: {id} to {path} acknowledged {} times, not explained by a crash, a pause or a recorded \
-                 timeout{context}",
-                times.len()
-            )
+            format!("I3: {id} to {path} acknowledged {} times without a reason{context}", times.len())
         })
         .collect();
-    (violations, after_timeouts)
+    (violations, unanswered)
 }
 
-/// The spans (wall-clock milliseconds, with a little slack for rounding) of the attempts
-/// Herald recorded as timed out for one message at one endpoint.
-async fn timed_out_attempts(
+/// Why Herald sent a delivery again after the receiver had answered.
+#[derive(PartialEq)]
+enum Reason {
+    /// Herald recorded the attempt without an answer.
+    Unanswered,
+    /// The attempt's record was lost in a crash, pause or database fault.
+    Lost,
+}
+
+/// An attempt as Herald recorded it: when it ran (wall-clock milliseconds), and what it saw.
+struct RecordedAttempt {
+    started: i64,
+    ended: i64,
+    answered: bool,
+    outcome: String,
+}
+
+impl RecordedAttempt {
+    /// Whether a request that arrived at `ms` belongs to this attempt (with a little slack
+    /// for millisecond rounding).
+    fn covers(&self, ms: i64) -> bool {
+        const SLACK_MS: i64 = 50;
+        (self.started - SLACK_MS..=self.ended + SLACK_MS).contains(&ms)
+    }
+}
+
+/// The attempts Herald recorded for one message at one endpoint.
+async fn recorded_attempts(
     client: &reqwest::Client,
     base: &str,
     run: &Run,
     msg: &str,
     path: &str,
-) -> Vec<std::ops::RangeInclusive<i64>> {
-    const SLACK_MS: i64 = 50;
+) -> Vec<RecordedAttempt> {
     let Some((_, endpoint, _)) = run.endpoints.iter().find(|(p, _, _)| p == path) else { return vec![] };
     let url = format!("{base}/api/v1/app/{}/attempt/msg/{msg}?endpoint_id={endpoint}&limit=250", run.app);
     let Ok(response) = client.get(url).bearer_auth(ADMIN_TOKEN).send().await else { return vec![] };
     let list: Value = response.json().await.unwrap_or(Value::Null);
     let rows = list["data"].as_array().cloned().unwrap_or_default();
-    rows.iter()
-        .filter(|a| a["errorClass"] == "timeout")
+    let mut attempts: Vec<RecordedAttempt> = rows
+        .iter()
         .filter_map(|a| {
             let ended = herald::clock::parse_rfc3339(a["timestamp"].as_str()?)?;
-            let took = a["responseDurationMs"].as_i64()?;
-            Some(ended - took - SLACK_MS..=ended + SLACK_MS)
+            let code = a["responseStatusCode"].as_i64()?;
+            let outcome = a["errorClass"].as_str().map_or(code.to_string(), str::to_owned);
+            Some(RecordedAttempt {
+                started: ended - a["responseDurationMs"].as_i64()?,
+                ended,
+                answered: code != 0,
+                outcome,
+            })
         })
-        .collect()
+        .collect();
+    attempts.sort_by_key(|a| a.ended);
+    attempts
 }
 
 /// Converts the harness's monotonic instants (all in the past) to wall-clock milliseconds,
