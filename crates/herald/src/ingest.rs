@@ -10,6 +10,7 @@ use crate::endpoint_settings::Ordering;
 use crate::ids::EndpointId;
 use crate::store::{
     IdempotencyRecord, IngestResult, Message, NewDelivery, NewMessage, Store, StoreError, StoreResult, Trigger,
+    keep_trying,
 };
 
 pub struct Ingestor {
@@ -91,11 +92,32 @@ impl Ingestor {
                         dispatcher.poke();
                     }
                 }
-                _ if in_memory => dispatcher.unreserve(immediate),
+                Ok(_) if in_memory => dispatcher.unreserve(immediate),
+                Err(_) if in_memory => {
+                    dispatcher.unreserve(immediate);
+                    tokio::spawn(release_uncertain(store, dispatcher, owner, message.id.clone()));
+                }
                 _ => {}
             }
             result
         });
         committing.await.map_err(|e| StoreError::Other(anyhow::anyhow!("the ingest task failed: {e}")))?
+    }
+}
+
+/// An ingest failed without a clear answer (a connection lost at the commit): the message
+/// may be stored with its deliveries claimed by this process, which never received them.
+/// Gives them back to the queue, trying until the store answers, so that they are claimed
+/// and sent like any other work instead of waiting for this process to stop.
+async fn release_uncertain(
+    store: Arc<dyn Store>,
+    dispatcher: Arc<Dispatcher>,
+    owner: Arc<str>,
+    msg: crate::ids::MessageId,
+) {
+    let released = keep_trying("giving back an uncertain ingest's deliveries", || store.release_message(&owner, &msg));
+    if let Some(released @ 1..) = released.await {
+        tracing::warn!(%msg, released, "an ingest whose answer was lost had committed; its deliveries are queued");
+        dispatcher.poke();
     }
 }

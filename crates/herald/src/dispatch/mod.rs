@@ -201,12 +201,14 @@ impl Dispatcher {
         stop_latency.cancel();
         let _ = flusher.await;
         let waiting = self.lanes().drain_waiting().len();
+        // Renewals end first: one racing the release below would find the name gone and
+        // register a new one for a process that is stopping.
+        stop_lease.cancel();
+        let _ = leases.await;
         match self.store.release_owner(&self.owner()).await {
             Ok(released) => tracing::info!(waiting, released, "dispatcher stopped; deliveries released"),
             Err(e) => tracing::error!(error = %e, "releasing deliveries at shutdown failed"),
         }
-        stop_lease.cancel();
-        let _ = leases.await;
     }
 
     /// Restores what outlives a restart: saved circuit breakers and latency history.

@@ -163,6 +163,31 @@ pub async fn retries_keep_or_release_the_claim(store: &dyn Store) {
     assert_eq!(store.claim("other", now_ms() + 1000, 10).await.unwrap().len(), 1);
 }
 
+/// An ingest claimed by its process at insert time whose answer was lost: giving back that
+/// message's deliveries makes them claimable; other owners and messages are untouched.
+pub async fn an_uncertain_ingest_gives_its_deliveries_back(store: &dyn Store) {
+    let (app, ep, _) = seeded(store, 0).await;
+    let second = endpoint(&app);
+    store.insert_endpoint(&second).await.unwrap();
+    let ingest = |owner: &str| {
+        let m = message(&app, None);
+        let deliveries = [&ep, &second].map(|e| NewDelivery { endpoint: e.id.clone(), strict: false }).to_vec();
+        (m.id.clone(), NewMessage { message: m, deliveries, owner: Some(owner.into()), idempotency: None })
+    };
+    let (lost, new) = ingest("me");
+    store.ingest(new).await.unwrap();
+    let (kept, new) = ingest("me");
+    store.ingest(new).await.unwrap();
+    assert!(store.claim("other", now_ms() + 1000, 10).await.unwrap().is_empty(), "claimed at insert time");
+    assert_eq!(store.release_message("someone-else", &lost).await.unwrap(), 0, "only the owner's claims");
+    assert_eq!(store.release_message("me", &lost).await.unwrap(), 2);
+    let claimed = store.claim("other", now_ms() + 1000, 10).await.unwrap();
+    assert_eq!(claimed.len(), 2);
+    assert!(claimed.iter().all(|c| c.message.id == lost), "the other message stays with its owner");
+    assert_eq!(store.release_message("me", &kept).await.unwrap(), 2);
+    assert_eq!(store.release_message("me", &kept).await.unwrap(), 0, "nothing twice");
+}
+
 pub async fn release_all_frees_every_claim(store: &dyn Store) {
     if store.shared() {
         eprintln!("skipped: on a shared store other processes' claims end by lease expiry, not at start-up");
@@ -438,6 +463,7 @@ macro_rules! conformance_suite {
             claims_are_exclusive,
             only_the_claim_holder_records_an_outcome,
             retries_keep_or_release_the_claim,
+            an_uncertain_ingest_gives_its_deliveries_back,
             release_all_frees_every_claim,
             future_work_is_not_claimed_early,
             recover_requeues_only_dead_letters_in_range,

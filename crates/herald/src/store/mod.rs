@@ -42,6 +42,33 @@ pub enum StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// Waits between tries of `keep_trying`; the last repeats.
+const KEEP_TRYING_DELAYS_MS: &[u64] = &[100, 250, 500, 1000, 2000, 5000];
+/// Tries before `keep_trying` gives up (about five minutes).
+const KEEP_TRYING_TRIES: usize = 64;
+
+/// Repeats a store call until it answers, for repairs that must not be dropped while the
+/// store is briefly away (a restart, a lost connection); gives up after about five minutes,
+/// logging `what`.
+pub async fn keep_trying<T, F, Fut>(what: &str, mut call: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = StoreResult<T>>,
+{
+    for attempt in 0..KEEP_TRYING_TRIES {
+        match call().await {
+            Ok(value) => return Some(value),
+            Err(e) => {
+                tracing::debug!(error = %e, what, "store call failed; retrying");
+                let delay = KEEP_TRYING_DELAYS_MS[attempt.min(KEEP_TRYING_DELAYS_MS.len() - 1)];
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+            }
+        }
+    }
+    tracing::error!(what, "the store did not answer for minutes; giving up");
+    None
+}
+
 /// Applications, endpoints and event types.
 #[async_trait]
 pub trait CatalogStore: Send + Sync {
@@ -120,6 +147,10 @@ pub trait QueueStore: Send + Sync {
     async fn record_outcomes(&self, owner: &str, outcomes: Vec<OutcomeRecord>) -> StoreResult<Vec<bool>>;
     /// Gives deliveries back to the queue (graceful shutdown, memory pressure).
     async fn release(&self, owner: &str, deliveries: Vec<i64>) -> StoreResult<()>;
+    /// Gives back the pending deliveries of one message that `owner` holds: after an
+    /// ingest whose answer was lost, the commit may have happened with nobody working on
+    /// its deliveries. Returns how many were given back (0: it did not commit).
+    async fn release_message(&self, owner: &str, msg: &MessageId) -> StoreResult<u64>;
     /// Gives back every delivery `owner` still holds (end of a graceful shutdown).
     async fn release_owner(&self, owner: &str) -> StoreResult<u64>;
     /// Drops every claim: used at start-up by a backend that only one process can open.

@@ -13,7 +13,7 @@ use crate::clock::{Millis, now_ms};
 use crate::ids::{AppId, EndpointId, MessageId};
 use crate::store::{
     ClaimedDelivery, DeadLetter, DeadLetterFilter, DeliveryState, MinuteCounts, NextState, OutcomeRecord, QueueCounts,
-    QueueStore, Requeue, StoreResult, Trigger,
+    QueueStore, Requeue, StoreResult, Trigger, keep_trying,
 };
 
 const NOTIFY_WORK: &str = "SELECT pg_notify('herald_work', '')";
@@ -36,6 +36,17 @@ const CLAIM_HEADS: &str = "WITH heads AS (
      UPDATE herald.delivery d SET owner = $1 FROM heads WHERE d.id = heads.id
      RETURNING d.id, d.msg_id, d.endpoint_id, d.attempts, d.next_at, d.trigger";
 
+/// Gives back pending deliveries `owner` holds, on a connection of its own.
+async fn release_ids(pool: &deadpool_postgres::Pool, owner: &str, ids: &[i64]) -> StoreResult<u64> {
+    let client = pool.get().await.map_err(super::pool_err)?;
+    let sql = "UPDATE herald.delivery SET owner = NULL WHERE id = ANY ($1) AND owner = $2 AND state = 0";
+    let released = client.execute(sql, &[&ids, &owner]).await.map_err(db_err)?;
+    if released > 0 {
+        client.execute(NOTIFY_WORK, &[]).await.map_err(db_err)?;
+    }
+    Ok(released)
+}
+
 impl PgStore {
     async fn claim_with(
         &self,
@@ -44,14 +55,18 @@ impl PgStore {
         due_before: Millis,
         limit: usize,
     ) -> StoreResult<Vec<ClaimedDelivery>> {
-        let client = self.client().await?;
-        let claimed = client.query(sql, &[&owner, &due_before, &(limit as i64)]).await.map_err(db_err)?;
+        // One transaction: a connection lost between the claim and the read of its messages
+        // must undo the claim, or the deliveries would stay claimed by a live process that
+        // never learnt of them (stranded until it restarts).
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db_err)?;
+        let claimed = tx.query(sql, &[&owner, &due_before, &(limit as i64)]).await.map_err(db_err)?;
         if claimed.is_empty() {
             return Ok(vec![]);
         }
         let msg_ids: Vec<String> = claimed.iter().map(|r| r.get(1)).collect();
         let sql = format!("SELECT {MESSAGE_COLUMNS} FROM herald.message m WHERE m.id = ANY ($1)");
-        let messages: HashMap<String, Arc<crate::store::Message>> = client
+        let messages: HashMap<String, Arc<crate::store::Message>> = tx
             .query(&sql, &[&msg_ids])
             .await
             .map_err(db_err)?
@@ -80,10 +95,19 @@ impl PgStore {
         }
         if !orphans.is_empty() {
             // Their messages are gone (the application was deleted): nothing to send.
-            client
-                .execute("UPDATE herald.delivery SET state = 3, owner = NULL WHERE id = ANY ($1)", &[&orphans])
+            tx.execute("UPDATE herald.delivery SET state = 3, owner = NULL WHERE id = ANY ($1)", &[&orphans])
                 .await
                 .map_err(db_err)?;
+        }
+        if let Err(e) = tx.commit().await {
+            // Whether the claim committed is unknown: give the rows back (a no-op if it did
+            // not), or a live process would hold deliveries it never received.
+            let (pool, owner) = (self.pool.clone(), owner.to_owned());
+            let ids: Vec<i64> = out.iter().map(|d| d.delivery_id).collect();
+            tokio::spawn(async move {
+                keep_trying("giving back an uncertain claim", || release_ids(&pool, &owner, &ids)).await;
+            });
+            return Err(db_err(e));
         }
         Ok(out)
     }
@@ -154,16 +178,22 @@ impl QueueStore for PgStore {
     }
 
     async fn release(&self, owner: &str, deliveries: Vec<i64>) -> StoreResult<()> {
+        release_ids(&self.pool, owner, &deliveries).await.map(|_| ())
+    }
+
+    async fn release_message(&self, owner: &str, msg: &MessageId) -> StoreResult<u64> {
         let client = self.client().await?;
-        client
+        let released = client
             .execute(
-                "UPDATE herald.delivery SET owner = NULL WHERE id = ANY ($1) AND owner = $2",
-                &[&deliveries, &owner],
+                "UPDATE herald.delivery SET owner = NULL WHERE msg_id = $1 AND owner = $2 AND state = 0",
+                &[&msg.as_str(), &owner],
             )
             .await
             .map_err(db_err)?;
-        client.execute(NOTIFY_WORK, &[]).await.map_err(db_err)?;
-        Ok(())
+        if released > 0 {
+            client.execute(NOTIFY_WORK, &[]).await.map_err(db_err)?;
+        }
+        Ok(released)
     }
 
     async fn release_owner(&self, owner: &str) -> StoreResult<u64> {

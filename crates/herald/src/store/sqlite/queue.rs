@@ -68,6 +68,16 @@ impl QueueStore for SqliteStore {
             .await
     }
 
+    async fn release_message(&self, owner: &str, msg: &MessageId) -> StoreResult<u64> {
+        let (owner, msg) = (owner.to_owned(), msg.to_string());
+        self.writer
+            .write(move |conn| {
+                let sql = "UPDATE delivery SET owner = NULL WHERE msg_id = ? AND owner = ? AND state = 0";
+                Ok(conn.execute(sql, params![msg, owner])? as u64)
+            })
+            .await
+    }
+
     async fn release_owner(&self, owner: &str) -> StoreResult<u64> {
         let owner = owner.to_owned();
         self.writer

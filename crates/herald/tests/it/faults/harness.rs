@@ -63,6 +63,8 @@ pub struct Herald {
     env: Vec<(String, String)>,
     /// Base URLs of the processes up now, for the producer.
     pub bases: Arc<Mutex<Vec<String>>>,
+    /// The log of every process started, in order.
+    logs: Vec<Arc<Mutex<String>>>,
 }
 
 impl Herald {
@@ -73,7 +75,7 @@ impl Herald {
             ("HERALD_QUEUE__SHUTDOWN_GRACE_MS".to_owned(), "5000".to_owned()),
             ("HERALD_AUTH__ADMIN_REQUESTS_PER_SECOND".to_owned(), "0".to_owned()),
         ];
-        let mut herald = Self { storage, disk, slots: Vec::new(), env, bases: Arc::default() };
+        let mut herald = Self { storage, disk, slots: Vec::new(), env, bases: Arc::default(), logs: Vec::new() };
         for _ in 0..processes {
             herald.slots.push(None);
         }
@@ -86,6 +88,7 @@ impl Herald {
     fn up(&mut self, slot: usize) {
         let env: Vec<(&str, &str)> = self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let process = Process::start_with(&self.storage, &env);
+        self.logs.push(process.log());
         self.slots[slot] = Some(process);
         self.publish();
     }
@@ -106,6 +109,20 @@ impl Herald {
 
     pub fn processes(&self) -> usize {
         self.slots.len()
+    }
+
+    /// Every process's log so far, in the order they were started.
+    pub fn logs(&self) -> Vec<String> {
+        self.logs.iter().map(|log| log.lock().unwrap().clone()).collect()
+    }
+
+    /// When (wall-clock milliseconds) a process found its lease lost: it stalled longer
+    /// than the lease (a pause nobody injected, such as a starved CPU), and others took
+    /// over what it held.
+    pub fn lease_losses(&self) -> Vec<i64> {
+        let logs = self.logs();
+        let lines = logs.iter().flat_map(|log| log.lines()).filter(|line| line.contains("lease lost"));
+        lines.filter_map(|line| herald::clock::parse_rfc3339(line.split_whitespace().next()?)).collect()
     }
 
     /// Restarts every slot that is down.

@@ -40,6 +40,8 @@ pub struct Report {
     /// Duplicates sent again after an attempt Herald recorded without an answer (a timeout
     /// or a reset although the receiver had answered) rather than after a crash or a pause.
     pub duplicates_after_unanswered: usize,
+    /// How often a process found its lease lost (it stalled longer than the lease).
+    pub lease_losses: usize,
     pub drain_seconds: f64,
     /// How long after healing the ingests refused during the faults were all accepted.
     pub reingested_seconds: f64,
@@ -201,12 +203,16 @@ pub async fn check(run: Run) -> Report {
         unexpected,
         duplicates,
         duplicates_after_unanswered,
+        lease_losses: run.herald.lease_losses().len(),
         drain_seconds: drain.as_secs_f64(),
         most_in_flight: most,
         reingested_seconds: run.reingested.as_secs_f64(),
         faults: fault_drains(&run, &acked, &poison),
         violations,
     };
+    if !report.passed() {
+        save_logs(&report, &run.herald.logs());
+    }
     run.herald.shut_down();
     report
 }
@@ -217,7 +223,9 @@ pub async fn check(run: Run) -> Report {
 ///   answered, but Herald never saw it in time, and retrying is what at-least-once requires;
 /// - Herald has no record of that attempt, and a crash, a pause or a database fault fell
 ///   between it and the next send (from an attempt timeout before the fault to a lease and
-///   an attempt timeout after its healing): the outcome was lost with the process or its lease.
+///   an attempt timeout after its healing), or a process logged that it lost its lease (it
+///   stalled longer than the lease without being paused on purpose, e.g. on a starved
+///   CPU): the outcome was lost with the process or its lease.
 ///
 /// An attempt Herald recorded with the answer, or one lost without such a fault (SIGTERM,
 /// locks, a full disk, flapping receivers and idempotency storms excuse nothing), is a
@@ -229,8 +237,12 @@ async fn unexcused_duplicates(client: &reqwest::Client, base: &str, run: &Run, a
         .filter(|f| matches!(f.fault, Fault::Kill | Fault::Stop | Fault::PgRestart { .. } | Fault::PgTerminate))
         .map(|f| (f.started - ATTEMPT_TIMEOUT, f.healed + LEASE + ATTEMPT_TIMEOUT))
         .collect();
-    let crash_between = |from: Instant, to: Instant| crashes.iter().any(|(start, end)| *start <= to && from <= *end);
     let clock = WallClock::now();
+    let lease_losses = run.herald.lease_losses();
+    let crash_between = |from: Instant, to: Instant| {
+        crashes.iter().any(|(start, end)| *start <= to && from <= *end)
+            || lease_losses.iter().any(|at| (clock.millis(from)..=clock.millis(to)).contains(at))
+    };
     let asked = acked.iter().filter(|(_, times)| times.len() > 1).map(|((id, path), times)| async move {
         let recorded = recorded_attempts(client, base, run, id, path).await;
         let reasons: Vec<Option<Reason>> = times
@@ -418,9 +430,20 @@ fn verify(secret: &str, request: &crate::support::receiver::Received) -> bool {
 
 /// Where reports go.
 pub fn save(report: &Report) -> std::path::PathBuf {
-    let dir = crate::support::browser::artifacts_dir();
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("faults-{}-{}.json", report.backend.to_lowercase(), report.seed));
+    let path = artifact(report, "json");
     std::fs::write(&path, serde_json::to_string_pretty(report).unwrap()).unwrap();
     path
+}
+
+/// Keeps every Herald process's log of a failed plan next to its report.
+fn save_logs(report: &Report, logs: &[String]) {
+    for (i, log) in logs.iter().enumerate() {
+        std::fs::write(artifact(report, &format!("process-{i}.log")), log).unwrap();
+    }
+}
+
+fn artifact(report: &Report, suffix: &str) -> std::path::PathBuf {
+    let dir = crate::support::browser::artifacts_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(format!("faults-{}-{}.{suffix}", report.backend.to_lowercase(), report.seed))
 }

@@ -61,6 +61,11 @@ impl Process {
         self.output.lock().unwrap().clone()
     }
 
+    /// The log as it grows, readable after the process is gone.
+    pub fn log(&self) -> Arc<Mutex<String>> {
+        self.output.clone()
+    }
+
     pub fn pid(&self) -> i32 {
         self.child.id() as i32
     }
