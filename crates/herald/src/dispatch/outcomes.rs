@@ -83,7 +83,12 @@ async fn write(dispatcher: &Dispatcher, batch: &mut Vec<Pending>, stop: &Cancell
             }
             (applied, _) => {
                 if !applied {
-                    tracing::info!(delivery = record.delivery_id, "claim lost; outcome not recorded");
+                    tracing::info!(
+                        delivery = record.delivery_id,
+                        msg = %job.message.id,
+                        endpoint = %job.endpoint_id,
+                        "claim lost; outcome not recorded"
+                    );
                 }
                 released += 1;
             }

@@ -116,6 +116,18 @@ impl Herald {
         self.logs.iter().map(|log| log.lock().unwrap().clone()).collect()
     }
 
+    /// The (message, endpoint id) pairs whose attempt outcome a process logged as not
+    /// recorded because its claim had passed to another process (its lease had lapsed).
+    pub fn lost_claims(&self) -> HashSet<(String, String)> {
+        let field = |line: &str, name: &str| {
+            let at = line.find(&format!(" {name}="))? + name.len() + 2;
+            Some(line[at..].split_whitespace().next()?.to_owned())
+        };
+        let logs = self.logs();
+        let lines = logs.iter().flat_map(|log| log.lines()).filter(|line| line.contains("claim lost"));
+        lines.filter_map(|line| Some((field(line, "msg")?, field(line, "endpoint")?))).collect()
+    }
+
     /// When (wall-clock milliseconds) a process found its lease lost: it stalled longer
     /// than the lease (a pause nobody injected, such as a starved CPU), and others took
     /// over what it held.

@@ -223,9 +223,9 @@ pub async fn check(run: Run) -> Report {
 ///   answered, but Herald never saw it in time, and retrying is what at-least-once requires;
 /// - Herald has no record of that attempt, and a crash, a pause or a database fault fell
 ///   between it and the next send (from an attempt timeout before the fault to a lease and
-///   an attempt timeout after its healing), or a process logged that it lost its lease (it
-///   stalled longer than the lease without being paused on purpose, e.g. on a starved
-///   CPU): the outcome was lost with the process or its lease.
+///   an attempt timeout after its healing), or a process logged that it lost its lease or
+///   that delivery's claim (it stalled longer than the lease without being paused on
+///   purpose, e.g. on a starved CPU): the outcome was lost with the process or its lease.
 ///
 /// An attempt Herald recorded with the answer, or one lost without such a fault (SIGTERM,
 /// locks, a full disk, flapping receivers and idempotency storms excuse nothing), is a
@@ -239,18 +239,21 @@ async fn unexcused_duplicates(client: &reqwest::Client, base: &str, run: &Run, a
         .collect();
     let clock = WallClock::now();
     let lease_losses = run.herald.lease_losses();
+    let lost_claims = &run.herald.lost_claims();
+    let endpoint_of = |path: &str| run.endpoints.iter().find(|(p, _, _)| p == path).map(|(_, id, _)| id.clone());
     let crash_between = |from: Instant, to: Instant| {
         crashes.iter().any(|(start, end)| *start <= to && from <= *end)
             || lease_losses.iter().any(|at| (clock.millis(from)..=clock.millis(to)).contains(at))
     };
     let asked = acked.iter().filter(|(_, times)| times.len() > 1).map(|((id, path), times)| async move {
         let recorded = recorded_attempts(client, base, run, id, path).await;
+        let claim_lost = endpoint_of(path).is_some_and(|e| lost_claims.contains(&(id.clone(), e)));
         let reasons: Vec<Option<Reason>> = times
             .windows(2)
             .map(|pair| match recorded.iter().find(|a| a.covers(clock.millis(pair[0]))) {
                 Some(a) if !a.answered => Some(Reason::Unanswered),
                 Some(_) => None,
-                None => crash_between(pair[0], pair[1]).then_some(Reason::Lost),
+                None => (claim_lost || crash_between(pair[0], pair[1])).then_some(Reason::Lost),
             })
             .collect();
         (id, path, times, recorded, reasons)
@@ -302,10 +305,13 @@ struct RecordedAttempt {
 
 impl RecordedAttempt {
     /// Whether a request that arrived at `ms` belongs to this attempt (with a little slack
-    /// for millisecond rounding).
+    /// for millisecond rounding). A request Herald gave up on can still arrive a while
+    /// later, held up by the proxy's latency fault.
     fn covers(&self, ms: i64) -> bool {
         const SLACK_MS: i64 = 50;
-        (self.started - SLACK_MS..=self.ended + SLACK_MS).contains(&ms)
+        const HELD_UP_MS: i64 = 2000;
+        let late = if self.answered { SLACK_MS } else { HELD_UP_MS };
+        (self.started - SLACK_MS..=self.ended + late).contains(&ms)
     }
 }
 

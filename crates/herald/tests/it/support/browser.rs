@@ -10,6 +10,9 @@ use std::time::Duration;
 use base64::Engine;
 use serde_json::{Value, json};
 
+/// The longest a single WebDriver command may take.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// The W3C WebDriver key of an element reference.
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
@@ -29,7 +32,9 @@ impl Browser {
             .stderr(Stdio::null())
             .spawn()
             .expect("starting chromedriver (Debian package chromium-driver; scripts/test.sh installs it)");
-        let http = reqwest::Client::new();
+        // A WebDriver command that hangs (a browser stuck on a busy machine) fails the test
+        // instead of holding up the whole suite.
+        let http = reqwest::Client::builder().timeout(COMMAND_TIMEOUT).build().unwrap();
         let driver_url = format!("http://127.0.0.1:{port}");
         for _ in 0..100 {
             if http.get(format!("{driver_url}/status")).send().await.is_ok() {
@@ -54,7 +59,8 @@ impl Browser {
         if let Some(body) = body {
             request = request.json(&body);
         }
-        let answer: Value = request.send().await.unwrap().json().await.unwrap();
+        let response = request.send().await.unwrap_or_else(|e| panic!("WebDriver {path}: {e}"));
+        let answer: Value = response.json().await.unwrap_or_else(|e| panic!("WebDriver {path}: {e}"));
         answer["value"].clone()
     }
 
