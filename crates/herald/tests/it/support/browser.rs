@@ -151,8 +151,26 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
+        // End the session first: chromedriver then closes Chromium and removes its profile.
+        // Killing only the driver would leave the browser's processes and files behind.
+        end_session(&self.base);
         let _ = self.driver.kill();
         let _ = self.driver.wait();
+    }
+}
+
+/// `DELETE` on the session URL, synchronously (drop cannot await), waiting a few seconds
+/// at most for the answer.
+fn end_session(session_url: &str) {
+    use std::io::{Read, Write};
+    let Some((host, path)) = session_url.strip_prefix("http://").and_then(|rest| rest.split_once('/')) else {
+        return;
+    };
+    let Ok(mut stream) = std::net::TcpStream::connect(host) else { return };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let request = format!("DELETE /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_ok() {
+        let _ = stream.read(&mut [0u8; 512]);
     }
 }
 
