@@ -221,13 +221,16 @@ pub async fn check(run: Run) -> Report {
 /// Herald sent it again, read from Herald's own attempt records:
 /// - Herald recorded that attempt without an answer (a timeout, a reset): the receiver
 ///   answered, but Herald never saw it in time, and retrying is what at-least-once requires;
+/// - Herald recorded that attempt with its answer, and the next send came from a process
+///   that logged the delivery's claim as lost: it was paused past its lease after its lease
+///   check and sent on resuming, an attempt in flight at a pause;
 /// - Herald has no record of that attempt, and a crash, a pause or a database fault fell
 ///   between it and the next send (from an attempt timeout before the fault to a lease and
 ///   an attempt timeout after its healing), or a process logged that it lost its lease or
 ///   that delivery's claim (it stalled longer than the lease without being paused on
 ///   purpose, e.g. on a starved CPU): the outcome was lost with the process or its lease.
 ///
-/// An attempt Herald recorded with the answer, or one lost without such a fault (SIGTERM,
+/// Any other attempt Herald recorded with the answer, or one lost without such a fault (SIGTERM,
 /// locks, a full disk, flapping receivers and idempotency storms excuse nothing), is a
 /// violation. Returns the violations and how many duplicates followed an unanswered attempt.
 async fn unexcused_duplicates(client: &reqwest::Client, base: &str, run: &Run, acked: &Acks) -> (Vec<String>, usize) {
@@ -252,7 +255,9 @@ async fn unexcused_duplicates(client: &reqwest::Client, base: &str, run: &Run, a
             .windows(2)
             .map(|pair| match recorded.iter().find(|a| a.covers(clock.millis(pair[0]))) {
                 Some(a) if !a.answered => Some(Reason::Unanswered),
-                Some(_) => None,
+                // A process paused past its lease sent it again once it resumed (the other
+                // had taken and delivered it meanwhile), and said so.
+                Some(_) => claim_lost.then_some(Reason::Stale),
                 None => (claim_lost || crash_between(pair[0], pair[1])).then_some(Reason::Lost),
             })
             .collect();
@@ -293,6 +298,9 @@ enum Reason {
     Unanswered,
     /// The attempt's record was lost in a crash, pause or database fault.
     Lost,
+    /// The next send came from a process whose claim had passed to another while it was
+    /// paused: it passed the lease check before the pause and sent on resuming.
+    Stale,
 }
 
 /// An attempt as Herald recorded it: when it ran (wall-clock milliseconds), and what it saw.
