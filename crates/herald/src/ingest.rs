@@ -116,7 +116,7 @@ async fn release_uncertain(
     msg: crate::ids::MessageId,
 ) {
     let released = keep_trying("giving back an uncertain ingest's deliveries", || store.release_message(&owner, &msg));
-    if let Some(released @ 1..) = released.await {
+    if let Ok(released @ 1..) = released.await {
         tracing::warn!(%msg, released, "an ingest whose answer was lost had committed; its deliveries are queued");
         dispatcher.poke();
     }

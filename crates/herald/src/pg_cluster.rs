@@ -90,18 +90,8 @@ impl TempCluster {
     pub async fn create_database(&self) -> anyhow::Result<String> {
         let name = format!("herald_{}", random_token(6).to_lowercase());
         // The port answers a moment before the server accepts connections ("the database
-        // system is starting up"): try for a while.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let (client, connection) = loop {
-            match tokio_postgres::connect(&self.url("postgres"), tokio_postgres::NoTls).await {
-                Ok(connected) => break connected,
-                Err(e) if Instant::now() < deadline && e.code().is_some() => {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                Err(e) => return Err(e.into()),
-            }
-        };
-        tokio::spawn(connection);
+        // system is starting up").
+        let client = connect(&self.url("postgres"), Duration::from_secs(10)).await?;
         client.batch_execute(&format!("CREATE DATABASE {name}")).await?;
         Ok(self.url(&name))
     }
@@ -246,4 +236,20 @@ fn template(bin: &Path, run_as: Option<&RunAs>) -> anyhow::Result<PathBuf> {
 
 fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Connects to `url`, trying for up to `patience` while the server is starting up, down,
+/// or replaying its log after an immediate stop.
+pub async fn connect(url: &str, patience: Duration) -> anyhow::Result<tokio_postgres::Client> {
+    let deadline = Instant::now() + patience;
+    loop {
+        match tokio_postgres::connect(url, tokio_postgres::NoTls).await {
+            Ok((client, connection)) => {
+                tokio::spawn(connection);
+                return Ok(client);
+            }
+            Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(e) => return Err(e).with_context(|| format!("no connection to {url} within {patience:?}")),
+        }
+    }
 }

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Dispatcher, Job};
 use crate::clock::now_ms;
-use crate::store::{ClaimedDelivery, NextState, OutcomeRecord, StoreError};
+use crate::store::{ClaimedDelivery, NextState, OutcomeRecord, StoreError, keep_trying};
 
 /// Most deliveries claimed in one store call.
 const CLAIM_BATCH: usize = 1000;
@@ -90,7 +90,8 @@ async fn with_targets(
     for delivery in claimed {
         if !targets.contains_key(&delivery.endpoint_id) {
             let endpoint = &delivery.endpoint_id;
-            let target = persist(|| dispatcher.catalog.target(endpoint)).await?;
+            let target =
+                keep_trying("reading a claimed delivery's endpoint", || dispatcher.catalog.target(endpoint)).await?;
             targets.insert(delivery.endpoint_id.clone(), target);
         }
         match targets[&delivery.endpoint_id].clone() {
@@ -109,32 +110,9 @@ async fn with_targets(
     }
     if !cancelled.is_empty() {
         let n = cancelled.len();
-        persist(|| dispatcher.store.record_outcomes(owner, cancelled.clone())).await?;
+        let cancel = || dispatcher.store.record_outcomes(owner, cancelled.clone());
+        keep_trying("cancelling deliveries of deleted endpoints", cancel).await?;
         dispatcher.lanes().forget(n);
     }
     Ok(jobs)
 }
-
-/// Tries a store call until it answers (a while at most): the deliveries just claimed are
-/// held by this process, and giving up on them here would strand them under its claim.
-async fn persist<T, F, Fut>(mut call: F) -> Result<T, StoreError>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, StoreError>>,
-{
-    let mut tries = 0;
-    loop {
-        match call().await {
-            Ok(value) => return Ok(value),
-            Err(e) if tries < PERSIST_TRIES => {
-                tries += 1;
-                tracing::warn!(error = %e, "the store is not answering; holding on to claimed deliveries");
-                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-            }
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// How many times `persist` tries (half a second apart).
-const PERSIST_TRIES: u32 = 240;

@@ -47,26 +47,30 @@ const KEEP_TRYING_DELAYS_MS: &[u64] = &[100, 250, 500, 1000, 2000, 5000];
 /// Tries before `keep_trying` gives up (about five minutes).
 const KEEP_TRYING_TRIES: usize = 64;
 
-/// Repeats a store call until it answers, for repairs that must not be dropped while the
-/// store is briefly away (a restart, a lost connection); gives up after about five minutes,
-/// logging `what`.
-pub async fn keep_trying<T, F, Fut>(what: &str, mut call: F) -> Option<T>
+/// Repeats a store call until it answers, for work that must not be dropped while the
+/// store is briefly away (a restart, a lost connection): deliveries just claimed, repairs
+/// after an uncertain commit. Gives up after about five minutes with the last error.
+pub async fn keep_trying<T, F, Fut>(what: &str, mut call: F) -> StoreResult<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = StoreResult<T>>,
 {
-    for attempt in 0..KEEP_TRYING_TRIES {
+    let mut attempt = 0;
+    loop {
         match call().await {
-            Ok(value) => return Some(value),
-            Err(e) => {
-                tracing::debug!(error = %e, what, "store call failed; retrying");
+            Err(e) if attempt + 1 < KEEP_TRYING_TRIES => {
+                tracing::warn!(error = %e, what, "the store is not answering; retrying");
                 let delay = KEEP_TRYING_DELAYS_MS[attempt.min(KEEP_TRYING_DELAYS_MS.len() - 1)];
                 tokio::time::sleep(Duration::from_millis(delay)).await;
+                attempt += 1;
             }
+            Err(e) => {
+                tracing::error!(error = %e, what, "the store did not answer for minutes; giving up");
+                return Err(e);
+            }
+            done => return done,
         }
     }
-    tracing::error!(what, "the store did not answer for minutes; giving up");
-    None
 }
 
 /// Applications, endpoints and event types.

@@ -40,7 +40,17 @@ const CLAIM_HEADS: &str = "WITH heads AS (
 async fn release_ids(pool: &deadpool_postgres::Pool, owner: &str, ids: &[i64]) -> StoreResult<u64> {
     let client = pool.get().await.map_err(super::pool_err)?;
     let sql = "UPDATE herald.delivery SET owner = NULL WHERE id = ANY ($1) AND owner = $2 AND state = 0";
-    let released = client.execute(sql, &[&ids, &owner]).await.map_err(db_err)?;
+    give_back(&client, sql, &[&ids, &owner]).await
+}
+
+/// Runs an update that makes deliveries claimable again and, if it changed any, tells
+/// every process there is work.
+async fn give_back(
+    client: &tokio_postgres::Client,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> StoreResult<u64> {
+    let released = client.execute(sql, params).await.map_err(db_err)?;
     if released > 0 {
         client.execute(NOTIFY_WORK, &[]).await.map_err(db_err)?;
     }
@@ -105,7 +115,7 @@ impl PgStore {
             let (pool, owner) = (self.pool.clone(), owner.to_owned());
             let ids: Vec<i64> = out.iter().map(|d| d.delivery_id).collect();
             tokio::spawn(async move {
-                keep_trying("giving back an uncertain claim", || release_ids(&pool, &owner, &ids)).await;
+                let _ = keep_trying("giving back an uncertain claim", || release_ids(&pool, &owner, &ids)).await;
             });
             return Err(db_err(e));
         }
@@ -182,18 +192,9 @@ impl QueueStore for PgStore {
     }
 
     async fn release_message(&self, owner: &str, msg: &MessageId) -> StoreResult<u64> {
+        let sql = "UPDATE herald.delivery SET owner = NULL WHERE msg_id = $1 AND owner = $2 AND state = 0";
         let client = self.client().await?;
-        let released = client
-            .execute(
-                "UPDATE herald.delivery SET owner = NULL WHERE msg_id = $1 AND owner = $2 AND state = 0",
-                &[&msg.as_str(), &owner],
-            )
-            .await
-            .map_err(db_err)?;
-        if released > 0 {
-            client.execute(NOTIFY_WORK, &[]).await.map_err(db_err)?;
-        }
-        Ok(released)
+        give_back(&client, sql, &[&msg.as_str(), &owner]).await
     }
 
     async fn release_owner(&self, owner: &str) -> StoreResult<u64> {
@@ -268,18 +269,12 @@ impl QueueStore for PgStore {
     }
 
     async fn release_orphans(&self) -> StoreResult<u64> {
+        let sql = "UPDATE herald.delivery d SET owner = NULL
+                   WHERE d.state = 0 AND d.owner IS NOT NULL
+                     AND NOT EXISTS (SELECT 1 FROM herald.node n WHERE n.id = d.owner)";
         let client = self.client().await?;
-        let released = client
-            .execute(
-                "UPDATE herald.delivery d SET owner = NULL
-                 WHERE d.state = 0 AND d.owner IS NOT NULL
-                   AND NOT EXISTS (SELECT 1 FROM herald.node n WHERE n.id = d.owner)",
-                &[],
-            )
-            .await
-            .map_err(db_err)?;
+        let released = give_back(&client, sql, &[]).await?;
         if released > 0 {
-            client.execute(NOTIFY_WORK, &[]).await.map_err(db_err)?;
             tracing::warn!(released, "released deliveries claimed under names no process holds");
         }
         Ok(released)

@@ -116,6 +116,12 @@ impl Herald {
         self.logs.iter().map(|log| log.lock().unwrap().clone()).collect()
     }
 
+    /// The log lines of every process that contain `needle`.
+    fn lines_with(&self, needle: &str) -> Vec<String> {
+        let logs = self.logs();
+        logs.iter().flat_map(|log| log.lines()).filter(|line| line.contains(needle)).map(str::to_owned).collect()
+    }
+
     /// The (message, endpoint id) pairs whose attempt outcome a process logged as not
     /// recorded because its claim had passed to another process (its lease had lapsed).
     pub fn lost_claims(&self) -> HashSet<(String, String)> {
@@ -123,18 +129,16 @@ impl Herald {
             let at = line.find(&format!(" {name}="))? + name.len() + 2;
             Some(line[at..].split_whitespace().next()?.to_owned())
         };
-        let logs = self.logs();
-        let lines = logs.iter().flat_map(|log| log.lines()).filter(|line| line.contains("claim lost"));
-        lines.filter_map(|line| Some((field(line, "msg")?, field(line, "endpoint")?))).collect()
+        let lines = self.lines_with("claim lost");
+        lines.iter().filter_map(|line| Some((field(line, "msg")?, field(line, "endpoint")?))).collect()
     }
 
     /// When (wall-clock milliseconds) a process found its lease lost: it stalled longer
     /// than the lease (a pause nobody injected, such as a starved CPU), and others took
     /// over what it held.
     pub fn lease_losses(&self) -> Vec<i64> {
-        let logs = self.logs();
-        let lines = logs.iter().flat_map(|log| log.lines()).filter(|line| line.contains("lease lost"));
-        lines.filter_map(|line| herald::clock::parse_rfc3339(line.split_whitespace().next()?)).collect()
+        let lines = self.lines_with("lease lost");
+        lines.iter().filter_map(|line| herald::clock::parse_rfc3339(line.split_whitespace().next()?)).collect()
     }
 
     /// Restarts every slot that is down.
@@ -626,18 +630,5 @@ async fn idempotency_storm(client: &reqwest::Client, base: &str, app: &str, ledg
 /// The harness's own connection to the database, once it accepts connections again (after
 /// an immediate stop it first replays its log).
 async fn connect(url: &str) -> tokio_postgres::Client {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        match tokio_postgres::connect(url, tokio_postgres::NoTls).await {
-            Ok((db, connection)) => {
-                tokio::spawn(connection);
-                return db;
-            }
-            Err(e) if Instant::now() < deadline => {
-                eprintln!("the database is not accepting connections yet: {e}");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(e) => panic!("the database did not come back: {e}"),
-        }
-    }
+    herald::pg_cluster::connect(url, Duration::from_secs(60)).await.expect("the database came back")
 }

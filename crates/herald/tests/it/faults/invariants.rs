@@ -168,7 +168,9 @@ pub async fn check(run: Run) -> Report {
     // receiver's answer and Herald's record of it).
     let acked = run.receivers.acked.lock().unwrap().clone();
     let duplicates = acked.values().filter(|times| times.len() > 1).count();
-    let (unexcused, duplicates_after_unanswered) = unexcused_duplicates(&client, &base, &run, &acked).await;
+    let lease_losses = run.herald.lease_losses();
+    let (unexcused, duplicates_after_unanswered) =
+        unexcused_duplicates(&client, &base, &run, &acked, &lease_losses).await;
     violations.extend(unexcused);
     let secrets: HashMap<&str, &str> = run.endpoints.iter().map(|(p, _, s)| (p.as_str(), s.as_str())).collect();
     for r in &requests {
@@ -203,7 +205,7 @@ pub async fn check(run: Run) -> Report {
         unexpected,
         duplicates,
         duplicates_after_unanswered,
-        lease_losses: run.herald.lease_losses().len(),
+        lease_losses: lease_losses.len(),
         drain_seconds: drain.as_secs_f64(),
         most_in_flight: most,
         reingested_seconds: run.reingested.as_secs_f64(),
@@ -233,7 +235,13 @@ pub async fn check(run: Run) -> Report {
 /// Any other attempt Herald recorded with the answer, or one lost without such a fault (SIGTERM,
 /// locks, a full disk, flapping receivers and idempotency storms excuse nothing), is a
 /// violation. Returns the violations and how many duplicates followed an unanswered attempt.
-async fn unexcused_duplicates(client: &reqwest::Client, base: &str, run: &Run, acked: &Acks) -> (Vec<String>, usize) {
+async fn unexcused_duplicates(
+    client: &reqwest::Client,
+    base: &str,
+    run: &Run,
+    acked: &Acks,
+    lease_losses: &[i64],
+) -> (Vec<String>, usize) {
     let crashes: Vec<(Instant, Instant)> = run
         .faults
         .iter()
@@ -241,7 +249,6 @@ async fn unexcused_duplicates(client: &reqwest::Client, base: &str, run: &Run, a
         .map(|f| (f.started - ATTEMPT_TIMEOUT, f.healed + LEASE + ATTEMPT_TIMEOUT))
         .collect();
     let clock = WallClock::now();
-    let lease_losses = run.herald.lease_losses();
     let lost_claims = &run.herald.lost_claims();
     let endpoint_of = |path: &str| run.endpoints.iter().find(|(p, _, _)| p == path).map(|(_, id, _)| id.clone());
     let crash_between = |from: Instant, to: Instant| {

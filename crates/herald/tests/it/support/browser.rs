@@ -102,11 +102,10 @@ impl Browser {
         self.run("window.heraldPageBeforeClick = true;").await;
         self.call(reqwest::Method::POST, &format!("/element/{element}/click"), Some(json!({}))).await;
         let next_page = "return window.heraldPageBeforeClick === undefined && document.readyState === 'complete';";
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while self.run(next_page).await != Value::Bool(true) {
-            assert!(tokio::time::Instant::now() < deadline, "clicking {css} led to no new page");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        super::eventually(&format!("a new page after clicking {css}"), || async {
+            (self.run(next_page).await == Value::Bool(true)).then_some(())
+        })
+        .await;
     }
 
     pub async fn type_into(&self, css: &str, text: &str) {
