@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use tokio_util::sync::CancellationToken;
 
@@ -19,6 +20,7 @@ pub async fn run(dispatcher: Arc<Dispatcher>, shutdown: CancellationToken) {
     let elsewhere = dispatcher.store.signals().work.clone();
     loop {
         if let Err(e) = load_available(&dispatcher).await {
+            dispatcher.work_in_store.store(true, Ordering::Release);
             tracing::warn!(error = %e, "claiming work from the store failed; will retry");
         }
         tokio::select! {
@@ -35,11 +37,15 @@ pub async fn run(dispatcher: Arc<Dispatcher>, shutdown: CancellationToken) {
 /// ordered endpoints first, then everything else.
 async fn load_available(dispatcher: &Dispatcher) -> Result<(), StoreError> {
     let horizon = dispatcher.config.queue.retry_horizon.as_millis() as i64;
+    // Cleared before claiming, so work stored meanwhile sets it again; set again whenever
+    // this pass stops before the store is drained.
+    dispatcher.work_in_store.store(false, Ordering::Release);
     let mut heads = true;
     loop {
         let batch = dispatcher.lanes().free().min(CLAIM_BATCH);
         if batch == 0 || !dispatcher.try_reserve(batch) {
             // (`try_reserve` also refuses while this process is not registered.)
+            dispatcher.work_in_store.store(true, Ordering::Release);
             return Ok(());
         }
         let now = now_ms();

@@ -13,6 +13,7 @@ mod lease;
 mod loader;
 mod outcomes;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -59,6 +60,9 @@ pub struct Dispatcher {
     slots: Arc<Semaphore>,
     wake_pump: Notify,
     wake_loader: Notify,
+    /// Whether the store may hold claimable work that did not fit in memory: only then does
+    /// freed room wake the loader (otherwise every finished attempt would cost a claim).
+    work_in_store: AtomicBool,
     attempts: TaskTracker,
     outcomes: outcomes::Sender,
     /// The outcome writer's receiving end, taken by `run`.
@@ -86,6 +90,7 @@ impl Dispatcher {
             slots: Arc::new(Semaphore::new(config.max_in_flight)),
             wake_pump: Notify::new(),
             wake_loader: Notify::new(),
+            work_in_store: AtomicBool::new(true),
             attempts: TaskTracker::new(),
             outcomes,
             outcomes_rx: Mutex::new(Some(outcomes_rx)),
@@ -109,7 +114,14 @@ impl Dispatcher {
     /// Returns a reservation that will not be used (the ingest failed).
     pub fn unreserve(&self, n: usize) {
         self.lanes().forget(n);
-        self.wake_loader.notify_one();
+        self.room_freed();
+    }
+
+    /// Memory was freed: lets the loader fill it if the store may hold work waiting for room.
+    fn room_freed(&self) {
+        if self.work_in_store.load(Ordering::Acquire) {
+            self.wake_loader.notify_one();
+        }
     }
 
     /// Hands over reserved, committed and claimed deliveries for immediate attempts.
@@ -167,8 +179,10 @@ impl Dispatcher {
         &self.latency
     }
 
-    /// Asks the loader to look for claimable work now (after a manual requeue).
+    /// Asks the loader to look for claimable work now (after a manual requeue, or an ingest
+    /// that left its deliveries in the store).
     pub fn poke(&self) {
+        self.work_in_store.store(true, Ordering::Release);
         self.wake_loader.notify_one();
     }
 

@@ -10,6 +10,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{Dispatcher, Job};
+use crate::endpoint_settings::Ordering;
 use crate::store::{NextState, OutcomeRecord, Trigger};
 
 /// Most outcomes written in one store call.
@@ -62,6 +63,7 @@ pub async fn run(dispatcher: Arc<Dispatcher>, mut rx: Receiver, stop: Cancellati
 /// keeps the in-memory retries and lets the rest go.
 async fn write(dispatcher: &Dispatcher, batch: &mut Vec<Pending>, stop: &CancellationToken) {
     let mut applied = vec![false; batch.len()];
+    let strict_done = batch.iter().any(|p| p.job.target.settings.ordering == Ordering::Strict);
     let mut owners: Vec<Arc<str>> = batch.iter().map(|p| p.job.owner.clone()).collect();
     owners.sort_unstable();
     owners.dedup();
@@ -96,7 +98,12 @@ async fn write(dispatcher: &Dispatcher, batch: &mut Vec<Pending>, stop: &Cancell
     }
     dispatcher.lanes().forget(released);
     dispatcher.hold(kept);
-    dispatcher.wake_loader.notify_one();
+    if strict_done {
+        // The next message of a strictly ordered endpoint waits in the store for its turn.
+        dispatcher.poke();
+    } else {
+        dispatcher.room_freed();
+    }
 }
 
 /// Writes outcomes under one owner name, trying until the store answers (or, once stopping,
