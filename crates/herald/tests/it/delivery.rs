@@ -301,3 +301,43 @@ async fn endpoint_settings_are_returned_with_defaults_and_can_be_patched_back() 
     assert_eq!(headers["headers"], json!({"X-Plain": "a"}));
     assert_eq!(headers["sensitive"], json!(["Authorization"]));
 }
+
+/// No poll for an hour: work only moves when something wakes the loader.
+fn without_polling(config: &mut herald::Config) {
+    config.queue.poll_interval = Duration::from_secs(3600);
+}
+
+#[tokio::test]
+async fn work_beyond_the_memory_limit_goes_out_as_room_frees_without_a_poll() {
+    let server = TestServer::start_with(|c| {
+        without_polling(c);
+        c.queue.memory_limit = 2;
+    })
+    .await;
+    let receiver = Receiver::ok().await;
+    let app = server.create_app("crowded").await;
+    server.create_endpoint(&app, &receiver.url("/c"), json!({})).await;
+    const N: usize = 40;
+    for i in 0..N {
+        server.send(&app, json!({"eventType": "t", "payload": {"i": i}})).await;
+    }
+    receiver.wait_for(Some("/c"), N).await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_strict_endpoint_moves_to_its_next_message_without_a_poll() {
+    let server = TestServer::start_with(without_polling).await;
+    let receiver = Receiver::ok().await;
+    let app = server.create_app("ordered").await;
+    server.create_endpoint(&app, &receiver.url("/s"), json!({"delivery": {"ordering": "strict"}})).await;
+    const N: usize = 10;
+    for i in 0..N {
+        server.send(&app, json!({"eventType": "t", "payload": {"i": i}})).await;
+    }
+    let got = receiver.wait_for(Some("/s"), N).await;
+    let order: Vec<i64> =
+        got.iter().map(|r| serde_json::from_slice::<Value>(&r.body).unwrap()["i"].as_i64().unwrap()).collect();
+    assert_eq!(order, (0..N as i64).collect::<Vec<_>>());
+    server.stop().await;
+}
