@@ -46,13 +46,16 @@ impl SqliteStore {
     /// Opens (creating if needed) the database at `path` and brings its schema up to date.
     pub fn open(path: &Path, config: &StoreConfig) -> anyhow::Result<Self> {
         let conn = Connection::open(path).with_context(|| format!("opening {}", path.display()))?;
+        // Page caches: the hot pages (right edges, the tenants' index leaves) fit many times
+        // over; larger caches only filled with a backlog's pages (RSS 165 MB instead of 130
+        // with 1,000,000 pending).
         conn.execute_batch(
             "PRAGMA journal_mode = WAL;
              PRAGMA synchronous = FULL;
              PRAGMA foreign_keys = ON;
              PRAGMA busy_timeout = 10000;
              PRAGMA temp_store = MEMORY;
-             PRAGMA cache_size = -65536;
+             PRAGMA cache_size = -32768;
              PRAGMA wal_autocheckpoint = 0;
              PRAGMA journal_size_limit = 67108864;",
         )?;
@@ -65,7 +68,7 @@ impl SqliteStore {
                 path,
                 OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI,
             )?;
-            reader.execute_batch("PRAGMA busy_timeout = 10000; PRAGMA cache_size = -16384;")?;
+            reader.execute_batch("PRAGMA busy_timeout = 10000; PRAGMA cache_size = -8192;")?;
             reader.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
             readers.push(reader);
         }
