@@ -24,18 +24,11 @@ const BREAKER_SAVE_TRIES: usize = 3;
 impl Dispatcher {
     pub(super) async fn process(self: Arc<Self>, job: Job, permit: OwnedSemaphorePermit) {
         let target = self.catalog.target(&job.endpoint_id).await;
-        if !self.lease.may_start() {
-            // Paused (or cut off from the store) since the pump checked: the claim may be
-            // another process's by now. Send nothing; the job waits for a renewed lease, or
-            // is dropped if the lease was lost.
-            drop(permit);
-            self.lanes().finished(job.app());
-            self.lanes().release_probe(job.app(), &job.endpoint_id);
-            self.retry_later(job, Duration::ZERO);
-            return;
-        }
+        // Paused (or cut off from the store) since the pump checked, the claim may be
+        // another process's by now: send nothing.
+        let lease_held = self.lease.may_start();
         let sent = match &target {
-            Ok(Some(target)) if !target.endpoint.disabled => Some(self.send(target, &job).await),
+            Ok(Some(target)) if lease_held && !target.endpoint.disabled => Some(self.send(target, &job).await),
             _ => None,
         };
         drop(permit);
@@ -51,6 +44,11 @@ impl Dispatcher {
         }
 
         let (next, attempt) = match (target, sent) {
+            // The job waits for a renewed lease, or is dropped if the lease was lost.
+            _ if !lease_held => {
+                self.retry_later(job, Duration::ZERO);
+                return;
+            }
             (Ok(Some(target)), Some(sent)) => self.judge(&target, &job, sent),
             // Disabled after the message was accepted: a dead letter, recoverable later.
             (Ok(Some(_)), None) => (NextState::Dead, None),
