@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the benchmark scenarios three times each against a Herald the bench spawns (SQLite in
 # a temporary directory, or a throwaway PostgreSQL cluster for the "-pg" runs) and appends
-# each run's JSON report to bench-results/<date>.jsonl. Summarise with
-# scripts/bench-summary.py. Takes about an hour on a 2-core machine; not part of the tests.
+# each run's JSON report to bench-results/<date>.jsonl (http-floor spawns nothing: it
+# ignores --spawn). Summarise with scripts/bench-summary.py. Takes about an hour on a 2-core
+# machine; not part of the tests.
 #   scripts/bench-all.sh [run ...]     (default: every run below)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +14,7 @@ mkdir -p bench-results
 out="bench-results/$(date +%Y%m%d-%H%M%S).jsonl"
 
 declare -A runs=(
+    [http-floor]="--scenario http-floor --rate 10000 --duration 10"
     [ramp]="--scenario ramp --rate 3000 --duration 5"
     [steady]="--scenario steady --rate 3000 --duration 20"
     [fanout]="--scenario fanout --rate 600 --duration 15"
@@ -24,7 +26,7 @@ declare -A runs=(
     [steady-pg]="--scenario steady --postgres --rate 2500 --duration 20"
     [outbox-pg]="--scenario outbox --postgres --rate 1500 --duration 20"
 )
-order=(ramp steady fanout burst noisy-neighbour slow-endpoints backlog ramp-pg steady-pg outbox-pg)
+order=(http-floor ramp steady fanout burst noisy-neighbour slow-endpoints backlog ramp-pg steady-pg outbox-pg)
 selected=("$@")
 [ ${#selected[@]} -gt 0 ] || selected=("${order[@]}")
 for name in "${selected[@]}"; do

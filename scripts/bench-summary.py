@@ -33,6 +33,15 @@ COLUMNS = [
     ("missing", "ledger.missing", 0),
 ]
 
+# The HTTP floor has no server and no ledger: one exchange's cost instead.
+FLOOR_COLUMNS = [
+    ("achieved exchanges/s", "achievedRate", 0),
+    ("p50 ms", "latencyMs.p50", 2),
+    ("p99 ms", "latencyMs.p99", 1),
+    ("CPU µs/exchange", "cpuMicrosPerExchange", 1),
+    ("relay ceiling msg/s", "relayCeiling", 0),
+]
+
 EXTRA = {
     "ramp": [("max sustained msg/s", "details.maxSustainedRate", 0)],
     "noisyneighbour": [
@@ -73,7 +82,7 @@ def main(path):
         ok = [r for r in reports if not r.get("failed")]
         print(f"\n### {scenario} ({len(ok)} runs; median (min–max))\n")
         kind = ok[0]["scenario"] if ok else scenario
-        columns = COLUMNS + EXTRA.get(kind, [])
+        columns = FLOOR_COLUMNS if kind == "http-floor" else COLUMNS + EXTRA.get(kind, [])
         print("| " + " | ".join(name for name, _, _ in columns) + " |")
         print("|" + "---|" * len(columns))
         print("| " + " | ".join(cell([figure(r, p) for r in ok], d) for _, p, d in columns) + " |")

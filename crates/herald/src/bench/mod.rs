@@ -3,6 +3,7 @@
 //! latency, CPU, memory and disk figures. Against a Herald it starts itself (`--spawn`) or
 //! any running server (`--url`, `--token`), so peers are measured with the same tool.
 
+mod floor;
 mod ledger;
 mod load;
 mod probe;
@@ -35,6 +36,9 @@ pub enum Scenario {
     Backlog,
     /// Producers call `herald.send_message` in their own transactions (PostgreSQL only).
     Outbox,
+    /// No server: messages posted straight to the bench's receiver, to measure what one
+    /// HTTP exchange costs on this machine (needs neither `--spawn` nor `--url`).
+    HttpFloor,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -100,6 +104,9 @@ async fn database(args: &BenchArgs) -> anyhow::Result<Option<target::Database>> 
 
 /// Runs a benchmark and prints its report; fails if the ledger does not close.
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if args.scenario == Scenario::HttpFloor {
+        return floor::run(&args).await;
+    }
     let target = match (&args.url, args.spawn) {
         (Some(url), _) => {
             Target::connect(url, args.token.as_deref().unwrap_or_default(), args.server_pid, args.concurrency)
@@ -128,6 +135,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Scenario::SlowEndpoints => scenario::slow_endpoints(&mut run).await,
         Scenario::Backlog => scenario::backlog(&mut run).await,
         Scenario::Outbox => scenario::outbox(&mut run).await,
+        Scenario::HttpFloor => unreachable!("measured without a target above"),
     };
     let name = format!("{:?}", args.scenario).to_lowercase();
     let details = match details {

@@ -6,31 +6,23 @@ use std::process::Command;
 
 use serde_json::Value;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_short_bench_run_closes_its_ledger() {
-    let output = tokio::task::spawn_blocking(|| {
-        Command::new(env!("CARGO_BIN_EXE_herald"))
-            .args([
-                "bench",
-                "--scenario",
-                "steady",
-                "--spawn",
-                "--rate",
-                "200",
-                "--duration",
-                "2",
-                "--apps",
-                "3",
-                "--json",
-            ])
-            .output()
+/// Runs `herald bench` with `args`; returns the JSON report on its last line.
+async fn bench(args: &'static [&'static str]) -> Value {
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_herald")).arg("bench").args(args).output()
     })
     .await
     .unwrap()
     .expect("running herald bench");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "bench failed\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
-    let report: Value = serde_json::from_str(stdout.lines().last().unwrap()).expect("the last line is JSON");
+    serde_json::from_str(stdout.lines().last().unwrap()).expect("the last line is JSON")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_bench_run_closes_its_ledger() {
+    let report =
+        bench(&["--scenario", "steady", "--spawn", "--rate", "200", "--duration", "2", "--apps", "3", "--json"]).await;
     assert_eq!(report["ledger"]["missing"], 0, "{report}");
     assert_eq!(report["ledger"]["sent"], 400, "{report}");
     assert_eq!(report["ledger"]["delivered"], 400, "{report}");
@@ -43,4 +35,16 @@ async fn a_short_bench_run_closes_its_ledger() {
         assert!(report["latencyMs"][p].as_f64().unwrap() > 0.0, "latency {p}: {report}");
     }
     assert!(report["ackLatencyMs"]["p99"].is_number());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_floor_is_measured_without_a_server() {
+    let report = bench(&["--scenario", "http-floor", "--rate", "300", "--duration", "1", "--json"]).await;
+    assert_eq!(report["exchanges"], 300, "{report}");
+    assert_eq!(report["failures"], 0, "{report}");
+    let cpu = report["cpuMicrosPerExchange"].as_f64().expect("CPU per exchange");
+    let ceiling = report["relayCeiling"].as_f64().expect("relay ceiling");
+    let cpus = report["cpus"].as_f64().unwrap();
+    assert!(cpu > 0.0 && (ceiling - cpus * 1e6 / (2.0 * cpu)).abs() < 1.0, "{report}");
+    assert!(report["latencyMs"]["p50"].as_f64().unwrap() > 0.0, "{report}");
 }
