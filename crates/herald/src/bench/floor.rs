@@ -9,10 +9,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use super::BenchArgs;
+use super::ledger;
 use super::load::{self, Body, Producer, Progress, Stream};
 use super::probe::{self, ProcessSample};
 use super::receiver::{Behaviour, Receiver};
@@ -61,7 +61,7 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<()> {
     .await;
     let elapsed = start.elapsed().as_secs_f64();
     let after = ProcessSample::read(std::process::id());
-    let mut latency = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds");
+    let mut latency = ledger::histogram();
     for ack in &outcome.acks {
         latency.saturating_record((ack.acked - ack.scheduled).as_micros() as u64);
     }

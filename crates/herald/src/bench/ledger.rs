@@ -29,7 +29,8 @@ pub struct Ledger {
     pub last_delivery: Option<Instant>,
 }
 
-fn histogram() -> Histogram<u64> {
+/// A latency histogram in microseconds, up to an hour.
+pub fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
 }
 

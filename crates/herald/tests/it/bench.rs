@@ -1,5 +1,6 @@
 //! A smoke run of `herald bench`: a few seconds at a small rate against a Herald it spawns;
 //! the ledger must close (nothing missing) and the JSON report carry the documented fields.
+//! And one of `http-floor`, which measures the machine's HTTP without any server.
 //! The full scenarios have their own command (see BENCHMARKS.md).
 
 use std::process::Command;
