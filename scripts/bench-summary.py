@@ -20,10 +20,11 @@ def figure(report, path):
     return value
 
 
+LATENCY = [("p50 ms", "latencyMs.p50", 2), ("p99 ms", "latencyMs.p99", 1)]
+
 COLUMNS = [
     ("achieved msg/s", "achievedRate", 0),
-    ("p50 ms", "latencyMs.p50", 2),
-    ("p99 ms", "latencyMs.p99", 1),
+    *LATENCY,
     ("ack p99 ms", "ackLatencyMs.p99", 1),
     ("CPU µs/msg", "cpuMicrosPerMessage", 0),
     ("bench CPU µs/msg", "benchCpuMicrosPerMessage", 0),
@@ -36,8 +37,7 @@ COLUMNS = [
 # The HTTP floor has no server and no ledger: one exchange's cost instead.
 FLOOR_COLUMNS = [
     ("achieved exchanges/s", "achievedRate", 0),
-    ("p50 ms", "latencyMs.p50", 2),
-    ("p99 ms", "latencyMs.p99", 1),
+    *LATENCY,
     ("CPU µs/exchange", "cpuMicrosPerExchange", 1),
     ("relay ceiling msg/s", "relayCeiling", 0),
 ]

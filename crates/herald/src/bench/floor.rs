@@ -89,14 +89,10 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<()> {
 
 impl FloorReport {
     fn print(&self, json: bool) {
-        let l = &self.latency_ms;
         println!("scenario            http-floor (the bench's own receiver; {} CPUs)", self.cpus);
         println!("offered rate        {:.0} exchanges/s", self.offered_rate);
         println!("achieved rate       {:.0} exchanges/s ({} failed)", self.achieved_rate, self.failures);
-        println!(
-            "latency (ms)        p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2}",
-            l.p50, l.p90, l.p99, l.p999, l.max
-        );
+        println!("latency (ms)        {}", self.latency_ms.line());
         if let (Some(cpu), Some(ceiling)) = (self.cpu_micros_per_exchange, self.relay_ceiling) {
             println!("cpu per exchange    {cpu:.1} µs (client and server ends)");
             println!("relay ceiling       {ceiling:.0} msg/s (two exchanges per message, nothing else)");

@@ -15,6 +15,14 @@ pub struct Percentiles {
 }
 
 impl Percentiles {
+    /// `p50 … max` for the human table.
+    pub fn line(&self) -> String {
+        format!(
+            "p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2}",
+            self.p50, self.p90, self.p99, self.p999, self.max
+        )
+    }
+
     /// Milliseconds from a histogram of microseconds.
     pub fn of(h: &Histogram<u64>) -> Self {
         let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
@@ -104,10 +112,7 @@ impl Report {
             self.achieved_rate, self.deliveries_per_second
         );
         println!("messages            {} ({} ingest failures)", self.messages, self.ingest_failures);
-        println!(
-            "latency (ms)        p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2}",
-            l.p50, l.p90, l.p99, l.p999, l.max
-        );
+        println!("latency (ms)        {}", l.line());
         for g in &self.groups {
             let p = &g.latency_ms;
             println!(
