@@ -1,4 +1,4 @@
-//! Endpoint secrets at rest (`sealing::Keyring`, one random server key per run).
+//! Secrets at rest (`sealing::Keyring`, one random server key per run).
 //!
 //! Input layout: `<assoc>\n<other assoc>\n<rest>`; the rest is both the sealed text given
 //! to `open`/`open_secrets` and the plaintext that is sealed.
@@ -6,7 +6,8 @@
 //! Properties:
 //! - `open` and `open_secrets` never panic on any text and associated data;
 //! - `open(seal(data, assoc), assoc) == data`;
-//! - the sealed value does not open under another assoc (another endpoint's row);
+//! - the sealed value does not open under another assoc (another endpoint's row), nor as
+//!   another purpose (headers for secrets);
 //! - a sealed value with one character replaced (by a base64url character or `.`) does
 //!   not open.
 #![no_main]
@@ -15,8 +16,8 @@ use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::sync::LazyLock;
 
 use herald::ids::EndpointId;
-use herald::sealing::{Keyring, generate_key};
-use herald::store::SealedSecrets;
+use herald::sealing::{Keyring, Purpose, generate_key};
+use herald::store::{SealedHeaders, SealedSecrets};
 use libfuzzer_sys::fuzz_target;
 
 static KEYRING: LazyLock<Keyring> =
@@ -34,13 +35,15 @@ fuzz_target!(|data: &[u8]| {
     let ring = &*KEYRING;
 
     let text = String::from_utf8_lossy(rest);
-    let _ = ring.open(&text, assoc);
+    let _ = ring.open(Purpose::EndpointSecrets, &text, assoc);
+    let _ = ring.open_headers(&SealedHeaders(text.to_string()), &ENDPOINT);
     let _ = ring.open_secrets(&SealedSecrets(text.into_owned()), &ENDPOINT);
 
-    let sealed = ring.seal(rest, assoc);
-    assert_eq!(ring.open(&sealed, assoc).as_deref(), Ok(rest));
+    let sealed = ring.seal(Purpose::EndpointSecrets, rest, assoc);
+    assert_eq!(ring.open(Purpose::EndpointSecrets, &sealed, assoc).as_deref(), Ok(rest));
+    assert!(ring.open(Purpose::EndpointHeaders, &sealed, assoc).is_err(), "opened as another purpose");
     if other != assoc {
-        assert!(ring.open(&sealed, other).is_err(), "opened under {other:?}");
+        assert!(ring.open(Purpose::EndpointSecrets, &sealed, other).is_err(), "opened under {other:?}");
     }
 
     // Which character, and what replaces it, follow from the input.
@@ -51,6 +54,6 @@ fuzz_target!(|data: &[u8]| {
     if tampered[at] != with {
         tampered[at] = with;
         let tampered = String::from_utf8(tampered).expect("ASCII stays UTF-8");
-        assert!(ring.open(&tampered, assoc).is_err(), "tampered {tampered:?} still opens");
+        assert!(ring.open(Purpose::EndpointSecrets, &tampered, assoc).is_err(), "tampered {tampered:?} still opens");
     }
 });

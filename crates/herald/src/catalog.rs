@@ -7,9 +7,11 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
+use http::{HeaderName, HeaderValue};
 use url::Url;
 
 use crate::clock::Millis;
+use crate::deliver::RESERVED_HEADERS;
 use crate::endpoint_settings::{Defaults, EffectiveSettings};
 use crate::ids::{AppId, EndpointId};
 use crate::postback::Template;
@@ -18,7 +20,7 @@ use crate::signing::SigningKey;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use crate::store::{App, CatalogChange, Endpoint, PageQuery, Store, StoreResult};
+use crate::store::{App, CatalogChange, Endpoint, Headers, PageQuery, Store, StoreResult};
 
 /// The settings of an application the dispatcher enforces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +65,10 @@ pub struct Target {
     pub template: Result<Option<Template>, String>,
     /// The current key first, then earlier keys with the time their overlap ends.
     keys: Vec<(SigningKey, Option<Millis>)>,
+    /// The endpoint's own headers, opened and parsed once (Herald's own names left out);
+    /// `None` when they do not open, and its attempts then fail as internal errors rather
+    /// than go out without them.
+    pub headers: Option<Vec<(HeaderName, HeaderValue)>>,
 }
 
 impl Target {
@@ -86,13 +92,20 @@ impl Target {
                 tracing::error!(endpoint = %endpoint.id, error = %e, "the endpoint's signing secrets do not open")
             }
         }
+        let headers = match keyring.open_headers(&endpoint.headers, &endpoint.id) {
+            Ok(headers) => Some(request_headers(&headers)),
+            Err(e) => {
+                tracing::error!(endpoint = %endpoint.id, error = %e, "the endpoint's headers do not open");
+                None
+            }
+        };
         let url = Url::parse(&endpoint.url).ok();
         let template = match (endpoint.request.as_ref().and_then(|r| r.url_template.as_deref()), &url) {
             (None, _) => Ok(None),
             (Some(template), Some(url)) => Template::parse(template, url).map(Some).map_err(|e| e.to_string()),
             (Some(_), None) => Err("the endpoint URL does not parse".into()),
         };
-        Self { url, settings: endpoint.delivery.resolve(defaults), template, keys, endpoint, app }
+        Self { url, settings: endpoint.delivery.resolve(defaults), template, keys, headers, endpoint, app }
     }
 
     /// The keys that sign at `now`: the current one and those still inside their overlap.
@@ -104,6 +117,19 @@ impl Target {
     pub fn accepts(&self, event_type: &str, channels: Option<&[String]>) -> bool {
         routes_to(&self.endpoint, event_type, channels)
     }
+}
+
+/// An endpoint's own headers as request headers: lower-case names, Herald's own names
+/// skipped (the API refuses them; this guards rows written otherwise).
+fn request_headers(headers: &Headers) -> Vec<(HeaderName, HeaderValue)> {
+    headers
+        .iter()
+        .filter_map(|(name, value)| {
+            let name = HeaderName::try_from(name.to_ascii_lowercase()).ok()?;
+            let value = HeaderValue::try_from(value.as_str()).ok()?;
+            (!RESERVED_HEADERS.contains(&name.as_str())).then_some((name, value))
+        })
+        .collect()
 }
 
 /// The routing rule: enabled endpoints whose event-type filter (if any) names the event type
@@ -156,33 +182,53 @@ impl Catalog {
         &self.keyring
     }
 
-    /// Seals again, under the current server key, every endpoint secret sealed under a
-    /// previous one, so that the old key can be dropped from the configuration. Returns how
-    /// many endpoints were rewritten.
-    pub async fn reseal_stale_secrets(&self) -> StoreResult<usize> {
+    /// Seals again, under the current server key, every endpoint secret and header set
+    /// sealed under a previous one (so the old key can be dropped from the configuration),
+    /// and seals headers written before they were sealed at all. Returns how many endpoints
+    /// were rewritten.
+    pub async fn reseal_stale(&self) -> StoreResult<usize> {
         let mut page = PageQuery { limit: 100, iterator: None, descending: false };
         let mut resealed = 0;
         loop {
             let apps = self.store.list_apps(&page).await?;
             for app in &apps {
-                for mut endpoint in self.store.app_endpoints(&app.id).await? {
-                    if !self.keyring.is_stale(&endpoint.secrets) {
-                        continue;
-                    }
-                    match self.keyring.open_secrets(&endpoint.secrets, &endpoint.id) {
-                        Ok(secrets) => {
-                            endpoint.secrets = self.keyring.seal_secrets(&secrets, &endpoint.id);
-                            self.store.update_endpoint(&endpoint).await?;
-                            self.invalidate_endpoint(&endpoint.app_id, &endpoint.id);
-                            resealed += 1;
-                        }
-                        Err(e) => tracing::error!(endpoint = %endpoint.id, error = %e, "cannot reseal a secret"),
+                for endpoint in self.store.app_endpoints(&app.id).await? {
+                    if let Some(endpoint) = self.resealed(endpoint) {
+                        self.store.update_endpoint(&endpoint).await?;
+                        self.invalidate_endpoint(&endpoint.app_id, &endpoint.id);
+                        resealed += 1;
                     }
                 }
             }
             match apps.last() {
                 Some(last) if apps.len() == page.limit => page.iterator = Some(last.id.to_string()),
                 _ => return Ok(resealed),
+            }
+        }
+    }
+
+    /// The endpoint with its secrets and headers sealed under the current key, if either
+    /// was not (and opens).
+    fn resealed(&self, mut endpoint: Endpoint) -> Option<Endpoint> {
+        let keyring = &self.keyring;
+        let stale_headers = endpoint.headers.is_plaintext()
+            || (!endpoint.headers.0.is_empty() && keyring.is_stale(&endpoint.headers.0));
+        if !keyring.is_stale(&endpoint.secrets.0) && !stale_headers {
+            return None;
+        }
+        let opened = keyring.open_secrets(&endpoint.secrets, &endpoint.id).and_then(|secrets| {
+            let headers = keyring.open_headers(&endpoint.headers, &endpoint.id)?;
+            Ok((secrets, headers))
+        });
+        match opened {
+            Ok((secrets, headers)) => {
+                endpoint.secrets = keyring.seal_secrets(&secrets, &endpoint.id);
+                endpoint.headers = keyring.seal_headers(&headers, &endpoint.id);
+                Some(endpoint)
+            }
+            Err(e) => {
+                tracing::error!(endpoint = %endpoint.id, error = %e, "cannot seal an endpoint's secrets again");
+                None
             }
         }
     }

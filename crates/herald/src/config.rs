@@ -140,6 +140,10 @@ pub struct AuthConfig {
     pub portal_requests_per_second: Option<u16>,
     /// Requests per second for the admin token; `None`: unlimited.
     pub admin_requests_per_second: Option<u16>,
+    /// Failed authentications per client address and minute; `None`: unlimited.
+    pub failed_auth_per_minute: Option<u16>,
+    /// Lifetime of a dashboard session.
+    pub session_ttl: Duration,
 }
 
 impl std::fmt::Debug for AuthConfig {
@@ -283,6 +287,8 @@ struct RawAuth {
     previous_secret_keys: Vec<String>,
     portal_requests_per_second: u16,
     admin_requests_per_second: u16,
+    failed_auth_per_minute: u16,
+    session_ttl_secs: u64,
 }
 
 #[derive(Deserialize)]
@@ -471,6 +477,7 @@ impl Raw {
             ("queue.poll_interval_ms", self.queue.poll_interval_ms as usize),
             ("store.read_connections", self.store.read_connections),
             ("store.write_batch_max", self.store.write_batch_max),
+            ("auth.session_ttl_secs", self.auth.session_ttl_secs as usize),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             bail!("{name} must be positive");
@@ -503,6 +510,8 @@ impl Raw {
                 previous_secret_keys: self.auth.previous_secret_keys,
                 portal_requests_per_second: Some(self.auth.portal_requests_per_second).filter(|r| *r > 0),
                 admin_requests_per_second: Some(self.auth.admin_requests_per_second).filter(|r| *r > 0),
+                failed_auth_per_minute: Some(self.auth.failed_auth_per_minute).filter(|r| *r > 0),
+                session_ttl: Duration::from_secs(self.auth.session_ttl_secs),
             },
             delivery: DeliveryConfig {
                 timeout: Duration::from_millis(self.delivery.timeout_ms),

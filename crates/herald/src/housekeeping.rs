@@ -1,5 +1,5 @@
 //! Periodic upkeep that is not on any request's path: forgetting idempotency keys once
-//! their window has passed, latency hours and summary minutes older than the 24-hour
+//! their window has passed, expired dashboard sessions, latency hours and summary minutes older than the 24-hour
 //! health window, and the retention purges of payloads, response bodies and attempts —
 //! all in small batches, so the writer is never held for long and delivery goes on.
 
@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::now_ms;
 use crate::config::RetentionConfig;
-use crate::store::{Purge, Store};
+use crate::store::{EndSessions, Purge, Store};
 
 /// Records deleted per transaction.
 const BATCH: usize = 1000;
@@ -33,6 +33,9 @@ pub async fn run(store: Arc<dyn Store>, idempotency_ttl: Duration, every: Durati
                     break;
                 }
             }
+        }
+        if let Err(e) = store.end_sessions(EndSessions::ExpiredBefore(now_ms())).await {
+            tracing::warn!(error = %e, "removing expired dashboard sessions failed");
         }
         if let Err(e) = store.prune_health(now_ms() - HEALTH_HISTORY.as_millis() as i64).await {
             tracing::warn!(error = %e, "pruning latency and summary history failed");

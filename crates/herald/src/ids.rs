@@ -1,7 +1,8 @@
 //! Typed, prefixed identifiers (`app_…`, `ep_…`, `msg_…`, `atmpt_…`).
 //!
-//! Ids are time-sortable: 48 bits of milliseconds followed by 80 random bits, written in
-//! base62 with a fixed width, so sorting the strings sorts by creation time. List pagination
+//! Ids are time-sortable: 48 bits of milliseconds followed by an 80-bit field that starts
+//! as 79 random bits (its top bit clear, so counting up within one millisecond never
+//! overflows it), written in base62 with a fixed width, so sorting the strings sorts by creation time. List pagination
 //! relies on that (the iterator is simply the last id of a page).
 
 use std::fmt;

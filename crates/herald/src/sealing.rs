@@ -1,8 +1,10 @@
-//! Endpoint signing secrets at rest. They are sealed with XChaCha20-Poly1305 under the
-//! server key before they reach a store, with the endpoint's id as associated data, so a
-//! sealed value copied onto another endpoint's row does not open. Every sealed value names
-//! the key that sealed it; old keys stay configured (`auth.previous_secret_keys`) until
-//! every row has been rewritten under the current one.
+//! Secrets at rest: endpoint signing secrets, endpoint headers, and stored idempotent
+//! responses (which may carry a token or a secret). They are sealed with XChaCha20-Poly1305
+//! under the server key before they reach a store, with what they are ([`Purpose`]) and
+//! whose they are (the endpoint's id, the idempotency scope) as associated data, so a
+//! sealed value copied onto another row does not open. Every sealed value names the key
+//! that sealed it; old keys stay configured (`auth.previous_secret_keys`) until every row
+//! has been rewritten under the current one.
 //!
 //! Sealed form: `v1.<key id>.<base64url(nonce ‖ ciphertext)>`, the key id being the first
 //! four bytes of SHA-256 over the key, in hex.
@@ -17,13 +19,32 @@ use rand::RngCore;
 use sha2::{Digest, Sha256};
 
 use crate::ids::EndpointId;
-use crate::store::{SealedSecrets, Secrets};
+use crate::store::{Headers, SealedHeaders, SealedSecrets, Secrets};
 
 const VERSION: &str = "v1";
 const KEY_BYTES: usize = 32;
 const NONCE_BYTES: usize = 24;
-/// Binds a sealed value to what it is, on top of whose it is.
-const CONTEXT: &str = "herald/endpoint-secrets/";
+
+/// What a sealed value is: bound into its associated data, so a value of one kind never
+/// opens as another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    EndpointSecrets,
+    EndpointHeaders,
+    /// A response body kept for an idempotency key.
+    StoredResponse,
+}
+
+impl Purpose {
+    fn aad(self, associated: &str) -> String {
+        let what = match self {
+            Self::EndpointSecrets => "endpoint-secrets",
+            Self::EndpointHeaders => "endpoint-headers",
+            Self::StoredResponse => "stored-response",
+        };
+        format!("herald/{what}/{associated}")
+    }
+}
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SealError {
@@ -85,10 +106,10 @@ impl Keyring {
         &self.current.id
     }
 
-    pub fn seal(&self, plaintext: &[u8], associated: &str) -> String {
+    pub fn seal(&self, purpose: Purpose, plaintext: &[u8], associated: &str) -> String {
         let mut nonce = [0u8; NONCE_BYTES];
         rand::rng().fill_bytes(&mut nonce);
-        let aad = format!("{CONTEXT}{associated}");
+        let aad = purpose.aad(associated);
         let sealed = self
             .current
             .cipher
@@ -99,7 +120,7 @@ impl Keyring {
         format!("{VERSION}.{}.{}", self.current.id, URL_SAFE_NO_PAD.encode(blob))
     }
 
-    pub fn open(&self, sealed: &str, associated: &str) -> Result<Vec<u8>, SealError> {
+    pub fn open(&self, purpose: Purpose, sealed: &str, associated: &str) -> Result<Vec<u8>, SealError> {
         let mut parts = sealed.splitn(3, '.');
         let (Some(VERSION), Some(key_id), Some(blob)) = (parts.next(), parts.next(), parts.next()) else {
             return Err(SealError::Malformed);
@@ -113,7 +134,7 @@ impl Keyring {
             return Err(SealError::Malformed);
         }
         let (nonce, ciphertext) = blob.split_at(NONCE_BYTES);
-        let aad = format!("{CONTEXT}{associated}");
+        let aad = purpose.aad(associated);
         key.cipher
             .decrypt(XNonce::from_slice(nonce), Payload { msg: ciphertext, aad: aad.as_bytes() })
             .map_err(|_| SealError::DoesNotOpen)
@@ -122,18 +143,38 @@ impl Keyring {
     /// Seals an endpoint's secrets for its row.
     pub fn seal_secrets(&self, secrets: &Secrets, endpoint: &EndpointId) -> SealedSecrets {
         let json = serde_json::to_vec(secrets).expect("secrets serialize");
-        SealedSecrets(self.seal(&json, endpoint.as_str()))
+        SealedSecrets(self.seal(Purpose::EndpointSecrets, &json, endpoint.as_str()))
     }
 
     /// Opens the secrets stored on an endpoint's row.
     pub fn open_secrets(&self, sealed: &SealedSecrets, endpoint: &EndpointId) -> Result<Secrets, SealError> {
-        let json = self.open(&sealed.0, endpoint.as_str())?;
+        let json = self.open(Purpose::EndpointSecrets, &sealed.0, endpoint.as_str())?;
+        serde_json::from_slice(&json).map_err(|_| SealError::Malformed)
+    }
+
+    /// Seals an endpoint's own headers for its row (none: the empty text).
+    pub fn seal_headers(&self, headers: &Headers, endpoint: &EndpointId) -> SealedHeaders {
+        if headers.is_empty() {
+            return SealedHeaders::default();
+        }
+        let json = serde_json::to_vec(headers).expect("headers serialize");
+        SealedHeaders(self.seal(Purpose::EndpointHeaders, &json, endpoint.as_str()))
+    }
+
+    /// Opens the headers stored on an endpoint's row. A row written before headers were
+    /// sealed holds them as plain JSON; they read as such until the start-up pass seals them.
+    pub fn open_headers(&self, sealed: &SealedHeaders, endpoint: &EndpointId) -> Result<Headers, SealError> {
+        let json = match sealed.0.as_str() {
+            "" => return Ok(Headers::new()),
+            plain if sealed.is_plaintext() => plain.as_bytes().to_vec(),
+            text => self.open(Purpose::EndpointHeaders, text, endpoint.as_str())?,
+        };
         serde_json::from_slice(&json).map_err(|_| SealError::Malformed)
     }
 
     /// Whether a sealed value was sealed under an old key (and should be rewritten).
-    pub fn is_stale(&self, sealed: &SealedSecrets) -> bool {
-        sealed.0.split('.').nth(1) != Some(self.current.id.as_str())
+    pub fn is_stale(&self, sealed: &str) -> bool {
+        sealed.split('.').nth(1) != Some(self.current.id.as_str())
     }
 }
 
@@ -172,12 +213,36 @@ mod tests {
         let id = EndpointId::generate();
         let sealed = Keyring::new(&old, &[]).unwrap().seal_secrets(&secrets(), &id);
         let rotated = Keyring::new(&new, &[old]).unwrap();
-        assert!(rotated.is_stale(&sealed));
+        assert!(rotated.is_stale(&sealed.0));
         assert_eq!(rotated.open_secrets(&sealed, &id).unwrap(), secrets());
         let resealed = rotated.seal_secrets(&secrets(), &id);
-        assert!(!rotated.is_stale(&resealed));
+        assert!(!rotated.is_stale(&resealed.0));
         let forgotten = Keyring::new(&new, &[]).unwrap();
         assert!(matches!(forgotten.open_secrets(&sealed, &id), Err(SealError::UnknownKey(_))));
+    }
+
+    #[test]
+    fn a_value_sealed_for_one_purpose_does_not_open_as_another() {
+        let ring = ring();
+        let id = EndpointId::generate();
+        let sealed = ring.seal_secrets(&secrets(), &id);
+        assert_eq!(ring.open(Purpose::EndpointHeaders, &sealed.0, id.as_str()), Err(SealError::DoesNotOpen));
+        assert_eq!(ring.open(Purpose::StoredResponse, &sealed.0, id.as_str()), Err(SealError::DoesNotOpen));
+    }
+
+    #[test]
+    fn headers_are_sealed_and_legacy_plain_ones_still_read() {
+        let ring = ring();
+        let id = EndpointId::generate();
+        let headers = Headers::from([("authorization".to_owned(), "Bearer sk_live_canary".to_owned())]);
+        let sealed = ring.seal_headers(&headers, &id);
+        assert!(!sealed.0.contains("canary") && !sealed.is_plaintext());
+        assert_eq!(ring.open_headers(&sealed, &id).unwrap(), headers);
+        assert_eq!(ring.seal_headers(&Headers::new(), &id), SealedHeaders::default());
+        assert_eq!(ring.open_headers(&SealedHeaders::default(), &id).unwrap(), Headers::new());
+        let legacy = SealedHeaders(r#"{"x-a":"1"}"#.into());
+        assert!(legacy.is_plaintext());
+        assert_eq!(ring.open_headers(&legacy, &id).unwrap()["x-a"], "1");
     }
 
     #[test]

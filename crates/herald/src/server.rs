@@ -63,7 +63,7 @@ impl Server {
             config.server.public_url.as_deref().and_then(|u| url::Url::parse(u).ok()?.host_str().map(str::to_owned));
         let guard = Arc::new(Guard::new(config.delivery.allowed_networks.clone()).with_own(local, public_host));
         let defaults = Defaults { timeout: config.delivery.timeout, retry: config.delivery.default_retry.clone() };
-        let catalog = Arc::new(Catalog::new(store.clone(), defaults, keyring));
+        let catalog = Arc::new(Catalog::new(store.clone(), defaults, keyring.clone()));
         let deliverer = Deliverer::new(
             guard.clone(),
             DelivererConfig {
@@ -102,6 +102,7 @@ impl Server {
             metrics: metrics.clone(),
             guard,
             admin: Arc::new(AdminToken::new(&admin_token)),
+            keyring,
             limits: Limits {
                 body_bytes: config.server.max_payload_bytes + BODY_OVERHEAD_BYTES,
                 max_payload_bytes: config.server.max_payload_bytes,
@@ -110,11 +111,13 @@ impl Server {
                 public_url: config.server.public_url.clone().unwrap_or_else(|| format!("http://{local}")),
                 portal_token_ttl: config.auth.portal_token_ttl,
                 secret_rotation_overlap: config.delivery.secret_rotation_overlap,
+                session_ttl: config.auth.session_ttl,
             }),
             key_locks: Default::default(),
             rate_limiter: Arc::new(RateLimiter::new(
                 config.auth.portal_requests_per_second,
                 config.auth.admin_requests_per_second,
+                config.auth.failed_auth_per_minute,
             )),
             redactor: Arc::new(Redactor::new(config.redaction.fields.clone(), &config.redaction.keys)),
             replays: Default::default(),
@@ -148,11 +151,7 @@ impl Server {
             Role::Api => None,
         };
         tokio::spawn(self.catalog.clone().follow(self.store.signals().catalog.subscribe(), stop_background.clone()));
-        // Only a rotation (previous keys configured) can leave secrets sealed under an old
-        // key that this process can open; otherwise the start-up scan is skipped.
-        if !self.config.auth.previous_secret_keys.is_empty() {
-            tokio::spawn(reseal(self.catalog.clone()));
-        }
+        tokio::spawn(reseal(self.catalog.clone()));
         if self.config.server.role != Role::Api {
             tokio::spawn(self.alerts.clone().run(stop_background.clone()));
         }
@@ -163,7 +162,9 @@ impl Server {
             self.config.retention.clone(),
             stop_background.clone(),
         ));
-        let served = axum::serve(self.listener, self.router)
+        // Client addresses feed the failed-authentication budget.
+        let service = self.router.into_make_service_with_connect_info::<SocketAddr>();
+        let served = axum::serve(self.listener, service)
             .with_graceful_shutdown(shutdown.cancelled_owned())
             .await
             .context("serving HTTP");
@@ -184,11 +185,14 @@ fn alert_sender(config: &Config) -> anyhow::Result<Option<Sender>> {
     Ok(Some(Sender::new(url.parse().context("alerts.webhook_url")?, key)))
 }
 
-/// Rewrites secrets sealed under a previous server key (after a key rotation).
+/// Rewrites secrets sealed under a previous server key (after a key rotation), and seals
+/// headers stored before they were sealed.
 async fn reseal(catalog: Arc<Catalog>) {
-    match catalog.reseal_stale_secrets().await {
+    match catalog.reseal_stale().await {
         Ok(0) => {}
-        Ok(n) => tracing::info!(endpoints = n, "sealed endpoint secrets again under the current server key"),
+        Ok(n) => {
+            tracing::info!(endpoints = n, "sealed endpoint secrets and headers again under the current server key")
+        }
         Err(e) => tracing::warn!(error = %e, "resealing endpoint secrets failed; they stay readable with the old key"),
     }
 }

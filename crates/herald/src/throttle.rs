@@ -1,25 +1,32 @@
-//! Token buckets for Svix's `throttleRate` (messages per second, on an endpoint or an
-//! application). A bucket holds at most one second's worth of tokens, so a quiet endpoint
-//! may receive a short burst of `rate` messages, never more.
+//! Token buckets: Svix's `throttleRate` (messages per second, on an endpoint or an
+//! application), and the API's request and failed-authentication budgets. A bucket holds at
+//! most one period's worth of tokens (a second for `throttleRate`), so a quiet endpoint may
+//! receive a short burst of `rate` messages, never more.
 
 use crate::clock::Millis;
 
-/// Counted in thousandths of a token, so refilling by whole milliseconds is exact.
-const UNIT: i64 = 1000;
-
 #[derive(Debug, Clone, PartialEq)]
 pub struct TokenBucket {
-    /// Tokens per second, which is also thousandths of a token per millisecond.
+    /// Tokens per period.
     rate: i64,
-    /// Thousandths of a token.
+    /// The period in milliseconds. Levels count tokens in 1/period units, so refilling by
+    /// whole milliseconds (`rate` units each) is exact.
+    period: i64,
+    /// Tokens × period.
     level: i64,
     last: Millis,
 }
 
 impl TokenBucket {
+    /// `rate` tokens per second.
     pub fn new(rate: u16, now: Millis) -> Self {
-        let rate = i64::from(rate.max(1));
-        Self { rate, level: rate * UNIT, last: now }
+        Self::per(rate, 1000, now)
+    }
+
+    /// `rate` tokens per `period_ms` milliseconds, starting full.
+    pub fn per(rate: u16, period_ms: i64, now: Millis) -> Self {
+        let (rate, period) = (i64::from(rate.max(1)), period_ms.max(1));
+        Self { rate, period, level: rate * period, last: now }
     }
 
     pub fn rate(&self) -> u16 {
@@ -28,17 +35,17 @@ impl TokenBucket {
 
     fn refill(&mut self, now: Millis) {
         let elapsed = (now - self.last).max(0);
-        self.level = (self.level + elapsed.saturating_mul(self.rate)).min(self.rate * UNIT);
+        self.level = (self.level + elapsed.saturating_mul(self.rate)).min(self.rate * self.period);
         self.last = self.last.max(now);
     }
 
     /// Whether a token is available now, without taking it; `Err` carries when one will be.
     pub fn check(&mut self, now: Millis) -> Result<(), Millis> {
         self.refill(now);
-        if self.level >= UNIT {
+        if self.level >= self.period {
             Ok(())
         } else {
-            let missing = UNIT - self.level;
+            let missing = self.period - self.level;
             Err(now + (missing + self.rate - 1) / self.rate)
         }
     }
@@ -46,7 +53,13 @@ impl TokenBucket {
     /// Takes a token (after a successful `check`).
     pub fn take(&mut self, now: Millis) {
         self.refill(now);
-        self.level -= UNIT;
+        self.level -= self.period;
+    }
+
+    /// Whether the bucket is full (an idle bucket that can be forgotten).
+    pub fn is_full(&mut self, now: Millis) -> bool {
+        self.refill(now);
+        self.level == self.rate * self.period
     }
 }
 
@@ -97,6 +110,18 @@ mod tests {
             }
         }
         assert!((200..=221).contains(&sent), "{sent} in 10 s at 20/s (plus the first second's burst)");
+    }
+
+    #[test]
+    fn a_bucket_per_minute_refills_a_token_every_sixtieth_of_it() {
+        let mut b = TokenBucket::per(30, 60_000, 0);
+        for _ in 0..30 {
+            assert_eq!(b.check(0), Ok(()));
+            b.take(0);
+        }
+        assert_eq!(b.check(0), Err(2000), "30 a minute: one every 2 s");
+        assert!(!b.is_full(59_999));
+        assert!(b.is_full(60_000));
     }
 
     #[test]

@@ -3,13 +3,13 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::routing::get;
 use serde::{Deserialize, Serialize};
 
 use super::auth::Principal;
-use super::error::{ApiError, ApiResult};
+use super::error::ApiResult;
 use super::extract::{JsonBody, QueryMap};
 use super::list::{ListResponse, Page};
+use super::routes::Routes;
 use super::validate::{Problems, double_option};
 use super::{AppState, require_admin_for, visible_app};
 use crate::clock::{now_ms, to_rfc3339};
@@ -81,11 +81,19 @@ impl From<&App> for ApplicationOut {
     }
 }
 
-pub fn router() -> axum::Router<AppState> {
-    axum::Router::new()
-        .route("/api/v1/app", get(list_apps).post(create_app))
-        .route("/api/v1/app/{app_id}", get(get_app).put(upsert_app).patch(patch_app).delete(delete_app))
+pub fn routes() -> Routes {
+    Routes::new()
+        .get("/api/v1/app", list_apps)
+        .post("/api/v1/app", create_app)
+        .get("/api/v1/app/{app_id}", get_app)
+        .put("/api/v1/app/{app_id}", upsert_app)
+        .patch("/api/v1/app/{app_id}", patch_app)
+        .delete("/api/v1/app/{app_id}", delete_app)
 }
+
+/// Why a portal token may not change its application.
+const OPERATOR_OWNS_APPS: &str = "the operator owns the application (its uid, name, metadata, limits and deletion): \
+     an app-portal token may read it but not change it";
 
 /// The largest `maxConcurrency` and `weight` accepted.
 const MAX_CONCURRENCY: u32 = 10_000;
@@ -175,6 +183,7 @@ pub async fn get_app(
 }
 
 /// Updates an application, or creates it (with the path as its uid) when it does not exist.
+/// The operator owns applications: a portal token may read its own, never change it.
 #[utoipa::path(put, path = "/api/v1/app/{app_id}", operation_id = "v1.application.update", tag = "Application",
     request_body = ApplicationIn, params(("app_id" = String, Path)),
     responses((status = 200, body = ApplicationOut), (status = 201, body = ApplicationOut)))]
@@ -184,9 +193,10 @@ pub async fn upsert_app(
     Path(app_id): Path<String>,
     body: JsonBody<ApplicationIn>,
 ) -> ApiResult<(StatusCode, Json<ApplicationOut>)> {
+    require_admin_for(&state, &principal, &app_id, OPERATOR_OWNS_APPS).await?;
     let input = body.value;
     match state.catalog.app(&app_id).await? {
-        Some(existing) if principal.can_see(&existing.id) => {
+        Some(existing) => {
             let app = App {
                 uid: input.uid.or_else(|| existing.uid.clone()),
                 name: input.name,
@@ -201,9 +211,7 @@ pub async fn upsert_app(
             save(&state, &app).await?;
             Ok((StatusCode::OK, Json(ApplicationOut::from(&app))))
         }
-        Some(_) => Err(ApiError::NotFound("application")),
         None => {
-            principal.require_admin()?;
             let app = create_app_from(&state, input, Some(&app_id)).await?;
             Ok((StatusCode::CREATED, Json(ApplicationOut::from(&app))))
         }
@@ -218,6 +226,7 @@ pub async fn patch_app(
     Path(app_id): Path<String>,
     body: JsonBody<ApplicationPatch>,
 ) -> ApiResult<Json<ApplicationOut>> {
+    require_admin_for(&state, &principal, &app_id, OPERATOR_OWNS_APPS).await?;
     let existing = visible_app(&state, &principal, &app_id).await?;
     let patch = body.value;
     let mut app: App = (*existing).clone();
@@ -252,7 +261,7 @@ pub async fn delete_app(
     principal: Principal,
     Path(app_id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    require_admin_for(&state, &principal, &app_id).await?;
+    require_admin_for(&state, &principal, &app_id, OPERATOR_OWNS_APPS).await?;
     let app = visible_app(&state, &principal, &app_id).await?;
     state.store.delete_app(&app.id).await?;
     state.catalog.invalidate_app(&app);

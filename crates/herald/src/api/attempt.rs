@@ -4,7 +4,6 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::routing::{delete, get, post};
 use serde::Serialize;
 
 use super::auth::Principal;
@@ -13,6 +12,7 @@ use super::error::{ApiError, ApiResult, ValidationItem};
 use super::extract::QueryMap;
 use super::list::{ListResponse, Page};
 use super::message::{MessageOut, message_filter};
+use super::routes::Routes;
 use super::{AppState, visible_app, visible_endpoint, visible_message};
 use crate::clock::to_rfc3339;
 use crate::store::{Attempt, AttemptFilter, DeliveryStatus, DeliveryView, Message, Requeue};
@@ -90,15 +90,15 @@ fn status_fields(d: &DeliveryView) -> (u8, String, Option<String>) {
     (status.code(), status.text().to_owned(), d.next_at.map(to_rfc3339))
 }
 
-pub fn router() -> axum::Router<AppState> {
-    axum::Router::new()
-        .route("/api/v1/app/{app_id}/attempt/endpoint/{endpoint_id}", get(list_by_endpoint))
-        .route("/api/v1/app/{app_id}/attempt/msg/{msg_id}", get(list_by_msg))
-        .route("/api/v1/app/{app_id}/endpoint/{endpoint_id}/msg", get(list_attempted_messages))
-        .route("/api/v1/app/{app_id}/msg/{msg_id}/endpoint", get(list_attempted_destinations))
-        .route("/api/v1/app/{app_id}/msg/{msg_id}/attempt/{attempt_id}", get(get_attempt))
-        .route("/api/v1/app/{app_id}/msg/{msg_id}/attempt/{attempt_id}/content", delete(expunge_attempt_content))
-        .route("/api/v1/app/{app_id}/msg/{msg_id}/endpoint/{endpoint_id}/resend", post(resend))
+pub fn routes() -> Routes {
+    Routes::new()
+        .get("/api/v1/app/{app_id}/attempt/endpoint/{endpoint_id}", list_by_endpoint)
+        .get("/api/v1/app/{app_id}/attempt/msg/{msg_id}", list_by_msg)
+        .get("/api/v1/app/{app_id}/endpoint/{endpoint_id}/msg", list_attempted_messages)
+        .get("/api/v1/app/{app_id}/msg/{msg_id}/endpoint", list_attempted_destinations)
+        .get("/api/v1/app/{app_id}/msg/{msg_id}/attempt/{attempt_id}", get_attempt)
+        .delete("/api/v1/app/{app_id}/msg/{msg_id}/attempt/{attempt_id}/content", expunge_attempt_content)
+        .post("/api/v1/app/{app_id}/msg/{msg_id}/endpoint/{endpoint_id}/resend", resend)
 }
 
 /// Reads the `status` query parameter (0 success, 1 pending, 2 fail, 3 sending).

@@ -2,12 +2,13 @@
 //! Tokens are compared by SHA-256 hash in constant time; portal tokens are stored only as
 //! hashes. Also the two auth routes: app-portal access and logout.
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{FromRequestParts, Path, State};
-use axum::http::StatusCode;
+use axum::extract::{ConnectInfo, FromRequestParts, Path, State};
 use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode, header};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -35,6 +36,12 @@ impl AdminToken {
         let given: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         given.ct_eq(&self.0).into()
     }
+
+    /// Whether a stored token hash (hex, as [`token_hash`] makes it) is this token's.
+    pub fn hash_matches(&self, hex: &str) -> bool {
+        let own: String = self.0.iter().map(|b| format!("{b:02x}")).collect();
+        own.as_bytes().ct_eq(hex.as_bytes()).into()
+    }
 }
 
 /// Hex SHA-256 of a token: the form portal tokens are stored and looked up in.
@@ -56,9 +63,14 @@ pub enum Principal {
 
 impl Principal {
     pub fn require_admin(&self) -> ApiResult<()> {
+        self.require_admin_because("this operation needs the admin token")
+    }
+
+    /// The admin only; a portal token is refused saying `why`.
+    pub fn require_admin_because(&self, why: &'static str) -> ApiResult<()> {
         match self {
             Self::Admin => Ok(()),
-            Self::App { .. } => Err(ApiError::Forbidden("this operation needs the admin token")),
+            Self::App { .. } => Err(ApiError::Forbidden(why)),
         }
     }
 
@@ -82,36 +94,67 @@ impl Principal {
 impl FromRequestParts<AppState> for Principal {
     type Rejection = ApiError;
 
+    /// The caller of an API request, authenticated once per request (the idempotency layer
+    /// may have done it already).
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let token = parts
-            .headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-            .map(str::trim)
-            .ok_or(ApiError::Unauthorized)?;
-        Self::from_token(state, token).await
+        if let Some(known) = parts.extensions.get::<Principal>() {
+            return Ok(known.clone());
+        }
+        let token = bearer_token(&parts.headers).ok_or(ApiError::Unauthorized)?;
+        let principal = Self::from_token(state, token, client_address(parts)).await?;
+        parts.extensions.insert(principal.clone());
+        Ok(principal)
     }
 }
 
+/// The token of an `Authorization: Bearer <token>` header; the scheme's case does not
+/// matter (RFC 9110).
+fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// The address the request came from (for the failed-authentication budget).
+pub fn client_address(parts: &Parts) -> Option<IpAddr> {
+    parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|info| info.0.ip())
+}
+
 impl Principal {
-    /// Who `token` belongs to (the API's bearer token, or the dashboard's session cookie),
-    /// charged to its request budget.
-    pub async fn from_token(state: &AppState, token: &str) -> Result<Self, ApiError> {
+    /// Who `token` belongs to (the API's bearer token, or the token a dashboard sign-in
+    /// presents), charged to its request budget. A client whose failed authentications
+    /// used up their budget is refused before the token is even looked at.
+    pub async fn from_token(state: &AppState, token: &str, client: Option<IpAddr>) -> Result<Self, ApiError> {
+        if let Some(client) = client {
+            state.rate_limiter.may_authenticate(client).map_err(ApiError::TooManyFailedAuthentications)?;
+        }
+        match Self::identify(state, token).await? {
+            Some(principal) => Ok(principal),
+            None => {
+                if let Some(client) = client {
+                    state.rate_limiter.failed_authentication(client);
+                }
+                Err(ApiError::Unauthorized)
+            }
+        }
+    }
+
+    async fn identify(state: &AppState, token: &str) -> Result<Option<Self>, ApiError> {
         if state.admin.matches(token) {
             state.rate_limiter.admit("admin", true).map_err(ApiError::RateLimited)?;
-            return Ok(Self::Admin);
+            return Ok(Some(Self::Admin));
         }
         if !token.starts_with(PORTAL_TOKEN_PREFIX) {
-            return Err(ApiError::Unauthorized);
+            return Ok(None);
         }
         let hash = token_hash(token);
         match state.store.token(&hash).await? {
             Some(found) if found.expires_at > now_ms() => {
                 state.rate_limiter.admit(&hash, false).map_err(ApiError::RateLimited)?;
-                Ok(Self::App { app_id: found.app_id, token_hash: hash, sensitive: found.sensitive })
+                Ok(Some(Self::App { app_id: found.app_id, token_hash: hash, sensitive: found.sensitive }))
             }
-            _ => Err(ApiError::Unauthorized),
+            _ => Ok(None),
         }
     }
 }
@@ -146,7 +189,8 @@ pub async fn app_portal_access(
     Path(app_id): Path<String>,
     body: JsonBody<AppPortalAccessIn>,
 ) -> ApiResult<Json<AppPortalAccessOut>> {
-    super::require_admin_for(&state, &principal, &app_id).await?;
+    super::require_admin_for(&state, &principal, &app_id, "portal access is issued by the operator's admin token")
+        .await?;
     let app: Arc<App> = match (state.catalog.app(&app_id).await?, body.value.application) {
         (Some(app), _) => app,
         (None, Some(input)) => Arc::new(create_app_from(&state, input, Some(&app_id)).await?),

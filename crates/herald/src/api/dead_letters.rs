@@ -5,12 +5,12 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 
 use super::auth::Principal;
 use super::error::{ApiError, ApiResult};
 use super::extract::{JsonBody, QueryMap, body_time};
+use super::routes::Routes;
 use super::{AppState, visible_app};
 use crate::clock::{Millis, now_ms, to_rfc3339};
 use crate::dead_letters::{EndpointDeadLetters, analyse};
@@ -21,11 +21,11 @@ use crate::store::DeadLetterFilter;
 /// Dead letters read at most for one analysis or replay.
 const MAX_ROWS: usize = 100_000;
 
-pub fn router() -> axum::Router<AppState> {
-    axum::Router::new()
-        .route("/api/v1/stats/dead-letters", get(dead_letter_stats))
-        .route("/api/v1/app/{app_id}/dead-letters/replay", post(replay))
-        .route("/api/v1/app/{app_id}/dead-letters/replay/{task_id}", get(replay_progress))
+pub fn routes() -> Routes {
+    Routes::new()
+        .get("/api/v1/stats/dead-letters", dead_letter_stats)
+        .post("/api/v1/app/{app_id}/dead-letters/replay", replay)
+        .get("/api/v1/app/{app_id}/dead-letters/replay/{task_id}", replay_progress)
 }
 
 #[derive(Serialize, utoipa::ToSchema)]

@@ -1,18 +1,16 @@
 //! `/api/v1/app/{app_id}/endpoint`: an application's endpoints (CRUD). Secrets, headers,
 //! stats and manual retries are in `endpoint_ops`.
 
-use std::collections::BTreeMap;
-
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::routing::get;
 use serde::{Deserialize, Serialize};
 
 use super::auth::Principal;
 use super::error::{ApiError, ApiResult};
 use super::extract::{JsonBody, QueryMap};
 use super::list::{ListResponse, Page};
+use super::routes::Routes;
 use super::validate::{Problems, double_option};
 use super::{AppState, visible_app, visible_endpoint};
 use crate::clock::{now_ms, to_rfc3339};
@@ -21,7 +19,7 @@ use crate::endpoint_settings::{DeliverySettings, EffectiveSettings};
 use crate::ids::EndpointId;
 use crate::postback::{RequestSettings, Template};
 use crate::signing::SigningKey;
-use crate::store::{App, Endpoint, Metadata, Secrets};
+use crate::store::{App, Endpoint, Headers, Metadata, SealedHeaders, Secrets};
 
 /// Body of create (POST) and update (PUT). `secret` is only used when creating.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -36,7 +34,7 @@ pub struct EndpointIn {
     pub secret: Option<String>,
     pub throttle_rate: Option<u16>,
     pub uid: Option<String>,
-    pub headers: Option<BTreeMap<String, String>>,
+    pub headers: Option<Headers>,
     /// Herald extension: timeout, retry policy and retried failures.
     pub delivery: Option<DeliverySettings>,
     /// Herald extension: method, URL template and body format (postbacks).
@@ -113,11 +111,14 @@ impl EndpointOut {
     }
 }
 
-pub fn router() -> axum::Router<AppState> {
-    axum::Router::new().route("/api/v1/app/{app_id}/endpoint", get(list_endpoints).post(create_endpoint)).route(
-        "/api/v1/app/{app_id}/endpoint/{endpoint_id}",
-        get(get_endpoint).put(upsert_endpoint).patch(patch_endpoint).delete(delete_endpoint),
-    )
+pub fn routes() -> Routes {
+    Routes::new()
+        .get("/api/v1/app/{app_id}/endpoint", list_endpoints)
+        .post("/api/v1/app/{app_id}/endpoint", create_endpoint)
+        .get("/api/v1/app/{app_id}/endpoint/{endpoint_id}", get_endpoint)
+        .put("/api/v1/app/{app_id}/endpoint/{endpoint_id}", upsert_endpoint)
+        .patch("/api/v1/app/{app_id}/endpoint/{endpoint_id}", patch_endpoint)
+        .delete("/api/v1/app/{app_id}/endpoint/{endpoint_id}", delete_endpoint)
 }
 
 /// Checks every field of an endpoint about to be stored.
@@ -136,7 +137,6 @@ pub fn check_endpoint(state: &AppState, e: &Endpoint) -> ApiResult<()> {
         p.slug_list("channels", channels, 128, 10);
     }
     p.check(e.throttle_rate != Some(0), "throttleRate", "must be at least 1");
-    check_headers(&mut p, "headers", &e.headers);
     for (field, msg) in e.delivery.problems() {
         p.push(&format!("delivery.{field}"), msg);
     }
@@ -154,6 +154,24 @@ pub fn check_endpoint(state: &AppState, e: &Endpoint) -> ApiResult<()> {
         }
     }
     p.finish()
+}
+
+/// Checks an endpoint's own headers and seals them for its row (they often carry the
+/// receiver's credentials).
+pub fn seal_headers(state: &AppState, headers: &Headers, endpoint: &EndpointId) -> ApiResult<SealedHeaders> {
+    let mut p = Problems::default();
+    check_headers(&mut p, "headers", headers);
+    p.finish()?;
+    Ok(state.catalog.keyring().seal_headers(headers, endpoint))
+}
+
+/// An endpoint's own headers in the clear; a row the server key cannot open is a server-side
+/// configuration problem (a key missing from `auth.previous_secret_keys`).
+pub fn open_headers(state: &AppState, endpoint: &Endpoint) -> ApiResult<Headers> {
+    state.catalog.keyring().open_headers(&endpoint.headers, &endpoint.id).map_err(|e| {
+        tracing::error!(endpoint = %endpoint.id, error = %e, "the endpoint's headers do not open");
+        ApiError::Internal(anyhow::anyhow!("the endpoint's headers cannot be read with the configured server key"))
+    })
 }
 
 /// Endpoint headers must be valid HTTP, free of CR/LF, and not replace Herald's own.
@@ -210,13 +228,17 @@ fn new_endpoint(state: &AppState, app: &App, input: EndpointIn, uid_from_path: O
         created_at: now,
         updated_at: now,
     };
-    Ok(replace_fields(blank, input))
+    replace_fields(state, blank, input)
 }
 
 /// The endpoint `input` describes, keeping from `base` what an update does not replace:
 /// identity, secrets, the uid and headers when not given, the creation time.
-fn replace_fields(base: Endpoint, input: EndpointIn) -> Endpoint {
-    Endpoint {
+fn replace_fields(state: &AppState, base: Endpoint, input: EndpointIn) -> ApiResult<Endpoint> {
+    let headers = match &input.headers {
+        Some(headers) => seal_headers(state, headers, &base.id)?,
+        None => base.headers.clone(),
+    };
+    Ok(Endpoint {
         uid: input.uid.or_else(|| base.uid.clone()),
         url: input.url,
         description: input.description.unwrap_or_default(),
@@ -225,12 +247,12 @@ fn replace_fields(base: Endpoint, input: EndpointIn) -> Endpoint {
         channels: input.channels,
         metadata: input.metadata.unwrap_or_default(),
         throttle_rate: input.throttle_rate,
-        headers: input.headers.unwrap_or_else(|| base.headers.clone()),
+        headers,
         delivery: input.delivery.unwrap_or_default(),
         request: input.request,
         updated_at: now_ms(),
         ..base
-    }
+    })
 }
 
 async fn insert(state: &AppState, endpoint: &Endpoint) -> ApiResult<()> {
@@ -306,7 +328,7 @@ pub async fn upsert_endpoint(
         insert(&state, &endpoint).await?;
         return Ok((StatusCode::CREATED, Json(EndpointOut::new(&endpoint, &state))));
     };
-    let endpoint = replace_fields(existing, input);
+    let endpoint = replace_fields(&state, existing, input)?;
     save(&state, &endpoint).await?;
     Ok((StatusCode::OK, Json(EndpointOut::new(&endpoint, &state))))
 }

@@ -8,14 +8,14 @@ use std::time::Duration;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 
 use super::auth::Principal;
-use super::endpoint::{check_headers, save};
+use super::endpoint::{open_headers, save, seal_headers};
 use super::error::{ApiError, ApiResult};
 use super::extract::{JsonBody, QueryMap, body_time};
 use super::message::MessageOut;
+use super::routes::Routes;
 use super::validate::Problems;
 use super::{AppState, visible_endpoint};
 use crate::clock::{now_ms, to_rfc3339};
@@ -31,15 +31,16 @@ fn is_sensitive_header(name: &str) -> bool {
         || ["secret", "token", "password"].iter().any(|word| name.contains(word))
 }
 
-pub fn router() -> axum::Router<AppState> {
-    let ep = "/api/v1/app/{app_id}/endpoint/{endpoint_id}";
-    axum::Router::new()
-        .route(&format!("{ep}/secret"), get(get_secret))
-        .route(&format!("{ep}/secret/rotate"), post(rotate_secret))
-        .route(&format!("{ep}/headers"), get(get_headers).put(update_headers).patch(patch_headers))
-        .route(&format!("{ep}/stats"), get(get_stats))
-        .route(&format!("{ep}/recover"), post(recover))
-        .route(&format!("{ep}/send-example"), post(send_example))
+pub fn routes() -> Routes {
+    Routes::new()
+        .get("/api/v1/app/{app_id}/endpoint/{endpoint_id}/secret", get_secret)
+        .post("/api/v1/app/{app_id}/endpoint/{endpoint_id}/secret/rotate", rotate_secret)
+        .get("/api/v1/app/{app_id}/endpoint/{endpoint_id}/headers", get_headers)
+        .put("/api/v1/app/{app_id}/endpoint/{endpoint_id}/headers", update_headers)
+        .patch("/api/v1/app/{app_id}/endpoint/{endpoint_id}/headers", patch_headers)
+        .get("/api/v1/app/{app_id}/endpoint/{endpoint_id}/stats", get_stats)
+        .post("/api/v1/app/{app_id}/endpoint/{endpoint_id}/recover", recover)
+        .post("/api/v1/app/{app_id}/endpoint/{endpoint_id}/send-example", send_example)
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -147,7 +148,7 @@ pub async fn get_headers(
 ) -> ApiResult<Json<EndpointHeadersOut>> {
     let (_, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
     let (sensitive, headers): (BTreeMap<_, _>, BTreeMap<_, _>) =
-        endpoint.headers.into_iter().partition(|(name, _)| is_sensitive_header(name));
+        open_headers(&state, &endpoint)?.into_iter().partition(|(name, _)| is_sensitive_header(name));
     Ok(Json(EndpointHeadersOut { headers, sensitive: sensitive.into_keys().collect() }))
 }
 
@@ -161,10 +162,7 @@ pub async fn update_headers(
     body: JsonBody<EndpointHeadersIn>,
 ) -> ApiResult<StatusCode> {
     let (_, mut endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
-    let mut p = Problems::default();
-    check_headers(&mut p, "headers", &body.value.headers);
-    p.finish()?;
-    endpoint.headers = body.value.headers;
+    endpoint.headers = seal_headers(&state, &body.value.headers, &endpoint.id)?;
     endpoint.updated_at = now_ms();
     save(&state, &endpoint).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -180,15 +178,14 @@ pub async fn patch_headers(
     body: JsonBody<EndpointHeadersPatchIn>,
 ) -> ApiResult<StatusCode> {
     let (_, mut endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
+    let mut headers = open_headers(&state, &endpoint)?;
     for (name, value) in body.value.headers {
         match value {
-            Some(value) => endpoint.headers.insert(name, value),
-            None => endpoint.headers.remove(&name),
+            Some(value) => headers.insert(name, value),
+            None => headers.remove(&name),
         };
     }
-    let mut p = Problems::default();
-    check_headers(&mut p, "headers", &endpoint.headers);
-    p.finish()?;
+    endpoint.headers = seal_headers(&state, &headers, &endpoint.id)?;
     endpoint.updated_at = now_ms();
     save(&state, &endpoint).await?;
     Ok(StatusCode::NO_CONTENT)

@@ -52,6 +52,8 @@ pub enum ApiError {
     Unavailable(String),
     #[error("too many requests")]
     RateLimited(std::time::Duration),
+    #[error("too many failed authentications")]
+    TooManyFailedAuthentications(std::time::Duration),
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }
@@ -82,7 +84,7 @@ impl ApiError {
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            Self::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            Self::RateLimited(_) | Self::TooManyFailedAuthentications(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -103,7 +105,9 @@ impl IntoResponse for ApiError {
         let status = self.status();
         let retry_after_secs = match &self {
             Self::Unavailable(_) => Some(1),
-            Self::RateLimited(wait) => Some(wait.as_millis().div_ceil(1000).max(1) as u64),
+            Self::RateLimited(wait) | Self::TooManyFailedAuthentications(wait) => {
+                Some(wait.as_millis().div_ceil(1000).max(1) as u64)
+            }
             _ => None,
         };
         let (code, detail) = match self {
@@ -117,6 +121,9 @@ impl IntoResponse for ApiError {
             Self::BadRequest(why) => ("bad_request", why),
             Self::PayloadTooLarge(why) => ("payload_too_large", why),
             Self::RateLimited(_) => ("rate_limited", "this token sent too many requests; retry after the delay".into()),
+            Self::TooManyFailedAuthentications(_) => {
+                ("rate_limited", "too many failed authentications from this address; retry after the delay".into())
+            }
             Self::Unavailable(why) => {
                 tracing::warn!(reason = %why, "answering 503: storage unavailable");
                 ("unavailable", format!("storage is temporarily unavailable ({why}); retry later"))

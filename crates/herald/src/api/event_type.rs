@@ -3,7 +3,6 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::routing::get;
 use serde::{Deserialize, Serialize};
 
 use super::AppState;
@@ -11,6 +10,7 @@ use super::auth::Principal;
 use super::error::{ApiError, ApiResult};
 use super::extract::{JsonBody, QueryMap};
 use super::list::{ListResponse, Page};
+use super::routes::Routes;
 use super::validate::{Problems, double_option};
 use crate::clock::{Millis, now_ms, to_rfc3339};
 use crate::store::EventType;
@@ -93,11 +93,14 @@ impl EventTypeOut {
     }
 }
 
-pub fn router() -> axum::Router<AppState> {
-    axum::Router::new().route("/api/v1/event-type", get(list_event_types).post(create_event_type)).route(
-        "/api/v1/event-type/{event_type_name}",
-        get(get_event_type).put(upsert_event_type).patch(patch_event_type).delete(delete_event_type),
-    )
+pub fn routes() -> Routes {
+    Routes::new()
+        .get("/api/v1/event-type", list_event_types)
+        .post("/api/v1/event-type", create_event_type)
+        .get("/api/v1/event-type/{event_type_name}", get_event_type)
+        .put("/api/v1/event-type/{event_type_name}", upsert_event_type)
+        .patch("/api/v1/event-type/{event_type_name}", patch_event_type)
+        .delete("/api/v1/event-type/{event_type_name}", delete_event_type)
 }
 
 fn check(et: &EventType) -> ApiResult<()> {

@@ -3,14 +3,16 @@
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::get;
 
 use super::AppState;
+use super::routes::Routes;
 
-pub fn router() -> axum::Router<AppState> {
-    axum::Router::new()
-        .route("/api/v1/health", get(health).head(health_head))
-        .route("/api/v1/health/ping", get(ping).head(ping_head))
+pub fn routes() -> Routes {
+    Routes::new()
+        .get("/api/v1/health", health)
+        .head("/api/v1/health", health_head)
+        .get("/api/v1/health/ping", ping)
+        .head("/api/v1/health/ping", ping_head)
 }
 
 /// 204 when the API and its store work, 503 otherwise.

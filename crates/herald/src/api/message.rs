@@ -5,7 +5,6 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
-use axum::routing::{delete, get};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
@@ -15,6 +14,7 @@ use super::auth::Principal;
 use super::error::{ApiError, ApiResult};
 use super::extract::{JsonBody, QueryMap};
 use super::list::{ListResponse, Page};
+use super::routes::Routes;
 use super::validate::Problems;
 use super::{AppState, require_admin_for, visible_app, visible_message};
 use crate::clock::{now_ms, to_rfc3339};
@@ -86,11 +86,12 @@ impl MessageOut {
     }
 }
 
-pub fn router() -> axum::Router<AppState> {
-    axum::Router::new()
-        .route("/api/v1/app/{app_id}/msg", get(list_messages).post(create_message))
-        .route("/api/v1/app/{app_id}/msg/{msg_id}", get(get_message))
-        .route("/api/v1/app/{app_id}/msg/{msg_id}/content", delete(expunge_content))
+pub fn routes() -> Routes {
+    Routes::new()
+        .get("/api/v1/app/{app_id}/msg", list_messages)
+        .post("/api/v1/app/{app_id}/msg", create_message)
+        .get("/api/v1/app/{app_id}/msg/{msg_id}", get_message)
+        .delete("/api/v1/app/{app_id}/msg/{msg_id}/content", expunge_content)
 }
 
 fn check(state: &AppState, input: &MessageIn) -> ApiResult<()> {
@@ -141,7 +142,7 @@ pub async fn create_message(
     headers: HeaderMap,
     body: JsonBody<MessageIn>,
 ) -> ApiResult<Response> {
-    require_admin_for(&state, &principal, &app_id).await?;
+    require_admin_for(&state, &principal, &app_id, "messages are created by the operator's admin token").await?;
     let JsonBody { value: mut input, raw } = body;
     check(&state, &input)?;
     let app = match (state.catalog.app(&app_id).await?, input.application.take()) {
@@ -160,8 +161,8 @@ pub async fn create_message(
         created_at: now_ms(),
     };
     let response_body = serde_json::to_string(&MessageOut::new(&message, with_content)).map_err(anyhow::Error::from)?;
-    let idempotency = match headers.get("idempotency-key").and_then(|v| v.to_str().ok()) {
-        Some(key) if !key.is_empty() => {
+    let idempotency = match super::idempotency::key(&headers)? {
+        Some(key) => {
             let scope = format!("msg:{}", app.id);
             let fingerprint = format!("{:x}", Sha256::digest(&raw));
             if let Some(stored) = state.store.idempotent_response(&scope, key).await? {
@@ -175,7 +176,7 @@ pub async fn create_message(
             };
             Some(IdempotencyRecord { scope, key: key.to_owned(), response })
         }
-        _ => None,
+        None => None,
     };
     let fingerprint = idempotency.as_ref().map(|r| r.response.fingerprint.clone());
     match state.ingestor.ingest(message, Route::Matching, idempotency).await? {

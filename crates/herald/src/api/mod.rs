@@ -18,6 +18,8 @@ mod list;
 mod message;
 pub mod openapi;
 mod rate_limit;
+mod routes;
+mod session;
 mod stats;
 mod validate;
 
@@ -26,9 +28,8 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::middleware::from_fn_with_state;
-use axum::routing::get;
 
-pub use auth::{AdminToken, PORTAL_TOKEN_PREFIX, Principal};
+pub use auth::{AdminToken, PORTAL_TOKEN_PREFIX, Principal, client_address, token_hash};
 pub use error::{ApiError, ApiResult};
 pub use extract::body_time;
 
@@ -38,10 +39,12 @@ use crate::ingest::Ingestor;
 use crate::metrics::Metrics;
 use crate::redaction::Redactor;
 use crate::replay::ReplayTasks;
+use crate::sealing::Keyring;
 use crate::ssrf::Guard;
 use crate::store::{App, Endpoint, Message, Store};
 use idempotency::KeyLocks;
 pub use rate_limit::RateLimiter;
+pub use routes::{Route, Routes};
 
 /// Size limits of requests.
 #[derive(Debug, Clone, Copy)]
@@ -59,6 +62,8 @@ pub struct ApiSettings {
     pub public_url: String,
     pub portal_token_ttl: Duration,
     pub secret_rotation_overlap: Duration,
+    /// Lifetime of a dashboard session.
+    pub session_ttl: Duration,
 }
 
 /// Everything a handler can reach.
@@ -71,6 +76,8 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     pub guard: Arc<Guard>,
     pub admin: Arc<AdminToken>,
+    /// The server key: seals what the API keeps that must not rest in plaintext.
+    pub keyring: Arc<Keyring>,
     pub limits: Limits,
     pub settings: Arc<ApiSettings>,
     pub key_locks: Arc<KeyLocks>,
@@ -86,24 +93,36 @@ impl AppState {
     }
 }
 
+/// Every route of the API (the Svix routes and Herald's extensions).
+fn api_routes() -> Routes {
+    Routes::new()
+        .merge(application::routes())
+        .merge(endpoint::routes())
+        .merge(endpoint_ops::routes())
+        .merge(message::routes())
+        .merge(attempt::routes())
+        .merge(event_type::routes())
+        .merge(health::routes())
+        .merge(stats::routes())
+        .merge(dead_letters::routes())
+        .merge(session::routes())
+        .post("/api/v1/auth/app-portal-access/{app_id}", auth::app_portal_access)
+        .post("/api/v1/auth/logout", auth::logout)
+        .get("/api/v1/openapi.json", openapi::serve)
+}
+
+/// What a full process serves: the API (its POSTs under the `idempotency-key` layer) and
+/// the dashboard.
 pub fn router(state: AppState) -> Router {
-    Router::new()
-        .merge(application::router())
-        .merge(endpoint::router())
-        .merge(endpoint_ops::router())
-        .merge(message::router())
-        .merge(attempt::router())
-        .merge(event_type::router())
-        .merge(health::router())
-        .merge(stats::router())
-        .merge(dead_letters::router())
-        .route("/api/v1/auth/app-portal-access/{app_id}", axum::routing::post(auth::app_portal_access))
-        .route("/api/v1/auth/logout", axum::routing::post(auth::logout))
-        .route("/api/v1/openapi.json", get(openapi::serve))
-        .merge(crate::dashboard::router())
-        .layer(from_fn_with_state(state.clone(), idempotency::layer))
+    let api = api_routes().into_router().layer(from_fn_with_state(state.clone(), idempotency::layer));
+    api.merge(crate::dashboard::routes().into_router())
         .fallback(|| async { ApiError::NotFound("route") })
         .with_state(state)
+}
+
+/// Every (method, path) that [`router`] serves, read from the router as it is built.
+pub fn route_table() -> Vec<Route> {
+    api_routes().merge(crate::dashboard::routes()).table().to_vec()
 }
 
 /// Parses a message-creation body as `POST /api/v1/app/{app_id}/msg` does (depth cap,
@@ -114,7 +133,7 @@ pub fn parse_message_body(raw: &[u8]) -> ApiResult<()> {
 
 /// The API of a worker process: health checks only.
 pub fn health_router(state: AppState) -> Router {
-    Router::new().merge(health::router()).fallback(|| async { ApiError::NotFound("route") }).with_state(state)
+    health::routes().into_router().fallback(|| async { ApiError::NotFound("route") }).with_state(state)
 }
 
 /// The application `id_or_uid`, if the caller may see it (404 otherwise).
@@ -126,13 +145,14 @@ pub(crate) async fn visible_app(state: &AppState, principal: &Principal, id_or_u
 }
 
 /// For admin-only operations on one application: a portal token gets the same 404 for
-/// another application's ids as everywhere else, and 403 only on its own application.
-async fn require_admin_for(state: &AppState, principal: &Principal, app_id: &str) -> ApiResult<()> {
+/// another application's ids as everywhere else, and 403 (saying `why`) only on its own
+/// application, so it learns nothing about anyone else's.
+async fn require_admin_for(state: &AppState, principal: &Principal, app_id: &str, why: &'static str) -> ApiResult<()> {
     if *principal == Principal::Admin {
         return Ok(());
     }
     visible_app(state, principal, app_id).await?;
-    principal.require_admin()
+    Err(ApiError::Forbidden(why))
 }
 
 /// An endpoint (fresh from the store) of a visible application.

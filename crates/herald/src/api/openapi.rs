@@ -4,7 +4,9 @@
 use axum::Json;
 use utoipa::OpenApi;
 
-use super::{application, attempt, auth, dead_letters, endpoint, endpoint_ops, event_type, health, message, stats};
+use super::{
+    application, attempt, auth, dead_letters, endpoint, endpoint_ops, event_type, health, message, session, stats,
+};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -20,6 +22,7 @@ use super::{application, attempt, auth, dead_letters, endpoint, endpoint_ops, ev
         attempt::list_by_endpoint, attempt::list_by_msg, attempt::list_attempted_messages,
         attempt::list_attempted_destinations, attempt::get_attempt, attempt::expunge_attempt_content, attempt::resend,
         auth::app_portal_access, auth::logout,
+        session::list_sessions, session::end_sessions, session::end_session,
         event_type::list_event_types, event_type::create_event_type, event_type::get_event_type,
         event_type::upsert_event_type, event_type::patch_event_type, event_type::delete_event_type,
         health::health, health::health_head, health::ping, health::ping_head,
@@ -44,6 +47,11 @@ impl utoipa::Modify for BearerAuth {
     }
 }
 
+/// The document.
+pub fn document() -> utoipa::openapi::OpenApi {
+    ApiDoc::openapi()
+}
+
 pub async fn serve() -> Json<utoipa::openapi::OpenApi> {
-    Json(ApiDoc::openapi())
+    Json(document())
 }

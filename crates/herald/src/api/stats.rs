@@ -8,12 +8,12 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
-use axum::routing::get;
 use serde::Serialize;
 
 use super::auth::Principal;
 use super::error::ApiResult;
 use super::extract::QueryMap;
+use super::routes::Routes;
 use super::{AppState, visible_endpoint};
 use crate::breaker::{Breaker, BreakerState};
 use crate::clock::{Millis, now_ms, to_rfc3339};
@@ -22,12 +22,12 @@ use crate::ids::EndpointId;
 use crate::latency::{Histogram, LatencySummary, MIN_SAMPLES};
 use crate::metrics::Gauges;
 
-pub fn router() -> axum::Router<AppState> {
-    axum::Router::new()
-        .route("/api/v1/app/{app_id}/endpoint/{endpoint_id}/health", get(endpoint_health))
-        .route("/api/v1/stats/slow-endpoints", get(slow_endpoints))
-        .route("/api/v1/stats/summary", get(summary))
-        .route("/metrics", get(metrics))
+pub fn routes() -> Routes {
+    Routes::new()
+        .get("/api/v1/app/{app_id}/endpoint/{endpoint_id}/health", endpoint_health)
+        .get("/api/v1/stats/slow-endpoints", slow_endpoints)
+        .get("/api/v1/stats/summary", summary)
+        .get("/metrics", metrics)
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]

@@ -1,12 +1,12 @@
 //! The dashboard: server-rendered HTML (maud escapes every value), every asset embedded.
 //! Operators sign in with the admin token; customers arrive through the app-portal link
 //! (`/portal#token=…`: the token is in the fragment, never sent in a URL, and the page
-//! trades it for a cookie at once). The session is an `HttpOnly`, `SameSite=Strict`
-//! cookie holding the token; every form carries a CSRF token derived from it. A viewer
+//! trades it for a session at once). Sessions and CSRF tokens are in [`session`]. A viewer
 //! sees what its token may see through the API, with sensitive fields masked.
 
 mod actions;
 mod pages;
+mod session;
 mod view;
 
 use axum::Form;
@@ -14,32 +14,29 @@ use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
-use axum::routing::{get, post};
-use hmac::{Hmac, Mac};
 use serde::Deserialize;
-use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
-use crate::api::{ApiError, AppState, Principal};
+use crate::api::{ApiError, AppState, Principal, Routes, client_address, token_hash};
+use crate::store::EndSessions;
 
-const COOKIE: &str = "herald_session";
-
-pub fn router() -> axum::Router<AppState> {
-    axum::Router::new()
-        .route("/", get(pages::home))
-        .route("/login", get(login_form).post(login))
-        .route("/logout", post(logout))
-        .route("/portal", get(portal))
-        .route("/assets/style.css", get(style))
-        .route("/assets/portal.js", get(portal_js))
-        .route("/apps", get(pages::apps))
-        .route("/dead-letters", get(pages::dead_letters))
-        .route("/app/{app_id}", get(pages::app))
-        .route("/app/{app_id}/msg/{msg_id}", get(pages::message))
-        .route("/app/{app_id}/replay/{task_id}", get(pages::replay_progress))
-        .route("/app/{app_id}/msg/{msg_id}/endpoint/{endpoint_id}/resend", post(actions::resend))
-        .route("/app/{app_id}/endpoint/{endpoint_id}/recover", post(actions::recover))
-        .route("/app/{app_id}/replay", post(actions::bulk_replay))
+pub fn routes() -> Routes {
+    Routes::new()
+        .get("/", pages::home)
+        .get("/login", login_form)
+        .post("/login", login)
+        .post("/logout", logout)
+        .get("/portal", portal)
+        .get("/assets/style.css", style)
+        .get("/assets/portal.js", portal_js)
+        .get("/apps", pages::apps)
+        .get("/dead-letters", pages::dead_letters)
+        .get("/app/{app_id}", pages::app)
+        .get("/app/{app_id}/msg/{msg_id}", pages::message)
+        .get("/app/{app_id}/replay/{task_id}", pages::replay_progress)
+        .post("/app/{app_id}/msg/{msg_id}/endpoint/{endpoint_id}/resend", actions::resend)
+        .post("/app/{app_id}/endpoint/{endpoint_id}/recover", actions::recover)
+        .post("/app/{app_id}/replay", actions::bulk_replay)
 }
 
 /// The signed-in viewer of a dashboard page.
@@ -62,25 +59,10 @@ impl FromRequestParts<AppState> for Viewer {
     type Rejection = SignIn;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, SignIn> {
-        let token = session_token(&parts.headers).ok_or(SignIn)?;
-        let principal = Principal::from_token(state, &token).await.map_err(|_| SignIn)?;
-        Ok(Self { principal, csrf: csrf_token(&token) })
+        let secret = session::cookie(&parts.headers, session::COOKIE).ok_or(SignIn)?;
+        let principal = session::resolve(state, &secret).await.ok_or(SignIn)?;
+        Ok(Self { principal, csrf: session::csrf_token(&secret) })
     }
-}
-
-fn session_token(headers: &HeaderMap) -> Option<String> {
-    headers.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(';')).find_map(|c| {
-        let (name, value) = c.trim().split_once('=')?;
-        (name == COOKIE && !value.is_empty()).then(|| value.to_owned())
-    })
-}
-
-/// The CSRF token of a session: an HMAC of a fixed label under the session's token, so a
-/// page of another site (which cannot read the cookie) cannot forge it.
-fn csrf_token(session: &str) -> String {
-    let mut mac = Hmac::<Sha256>::new_from_slice(session.as_bytes()).expect("HMAC takes any key length");
-    mac.update(b"herald-dashboard-csrf");
-    mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Viewer {
@@ -123,7 +105,9 @@ impl IntoResponse for Page {
             ),
         );
         headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-        headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+        // Nothing leaves for other sites; same-origin posts keep their `Origin` (under
+        // `no-referrer` a browser sends `Origin: null`, which the sign-in refuses).
+        headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
         response
     }
 }
@@ -145,35 +129,54 @@ impl From<ApiError> for Page {
     }
 }
 
-async fn login_form() -> Page {
-    Page::ok(view::layout("Sign in", None, view::login(None)))
+/// The sign-in page, with a fresh sign-in token in its form and cookie.
+async fn login_form(State(state): State<AppState>) -> Response {
+    login_page(&state, StatusCode::OK, None)
+}
+
+fn login_page(state: &AppState, status: StatusCode, problem: Option<&str>) -> Response {
+    let (cookie, token) = session::login_token(state);
+    let page = Page::ok(view::layout("Sign in", None, view::login(&token, problem)));
+    let mut response = (status, page).into_response();
+    response.headers_mut().insert(header::SET_COOKIE, cookie);
+    response
 }
 
 #[derive(Deserialize)]
 struct LoginForm {
+    #[serde(default)]
     token: String,
+    #[serde(default)]
+    csrf: String,
 }
 
-/// Trades a token for a session cookie.
-async fn login(State(state): State<AppState>, Form(form): Form<LoginForm>) -> Response {
+/// Trades a token for a session, if the form came from Herald's own sign-in page.
+async fn login(State(state): State<AppState>, parts: Parts, Form(form): Form<LoginForm>) -> Response {
+    if !session::login_is_genuine(&state, &parts.headers, &form.csrf) {
+        let why = "This sign-in form expired or did not come from Herald's own page; sign in again.";
+        return login_page(&state, StatusCode::FORBIDDEN, Some(why));
+    }
     let token = form.token.trim();
-    let principal = match Principal::from_token(&state, token).await {
+    let principal = match Principal::from_token(&state, token, client_address(&parts)).await {
         Ok(principal) => principal,
-        Err(_) => {
-            let page = view::layout("Sign in", None, view::login(Some("That token is not valid.")));
-            return (StatusCode::UNAUTHORIZED, Page::ok(page)).into_response();
+        Err(ApiError::TooManyFailedAuthentications(_)) => {
+            let why = "Too many failed sign-ins from this address; wait a minute and try again.";
+            return login_page(&state, StatusCode::TOO_MANY_REQUESTS, Some(why));
         }
+        Err(_) => return login_page(&state, StatusCode::UNAUTHORIZED, Some("That token is not valid.")),
     };
-    let secure = if state.settings.public_url.starts_with("https://") { "; Secure" } else { "" };
-    let cookie = format!("{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict{secure}");
+    let (secret, lifetime) = match session::open(&state, &principal, token).await {
+        Ok(opened) => opened,
+        Err(e) => return Page::from(ApiError::from(e)).into_response(),
+    };
     let home = match &principal {
         Principal::Admin => "/".to_owned(),
         Principal::App { app_id, .. } => format!("/app/{app_id}"),
     };
     let mut response = Redirect::to(&home).into_response();
-    if let Ok(value) = HeaderValue::from_str(&cookie) {
-        response.headers_mut().insert(header::SET_COOKIE, value);
-    }
+    let headers = response.headers_mut();
+    headers.append(header::SET_COOKIE, session::set_cookie(&state, session::COOKIE, &secret, "/", lifetime));
+    headers.append(header::SET_COOKIE, session::set_cookie(&state, session::LOGIN_COOKIE, "", "/", 0));
     response
 }
 
@@ -182,17 +185,29 @@ struct LogoutForm {
     csrf: String,
 }
 
-async fn logout(viewer: Viewer, Form(form): Form<LogoutForm>) -> Result<Response, Page> {
+/// Ends the session: its row is deleted, so the cookie opens nothing even if kept.
+async fn logout(
+    State(state): State<AppState>,
+    viewer: Viewer,
+    headers: HeaderMap,
+    Form(form): Form<LogoutForm>,
+) -> Result<Response, Page> {
     viewer.check_csrf(&form.csrf)?;
+    if let Some(secret) = session::cookie(&headers, session::COOKIE) {
+        state.store.end_sessions(EndSessions::Hash(token_hash(&secret))).await.map_err(ApiError::from)?;
+    }
     let mut response = Redirect::to("/login").into_response();
-    let expired = format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
-    response.headers_mut().insert(header::SET_COOKIE, HeaderValue::from_str(&expired).expect("ASCII"));
+    response.headers_mut().insert(header::SET_COOKIE, session::set_cookie(&state, session::COOKIE, "", "/", 0));
     Ok(response)
 }
 
-/// The app-portal entry: a page whose script posts the fragment's token to `/login`.
-async fn portal() -> Page {
-    Page::ok(view::layout("Signing in…", None, view::portal()))
+/// The app-portal entry: a page whose script posts the fragment's token to `/login`, with
+/// a sign-in token like the sign-in page's.
+async fn portal(State(state): State<AppState>) -> Response {
+    let (cookie, token) = session::login_token(&state);
+    let mut response = Page::ok(view::layout("Signing in…", None, view::portal(&token))).into_response();
+    response.headers_mut().insert(header::SET_COOKIE, cookie);
+    response
 }
 
 async fn portal_js() -> impl IntoResponse {

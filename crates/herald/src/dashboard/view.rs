@@ -53,10 +53,11 @@ pub fn layout(title: &str, nav: Option<Nav<'_>>, body: Markup) -> Markup {
     }
 }
 
-pub fn login(problem: Option<&str>) -> Markup {
+pub fn login(csrf_token: &str, problem: Option<&str>) -> Markup {
     html! {
         @if let Some(problem) = problem { p.error { (problem) } }
         form method="post" action="/login" {
+            (csrf(csrf_token))
             label for="token" { "Token (the admin token, or an app-portal token)" }
             input #token type="password" name="token" autocomplete="off" required;
             button type="submit" { "Sign in" }
@@ -64,10 +65,11 @@ pub fn login(problem: Option<&str>) -> Markup {
     }
 }
 
-pub fn portal() -> Markup {
+pub fn portal(csrf_token: &str) -> Markup {
     html! {
         noscript { p.error { "The portal link needs JavaScript to sign you in." } }
         form #portal method="post" action="/login" {
+            (csrf(csrf_token))
             input type="hidden" name="token";
         }
         script src="/assets/portal.js" {}

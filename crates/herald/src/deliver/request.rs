@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, USER_AGENT};
+use http::header::{CONTENT_TYPE, HeaderValue, USER_AGENT};
 use http::{Method, Request, Uri};
 use http_body_util::Full;
 
@@ -125,16 +125,13 @@ impl Outgoing<'_> {
             PostbackMethod::Post => Method::POST,
             PostbackMethod::Put => Method::PUT,
         };
+        let own = self.target.headers.as_ref().ok_or_else(|| {
+            (Failure::Internal, "the endpoint's headers cannot be opened with the configured server key".to_owned())
+        })?;
         let mut request = Request::builder().method(method).uri(uri);
         let headers = request.headers_mut().expect("a fresh builder has headers");
-        for (name, value) in &self.target.endpoint.headers {
-            let lower = name.to_ascii_lowercase();
-            if RESERVED_HEADERS.contains(&lower.as_str()) {
-                continue;
-            }
-            if let (Ok(name), Ok(value)) = (HeaderName::try_from(lower), HeaderValue::try_from(value.as_str())) {
-                headers.insert(name, value);
-            }
+        for (name, value) in own {
+            headers.insert(name.clone(), value.clone());
         }
         let text =
             |s: &str| HeaderValue::try_from(s).map_err(|e| (Failure::Internal, format!("bad header value: {e}")));

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Dispatcher, Job};
 use crate::endpoint_settings::Ordering;
-use crate::store::{NextState, OutcomeRecord, Trigger};
+use crate::store::{NextState, OutcomeRecord, Recorded, Trigger};
 
 /// Most outcomes written in one store call.
 const BATCH_MAX: usize = 1024;
@@ -62,7 +62,7 @@ pub async fn run(dispatcher: Arc<Dispatcher>, mut rx: Receiver, stop: Cancellati
 /// attempt begun before a lost lease must not land on the claim that replaced it), then
 /// keeps the in-memory retries and lets the rest go.
 async fn write(dispatcher: &Dispatcher, batch: &mut Vec<Pending>, stop: &CancellationToken) {
-    let mut applied = vec![false; batch.len()];
+    let mut applied = vec![Recorded::ClaimLost; batch.len()];
     let strict_done = batch.iter().any(|p| p.job.target.settings.ordering == Ordering::Strict);
     let mut owners: Vec<Arc<str>> = batch.iter().map(|p| p.job.owner.clone()).collect();
     owners.sort_unstable();
@@ -76,21 +76,24 @@ async fn write(dispatcher: &Dispatcher, batch: &mut Vec<Pending>, stop: &Cancell
     }
     let mut kept = Vec::new();
     let mut released = 0;
+    let mut resent = false;
     for (Pending { mut job, record }, applied) in batch.drain(..).zip(applied) {
         match (applied, record.next) {
-            (true, NextState::Retry { at, keep: true }) => {
+            (Recorded::Applied, NextState::Retry { at, keep: true }) => {
                 job.attempts = record.attempts;
                 job.trigger = Trigger::Scheduled;
                 kept.push((job, at));
             }
             (applied, _) => {
-                if !applied {
-                    tracing::info!(
+                match applied {
+                    Recorded::ClaimLost => tracing::info!(
                         delivery = record.delivery_id,
                         msg = %job.message.id,
                         endpoint = %job.endpoint_id,
                         "claim lost; outcome not recorded"
-                    );
+                    ),
+                    Recorded::Resent => resent = true,
+                    Recorded::Applied => {}
                 }
                 released += 1;
             }
@@ -98,8 +101,9 @@ async fn write(dispatcher: &Dispatcher, batch: &mut Vec<Pending>, stop: &Cancell
     }
     dispatcher.lanes().forget(released);
     dispatcher.hold(kept);
-    if strict_done {
-        // The next message of a strictly ordered endpoint waits in the store for its turn.
+    if strict_done || resent {
+        // A resend waits in the store, as does the next message of a strictly ordered
+        // endpoint.
         dispatcher.poke();
     } else {
         dispatcher.room_freed();
@@ -107,13 +111,13 @@ async fn write(dispatcher: &Dispatcher, batch: &mut Vec<Pending>, stop: &Cancell
 }
 
 /// Writes outcomes under one owner name, trying until the store answers (or, once stopping,
-/// giving up); which of them applied (the claim still held).
+/// giving up); what became of each.
 async fn record(
     dispatcher: &Dispatcher,
     owner: &str,
     records: Vec<OutcomeRecord>,
     stop: &CancellationToken,
-) -> Vec<bool> {
+) -> Vec<Recorded> {
     let mut delays = RETRY_DELAYS_MS.iter().copied();
     let mut delay = 0;
     loop {
@@ -122,7 +126,7 @@ async fn record(
             // Stopping: the claims are dropped at the next start and the deliveries retried.
             Err(e) if stop.is_cancelled() => {
                 tracing::error!(error = %e, outcomes = records.len(), "outcomes not recorded at shutdown");
-                return vec![false; records.len()];
+                return vec![Recorded::ClaimLost; records.len()];
             }
             Err(e) => {
                 delay = delays.next().unwrap_or(delay);

@@ -121,7 +121,11 @@ pub async fn only_the_claim_holder_records_an_outcome(store: &dyn Store) {
         attempts: 1,
         next: if delivered { NextState::Delivered } else { NextState::Dead },
     };
-    assert!(!store.record_outcomes("stale", vec![outcome(false)]).await.unwrap()[0], "a stale worker changes nothing");
+    assert_eq!(
+        store.record_outcomes("stale", vec![outcome(false)]).await.unwrap()[0],
+        Recorded::ClaimLost,
+        "a stale worker changes nothing"
+    );
     let filter = AttemptFilter {
         app: app.id.clone(),
         msg: Some(msg.clone()),
@@ -133,14 +137,14 @@ pub async fn only_the_claim_holder_records_an_outcome(store: &dyn Store) {
     };
     let page = PageQuery { limit: 10, iterator: None, descending: true };
     assert!(store.list_attempts(&filter, &page).await.unwrap().is_empty(), "and records no attempt");
-    assert!(store.record_outcomes("holder", vec![outcome(true)]).await.unwrap()[0]);
+    assert_eq!(store.record_outcomes("holder", vec![outcome(true)]).await.unwrap()[0], Recorded::Applied);
     let attempts = store.list_attempts(&filter, &page).await.unwrap();
     assert_eq!(attempts.len(), 1);
     assert_eq!(attempts[0].response, "body");
     let views = store.message_deliveries(&msg, &page).await.unwrap();
     assert_eq!(views[0].state, DeliveryState::Delivered);
     // The claim ended with the delivery: a second outcome is refused.
-    assert!(!store.record_outcomes("holder", vec![outcome(false)]).await.unwrap()[0]);
+    assert_eq!(store.record_outcomes("holder", vec![outcome(false)]).await.unwrap()[0], Recorded::ClaimLost);
 }
 
 pub async fn retries_keep_or_release_the_claim(store: &dyn Store) {
@@ -154,7 +158,7 @@ pub async fn retries_keep_or_release_the_claim(store: &dyn Store) {
         next: NextState::Retry { at: now_ms() - 1, keep },
     };
     let applied = store.record_outcomes("me", vec![retry(msgs[0].clone(), true), retry(msgs[1].clone(), false)]);
-    assert_eq!(applied.await.unwrap(), vec![true, true]);
+    assert_eq!(applied.await.unwrap(), vec![Recorded::Applied; 2]);
     let reclaimed = store.claim("other", now_ms() + 1000, 10).await.unwrap();
     assert_eq!(reclaimed.len(), 1, "only the released retry is claimable");
     assert_eq!(reclaimed[0].delivery_id, msgs[1].1);
@@ -224,7 +228,7 @@ pub async fn recover_requeues_only_dead_letters_in_range(store: &dyn Store) {
             attempts: 1,
             next: NextState::Dead,
         };
-        assert!(store.record_outcomes("me", vec![record]).await.unwrap()[0]);
+        assert_eq!(store.record_outcomes("me", vec![record]).await.unwrap()[0], Recorded::Applied);
     }
     let none = Requeue::Recover { endpoint: ep.id.clone(), since: now_ms() + 60_000, until: i64::MAX };
     assert_eq!(store.requeue(none).await.unwrap(), 0);
@@ -248,7 +252,7 @@ pub async fn dead_letters_are_listed_with_their_last_attempt_and_replayed_by_id(
             attempts: 2,
             next: NextState::Dead,
         };
-        assert!(store.record_outcomes("me", vec![record]).await.unwrap()[0]);
+        assert_eq!(store.record_outcomes("me", vec![record]).await.unwrap()[0], Recorded::Applied);
     }
     let all =
         DeadLetterFilter { app: Some(app.id.clone()), dead_since: now_ms() - 60_000, limit: 100, ..Default::default() };
@@ -281,6 +285,67 @@ pub async fn resend_creates_a_delivery_for_a_new_endpoint(store: &dyn Store) {
     assert_eq!(store.requeue(resend).await.unwrap(), 1);
     let page = PageQuery { limit: 10, iterator: None, descending: false };
     assert_eq!(store.message_deliveries(&msgs[0].0, &page).await.unwrap().len(), 2);
+}
+
+/// The resend race: a resend accepted while the delivery is held (its attempt possibly on
+/// the wire) must not be swallowed by that attempt's success.
+pub async fn a_resend_of_a_held_delivery_outlives_its_attempt(store: &dyn Store) {
+    let (app, ep, msgs) = seeded(store, 1).await;
+    let (msg, delivery) = msgs[0].clone();
+    assert_eq!(store.claim("holder", now_ms() + 1000, 10).await.unwrap().len(), 1);
+    let resend = Requeue::Resend { app: app.id.clone(), msg: msg.clone(), endpoint: ep.id.clone() };
+    assert_eq!(store.requeue(resend).await.unwrap(), 1);
+    assert!(store.claim("other", now_ms() + 1000, 10).await.unwrap().is_empty(), "still held");
+    let success = OutcomeRecord {
+        delivery_id: delivery,
+        message_created_at: now_ms(),
+        attempt: Some(attempt(&app, &msg, &ep.id, true)),
+        attempts: 1,
+        next: NextState::Delivered,
+    };
+    assert_eq!(store.record_outcomes("holder", vec![success.clone()]).await.unwrap(), vec![Recorded::Resent]);
+    let page = PageQuery { limit: 10, iterator: None, descending: true };
+    let filter = AttemptFilter {
+        app: app.id.clone(),
+        msg: Some(msg.clone()),
+        endpoint: None,
+        status: None,
+        status_code_class: None,
+        messages: Default::default(),
+        with_content: false,
+    };
+    assert_eq!(store.list_attempts(&filter, &page).await.unwrap().len(), 1, "the attempt is recorded");
+    let views = store.message_deliveries(&msg, &page).await.unwrap();
+    assert_eq!((views[0].state, views[0].attempts), (DeliveryState::Pending, 0), "pending, fresh budget");
+    let again = store.claim("other", now_ms() + 1000, 10).await.unwrap();
+    assert_eq!(again.len(), 1, "claimable by anyone");
+    assert_eq!(again[0].trigger, Trigger::Manual);
+    // The claim cleared the mark: this attempt started after the request and settles it.
+    let success = OutcomeRecord { attempt: Some(attempt(&app, &msg, &ep.id, true)), ..success };
+    assert_eq!(store.record_outcomes("other", vec![success]).await.unwrap(), vec![Recorded::Applied]);
+    let views = store.message_deliveries(&msg, &page).await.unwrap();
+    assert_eq!(views[0].state, DeliveryState::Delivered);
+}
+
+/// A resend of a delivery nobody holds (delivered, dead, or waiting in the store) makes it
+/// due at once with a fresh budget.
+pub async fn a_resend_of_a_settled_delivery_is_due_at_once(store: &dyn Store) {
+    let (app, ep, msgs) = seeded(store, 1).await;
+    let (msg, delivery) = msgs[0].clone();
+    store.claim("me", now_ms() + 1000, 10).await.unwrap();
+    let done = OutcomeRecord {
+        delivery_id: delivery,
+        message_created_at: now_ms(),
+        attempt: Some(attempt(&app, &msg, &ep.id, true)),
+        attempts: 1,
+        next: NextState::Delivered,
+    };
+    assert_eq!(store.record_outcomes("me", vec![done]).await.unwrap(), vec![Recorded::Applied]);
+    let resend = Requeue::Resend { app: app.id.clone(), msg: msg.clone(), endpoint: ep.id.clone() };
+    assert_eq!(store.requeue(resend).await.unwrap(), 1);
+    let claimed = store.claim("me", now_ms() + 1000, 10).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!((claimed[0].attempts, claimed[0].trigger), (0, Trigger::Manual));
 }
 
 pub async fn idempotency_keys_replay_and_expire(store: &dyn Store) {
@@ -356,7 +421,7 @@ pub async fn expired_leases_pass_to_others_and_the_stale_owner_records_nothing(s
         attempts: 1,
         next: NextState::Delivered,
     };
-    assert_eq!(store.record_outcomes("stale", vec![late]).await.unwrap(), vec![false]);
+    assert_eq!(store.record_outcomes("stale", vec![late]).await.unwrap(), vec![Recorded::ClaimLost]);
 }
 
 pub async fn strictly_ordered_endpoints_release_one_head_at_a_time(store: &dyn Store) {
@@ -383,7 +448,7 @@ pub async fn strictly_ordered_endpoints_release_one_head_at_a_time(store: &dyn S
         attempts: 1,
         next: NextState::Retry { at: now_ms() + 60_000, keep: false },
     };
-    assert!(store.record_outcomes("a", vec![retry]).await.unwrap()[0]);
+    assert_eq!(store.record_outcomes("a", vec![retry]).await.unwrap()[0], Recorded::Applied);
     assert!(store.claim_heads("b", due, 10).await.unwrap().is_empty(), "a head waiting for its retry still blocks");
     let later = store.claim_heads("b", now_ms() + 120_000, 10).await.unwrap();
     assert_eq!(later[0].delivery_id, deliveries[0].1, "the same head comes back when due");
@@ -394,7 +459,7 @@ pub async fn strictly_ordered_endpoints_release_one_head_at_a_time(store: &dyn S
         attempts: 2,
         next: NextState::Delivered,
     };
-    assert!(store.record_outcomes("b", vec![done]).await.unwrap()[0]);
+    assert_eq!(store.record_outcomes("b", vec![done]).await.unwrap()[0], Recorded::Applied);
     let next = store.claim_heads("b", due, 10).await.unwrap();
     assert_eq!(next.iter().map(|c| c.delivery_id).collect::<Vec<_>>(), vec![deliveries[1].1], "then the next in line");
 }
@@ -446,7 +511,7 @@ pub async fn the_summary_counts_queue_states_and_the_last_hour(store: &dyn Store
         record(&msgs[1], false, NextState::Retry { at: now_ms() + 60_000, keep: false }),
         record(&msgs[2], false, NextState::Dead),
     ];
-    assert_eq!(store.record_outcomes("me", outcomes).await.unwrap(), vec![true; 3]);
+    assert_eq!(store.record_outcomes("me", outcomes).await.unwrap(), vec![Recorded::Applied; 3]);
     let summary = store.summary(now_ms()).await.unwrap();
     assert_eq!((summary.pending, summary.awaiting_retry, summary.dead), (1, 1, 1));
     assert_eq!((summary.delivered_last_hour, summary.failed_last_hour), (1, 2));
@@ -469,6 +534,8 @@ macro_rules! conformance_suite {
             recover_requeues_only_dead_letters_in_range,
             dead_letters_are_listed_with_their_last_attempt_and_replayed_by_id,
             resend_creates_a_delivery_for_a_new_endpoint,
+            a_resend_of_a_held_delivery_outlives_its_attempt,
+            a_resend_of_a_settled_delivery_is_due_at_once,
             idempotency_keys_replay_and_expire,
             a_repeated_event_id_is_refused,
             deleting_an_endpoint_cancels_its_pending_deliveries,

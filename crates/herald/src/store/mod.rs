@@ -147,8 +147,8 @@ pub trait QueueStore: Send + Sync {
     /// held, anywhere).
     async fn claim_heads(&self, owner: &str, due_before: Millis, limit: usize) -> StoreResult<Vec<ClaimedDelivery>>;
     /// Records attempts and the deliveries' next states in one transaction, each only if
-    /// `owner` still holds that delivery; returns, per record, whether it was applied.
-    async fn record_outcomes(&self, owner: &str, outcomes: Vec<OutcomeRecord>) -> StoreResult<Vec<bool>>;
+    /// `owner` still holds that delivery; returns, per record, what became of it.
+    async fn record_outcomes(&self, owner: &str, outcomes: Vec<OutcomeRecord>) -> StoreResult<Vec<Recorded>>;
     /// Gives deliveries back to the queue (graceful shutdown, memory pressure).
     async fn release(&self, owner: &str, deliveries: Vec<i64>) -> StoreResult<()>;
     /// Gives back the pending deliveries of one message that `owner` holds: after an
@@ -181,13 +181,20 @@ pub trait QueueStore: Send + Sync {
     async fn queue_counts(&self) -> StoreResult<QueueCounts>;
 }
 
-/// Access tokens, and the upkeep that removes old data: idempotency records and the
-/// retention purges.
+/// Access tokens and dashboard sessions, and the upkeep that removes old data: idempotency
+/// records and the retention purges.
 #[async_trait]
 pub trait AccessStore: Send + Sync {
     async fn insert_token(&self, token: &PortalToken) -> StoreResult<()>;
     async fn token(&self, hash: &str) -> StoreResult<Option<PortalToken>>;
     async fn revoke_token(&self, hash: &str) -> StoreResult<()>;
+    async fn insert_session(&self, session: &Session) -> StoreResult<()>;
+    /// The session whose cookie secret has this hash, expired or not.
+    async fn session(&self, hash: &str) -> StoreResult<Option<Session>>;
+    /// Every session (of one application, or all), newest first.
+    async fn list_sessions(&self, app: Option<&AppId>) -> StoreResult<Vec<Session>>;
+    /// Ends sessions; returns how many.
+    async fn end_sessions(&self, which: EndSessions) -> StoreResult<u64>;
     async fn idempotent_response(&self, scope: &str, key: &str) -> StoreResult<Option<StoredResponse>>;
     async fn save_idempotent_response(&self, scope: &str, key: &str, response: &StoredResponse) -> StoreResult<()>;
     /// Forgets up to `limit` idempotency records created before `before`; returns how many.

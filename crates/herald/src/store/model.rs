@@ -42,6 +42,21 @@ pub struct Secrets {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SealedSecrets(pub String);
 
+/// An endpoint's own request headers (e.g. `Authorization` for the receiver), by name.
+pub type Headers = BTreeMap<String, String>;
+
+/// An endpoint's [`Headers`] as stored: sealed like its secrets (empty text: none). Rows
+/// written before headers were sealed hold plain JSON until the start-up pass seals them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SealedHeaders(pub String);
+
+impl SealedHeaders {
+    /// Whether this is a plain JSON object left from before headers were sealed.
+    pub fn is_plaintext(&self) -> bool {
+        self.0.starts_with('{')
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PreviousSecret {
@@ -62,7 +77,7 @@ pub struct Endpoint {
     pub channels: Option<Vec<String>>,
     pub metadata: Metadata,
     pub throttle_rate: Option<u16>,
-    pub headers: BTreeMap<String, String>,
+    pub headers: SealedHeaders,
     pub secrets: SealedSecrets,
     pub delivery: DeliverySettings,
     /// Herald extension: the request's method, URL template and body format (postbacks).
@@ -318,10 +333,33 @@ pub struct OutcomeRecord {
     pub next: NextState,
 }
 
+/// What became of an outcome handed to the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    /// Recorded: the delivery is in the outcome's next state.
+    Applied,
+    /// Recorded, but a resend was accepted while the attempt was under way: the attempt may
+    /// have started before the request, so it cannot stand for it. The delivery is pending
+    /// again, unclaimed, for a manual attempt with a fresh retry budget.
+    Resent,
+    /// The claim was gone (released or taken over): nothing was recorded.
+    ClaimLost,
+}
+
+impl Recorded {
+    /// Whether the attempt was written.
+    pub fn recorded(self) -> bool {
+        self != Self::ClaimLost
+    }
+}
+
 /// A manual retry request.
 #[derive(Debug, Clone)]
 pub enum Requeue {
-    /// Svix `resend`: one message to one endpoint, whatever its state.
+    /// Svix `resend`: one message to one endpoint, whatever its state. A delivery held by a
+    /// dispatcher is marked instead, and requeued when its attempt's outcome comes in (see
+    /// [`Recorded::Resent`]): an accepted resend always leads to an attempt that starts
+    /// after it.
     Resend { app: AppId, msg: MessageId, endpoint: EndpointId },
     /// Svix `recover`: every dead letter of an endpoint created in the time range.
     Recover { endpoint: EndpointId, since: Millis, until: Millis },
@@ -428,6 +466,38 @@ pub struct PortalToken {
     pub created_at: Millis,
     /// May read payload fields configured as sensitive (otherwise they are masked).
     pub sensitive: bool,
+}
+
+/// A dashboard session. The browser holds a random secret in a cookie; the store keeps
+/// only its hash. It ends at `expires_at`, at sign-out, when the operator revokes it, or
+/// when the token it signed in with stops being valid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    /// SHA-256 (hex) of the cookie's secret.
+    pub hash: String,
+    /// The name it is listed and revoked by (`ses_…`).
+    pub id: String,
+    /// The application of a portal session; `None` for an operator session.
+    pub app_id: Option<AppId>,
+    /// SHA-256 (hex) of the token it signed in with.
+    pub token_hash: String,
+    pub created_at: Millis,
+    pub expires_at: Millis,
+}
+
+/// Which sessions to end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EndSessions {
+    /// The one whose cookie secret has this hash (sign-out).
+    Hash(String),
+    /// The one with this id.
+    Id(String),
+    /// Every session of one application.
+    App(AppId),
+    /// Every session.
+    All,
+    /// Those that expired before this time (housekeeping).
+    ExpiredBefore(Millis),
 }
 
 /// The counts behind the health summary.

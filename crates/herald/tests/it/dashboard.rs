@@ -80,7 +80,7 @@ async fn operators_and_customers_see_failures_and_replay_them_in_a_real_browser(
     browser.screenshot("message-replayed").await;
 
     // Without the session's CSRF token a form changes nothing.
-    let cookie = format!("herald_session={ADMIN_TOKEN}");
+    let cookie = server.sign_in(ADMIN_TOKEN).await;
     let resend = server.url(&format!("/app/{app}/msg/{msg}/endpoint/{endpoint_id}/resend"));
     let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
     let forged = client.post(&resend).header("cookie", &cookie).form(&[("csrf", "forged")]).send().await.unwrap();

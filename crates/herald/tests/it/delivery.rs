@@ -187,6 +187,36 @@ async fn resend_sends_a_delivered_message_again_as_a_manual_attempt() {
     assert_eq!(attempts[1]["triggerType"], 1);
 }
 
+/// Regression (issue 16, finding 0): a resend accepted while the first attempt is on the
+/// wire was dropped ("it is about to be attempted anyway"), and that attempt's success then
+/// settled the delivery. An accepted resend must lead to an attempt that starts after it.
+#[tokio::test]
+async fn a_resend_accepted_while_the_first_attempt_is_in_flight_is_still_sent() {
+    let server = TestServer::start().await;
+    let receiver =
+        Receiver::start(|_, seen| if seen == 0 { Reply::ok().after(Duration::from_millis(1500)) } else { Reply::ok() })
+            .await;
+    let app = server.create_app("a").await;
+    let endpoint = server.create_endpoint(&app, &receiver.url("/hook"), json!({})).await;
+    let ep = endpoint["id"].as_str().unwrap();
+    let msg = server.send(&app, json!({"eventType": "a", "payload": {"v": 1}})).await;
+    receiver.wait_for(Some("/hook"), 1).await;
+    let asked = tokio::time::Instant::now();
+    let (status, _) = server.post(&format!("/api/v1/app/{app}/msg/{msg}/endpoint/{ep}/resend"), json!({})).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let got = receiver.wait_for(Some("/hook"), 2).await;
+    assert!(got[1].at > asked, "the second request started after the resend was asked for");
+    let attempts = eventually("two recorded attempts, the delivery settled", || async {
+        let attempts = server.attempts(&app, &msg).await;
+        let settled = server.delivery_status(&app, &msg, ep).await == Some(SUCCESS);
+        (attempts.len() == 2 && settled).then_some(attempts)
+    })
+    .await;
+    assert_eq!((attempts[0]["triggerType"].as_i64(), attempts[1]["triggerType"].as_i64()), (Some(0), Some(1)));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(receiver.requests_to("/hook").len(), 2, "one resend, one extra request");
+}
+
 #[tokio::test]
 async fn a_rotated_secret_signs_alongside_the_old_one_during_the_overlap() {
     let server = TestServer::start().await;

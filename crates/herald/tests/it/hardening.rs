@@ -1,10 +1,12 @@
 //! API hardening: capped bodies and JSON depth, validated names and headers, per-token
-//! rate limits, and server keys that seal endpoint secrets at rest.
+//! rate limits and failed-authentication budgets, idempotency keys bound to the
+//! authenticated caller, and server keys that seal secrets, headers and stored responses at
+//! rest.
 
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::support::server::Storage;
+use crate::support::server::{ADMIN_TOKEN, Storage};
 use crate::support::{Receiver, TestServer};
 
 #[tokio::test]
@@ -93,11 +95,11 @@ async fn endpoint_secrets_are_sealed_at_rest_and_bound_to_their_row() {
     let (a, b) = (a["id"].as_str().unwrap().to_owned(), b["id"].as_str().unwrap().to_owned());
     server.stop().await;
 
-    let stored = stored_secrets(&storage).await;
+    let stored = stored_column(&storage, "secrets").await;
     assert!(stored.values().all(|s| s.starts_with("v1.")), "{stored:?}");
     assert!(!stored[&a].contains("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"), "the secret is not stored in the clear");
     // A sealed value copied onto another endpoint's row does not open there.
-    overwrite_secrets(&storage, &b, &stored[&a]).await;
+    overwrite_column(&storage, "secrets", &b, &stored[&a]).await;
 
     let server = TestServer::start_on(&storage, |_| {}).await;
     assert_eq!(server.secret(&app, &a).await, secret, "the right key opens it");
@@ -120,7 +122,7 @@ async fn rotating_the_server_key_reseals_every_secret_so_the_old_key_can_go() {
     let id = endpoint["id"].as_str().unwrap().to_owned();
     let secret = server.secret(&app, &id).await;
     server.stop().await;
-    let before = stored_secrets(&storage).await[&id].clone();
+    let before = stored_column(&storage, "secrets").await[&id].clone();
 
     let server = TestServer::start_on(&storage, |c| {
         c.auth.secret_key = Some(new.clone());
@@ -128,7 +130,7 @@ async fn rotating_the_server_key_reseals_every_secret_so_the_old_key_can_go() {
     })
     .await;
     crate::support::eventually("the secret is sealed under the new key", || async {
-        let now = stored_secrets(&storage).await[&id].clone();
+        let now = stored_column(&storage, "secrets").await[&id].clone();
         (now.split('.').nth(1) != before.split('.').nth(1)).then_some(())
     })
     .await;
@@ -137,35 +139,199 @@ async fn rotating_the_server_key_reseals_every_secret_so_the_old_key_can_go() {
     assert_eq!(server.secret(&app, &id).await, secret, "readable with the new key alone");
 }
 
-async fn stored_secrets(storage: &Storage) -> std::collections::HashMap<String, String> {
+/// Regressions (issue 16, findings 2 and 5): with an idempotency key, the app-portal token
+/// and a rotated signing secret were stored in plaintext with their responses, and endpoint
+/// headers (the receiver's credentials) were stored in plaintext. Canaries in each, then the
+/// whole store (every file of the data directory, every row on PostgreSQL) is searched.
+#[tokio::test]
+async fn no_token_secret_or_header_value_rests_in_plaintext_anywhere() {
+    let storage = Storage::new().await;
+    let server = TestServer::start_on(&storage, |_| {}).await;
+    let app = server.create_app("a").await;
+    let header = format!("Bearer canary-{}", herald::ids::random_token(16));
+    let endpoint =
+        server.create_endpoint(&app, "https://hooks.example.com/", json!({"headers": {"Authorization": header}})).await;
+    let ep = endpoint["id"].as_str().unwrap().to_owned();
+    let patched = format!("canary-{}", herald::ids::random_token(16));
+    let (status, _) = server
+        .call(
+            Method::PATCH,
+            &format!("/api/v1/app/{app}/endpoint/{ep}/headers"),
+            Some(json!({"headers": {"X-Tenant-Ref": patched}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let keyed =
+        |path: String, key: &str| server.request(Method::POST, &path).header("idempotency-key", key).json(&json!({}));
+    let access = keyed(format!("/api/v1/auth/app-portal-access/{app}"), "portal-key").send().await.unwrap();
+    let access: Value = access.json().await.unwrap();
+    let token = access["token"].as_str().unwrap().to_owned();
+    let rotated = keyed(format!("/api/v1/app/{app}/endpoint/{ep}/secret/rotate"), "rotate-key").send().await.unwrap();
+    let secret = rotated.json::<Value>().await.unwrap()["key"].as_str().unwrap().to_owned();
+    let cookie = server.sign_in(&token).await;
+
+    // The replays still answer what the first request did.
+    let again = keyed(format!("/api/v1/auth/app-portal-access/{app}"), "portal-key").send().await.unwrap();
+    assert_eq!(again.json::<Value>().await.unwrap()["token"], token.as_str(), "replayed from the sealed copy");
+    let (_, headers) = server.get(&format!("/api/v1/app/{app}/endpoint/{ep}/headers")).await;
+    assert_eq!(headers["sensitive"], json!(["Authorization"]), "{headers}");
+    assert_eq!(headers["headers"]["X-Tenant-Ref"], patched.as_str());
+    server.stop().await;
+
+    let everything = storage.everything().await;
+    let session = cookie.trim_start_matches("herald_session=");
+    for (what, canary) in [
+        ("the portal token", token.as_str()),
+        ("the rotated secret", secret.as_str()),
+        ("an endpoint header", header.as_str()),
+        ("a patched endpoint header", patched.as_str()),
+        ("the dashboard session", session),
+    ] {
+        assert!(!everything.contains(canary), "{what} rests in plaintext");
+    }
+    assert!(everything.contains(&ep), "the search does see the store");
+}
+
+/// Headers stored before they were sealed (schema version 1) are sealed at the next start,
+/// and still go out with every request.
+#[tokio::test]
+async fn headers_stored_in_plaintext_before_are_sealed_at_start() {
+    let receiver = Receiver::ok().await;
+    let storage = Storage::new().await;
+    let server = TestServer::start_on(&storage, |_| {}).await;
+    let app = server.create_app("a").await;
+    let endpoint = server.create_endpoint(&app, &receiver.url("/hook"), json!({})).await;
+    let ep = endpoint["id"].as_str().unwrap().to_owned();
+    server.stop().await;
+    overwrite_column(&storage, "headers", &ep, r#"{"X-Legacy":"kept-in-the-clear"}"#).await;
+
+    let server = TestServer::start_on(&storage, |_| {}).await;
+    crate::support::eventually("the legacy headers sealed", || async {
+        stored_column(&storage, "headers").await[&ep].starts_with("v1.").then_some(())
+    })
+    .await;
+    server.send(&app, json!({"eventType": "a", "payload": {}})).await;
+    let got = receiver.wait_for(Some("/hook"), 1).await;
+    assert_eq!(got[0].header("x-legacy"), "kept-in-the-clear");
+}
+
+/// Regressions (issue 16, finding 10): the idempotency layer ran before authentication,
+/// scoped keys by the raw `Authorization` header and took keys of any length.
+#[tokio::test]
+async fn idempotency_keys_are_checked_and_belong_to_the_authenticated_caller() {
+    let server = TestServer::start().await;
+    let app = server.create_app("a").await;
+    let post = |token: &str, key: &str, body: Value| {
+        reqwest::Client::new()
+            .post(server.url(&format!("/api/v1/app/{app}/endpoint")))
+            .bearer_auth(token)
+            .header("idempotency-key", key)
+            .json(&body)
+            .send()
+    };
+    let body = json!({"url": "https://hooks.example.com/"});
+    // An unknown caller is refused before any key is looked up or kept.
+    let refused = post("not-a-token", "k", body.clone()).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    let first = post(ADMIN_TOKEN, "k", body.clone()).await.unwrap();
+    assert_eq!(first.status(), StatusCode::CREATED, "the refused request left no record behind");
+    let first: Value = first.json().await.unwrap();
+    let replayed: Value = post(ADMIN_TOKEN, "k", body.clone()).await.unwrap().json().await.unwrap();
+    assert_eq!(replayed["id"], first["id"], "the admin's key replays");
+    // Another caller's same key is its own.
+    let (_, access) = server.post(&format!("/api/v1/auth/app-portal-access/{app}"), json!({})).await;
+    let portal = access["token"].as_str().unwrap();
+    let theirs: Value = post(portal, "k", body.clone()).await.unwrap().json().await.unwrap();
+    assert_ne!(theirs["id"], first["id"], "a portal token never sees the admin's response");
+    // `BEARER` is the same scheme as `Bearer`: the same caller, the same key.
+    let shouted = reqwest::Client::new()
+        .post(server.url(&format!("/api/v1/app/{app}/endpoint")))
+        .header("authorization", format!("BEARER {ADMIN_TOKEN}"))
+        .header("idempotency-key", "k")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(shouted.status(), StatusCode::CREATED);
+    assert_eq!(shouted.json::<Value>().await.unwrap()["id"], first["id"]);
+    // Keys are at most 256 visible ASCII characters, on every POST.
+    for bad in ["x".repeat(257), "x".repeat(100_000), "tab\tinside".into()] {
+        let answer = post(ADMIN_TOKEN, &bad, body.clone()).await.unwrap();
+        assert_eq!(answer.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        let detail: Value = answer.json().await.unwrap();
+        assert_eq!(detail["detail"][0]["loc"], json!(["header", "idempotency-key"]), "{detail}");
+        let message = server
+            .request(Method::POST, &format!("/api/v1/app/{app}/msg"))
+            .header("idempotency-key", &bad)
+            .json(&json!({"eventType": "a", "payload": {}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(message.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    }
+    assert_eq!(post(ADMIN_TOKEN, &"x".repeat(256), body).await.unwrap().status(), StatusCode::CREATED);
+    let (_, list) = server.get(&format!("/api/v1/app/{app}/endpoint")).await;
+    assert_eq!(list["data"].as_array().unwrap().len(), 3, "admin, portal, 256-character key: {list}");
+    let (_, messages) = server.get(&format!("/api/v1/app/{app}/msg")).await;
+    assert!(messages["data"].as_array().unwrap().is_empty());
+}
+
+/// Regression (issue 16, finding 10): failed authentications were not rate-limited.
+#[tokio::test]
+async fn failed_authentications_are_budgeted_per_address() {
+    let server = TestServer::start_with(|c| c.auth.failed_auth_per_minute = Some(5)).await;
+    let client = reqwest::Client::new();
+    let get = |token: &str| client.get(server.url("/api/v1/app")).bearer_auth(token).send();
+    for i in 0..5 {
+        assert_eq!(get(&format!("guess-{i}")).await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    }
+    let refused = get("guess-5").await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let wait: u64 = refused.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=12).contains(&wait), "Retry-After: {wait}");
+    assert_eq!(refused.json::<Value>().await.unwrap()["code"], "rate_limited");
+    assert_eq!(get(ADMIN_TOKEN).await.unwrap().status(), StatusCode::TOO_MANY_REQUESTS, "even a valid token");
+    // The dashboard's sign-in shares the budget.
+    let plain = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let page = plain.get(server.url("/login")).send().await.unwrap();
+    let login = crate::support::server::set_cookie(&page, "herald_login").unwrap();
+    let answer = plain
+        .post(server.url("/login"))
+        .header("cookie", format!("herald_login={login}"))
+        .form(&[("csrf", login.as_str()), ("token", ADMIN_TOKEN)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), StatusCode::TOO_MANY_REQUESTS);
+}
+
+async fn stored_column(storage: &Storage, column: &str) -> std::collections::HashMap<String, String> {
     match &storage.database_url {
         None => {
             let db = rusqlite::Connection::open(storage.dir.path().join("herald.db")).unwrap();
-            let mut query = db.prepare("SELECT id, secrets FROM endpoint").unwrap();
+            let mut query = db.prepare(&format!("SELECT id, {column} FROM endpoint")).unwrap();
             query.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect()
         }
         Some(url) => {
             let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
             tokio::spawn(connection);
-            let rows = client.query("SELECT id, secrets FROM herald.endpoint", &[]).await.unwrap();
+            let rows = client.query(&format!("SELECT id, {column} FROM herald.endpoint"), &[]).await.unwrap();
             rows.iter().map(|r| (r.get(0), r.get(1))).collect()
         }
     }
 }
 
-async fn overwrite_secrets(storage: &Storage, endpoint: &str, sealed: &str) {
+async fn overwrite_column(storage: &Storage, column: &str, endpoint: &str, value: &str) {
     match &storage.database_url {
         None => {
             let db = rusqlite::Connection::open(storage.dir.path().join("herald.db")).unwrap();
-            db.execute("UPDATE endpoint SET secrets = ?1 WHERE id = ?2", [sealed, endpoint]).unwrap();
+            db.execute(&format!("UPDATE endpoint SET {column} = ?1 WHERE id = ?2"), [value, endpoint]).unwrap();
         }
         Some(url) => {
             let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
             tokio::spawn(connection);
-            client
-                .execute("UPDATE herald.endpoint SET secrets = $1 WHERE id = $2", &[&sealed, &endpoint])
-                .await
-                .unwrap();
+            let sql = format!("UPDATE herald.endpoint SET {column} = $1 WHERE id = $2");
+            client.execute(&sql, &[&value, &endpoint]).await.unwrap();
         }
     }
 }

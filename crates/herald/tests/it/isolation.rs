@@ -1,18 +1,24 @@
-//! Tenant isolation of app-portal tokens, as a matrix generated from the route table.
+//! Tenant isolation of app-portal tokens and portal sessions, as a matrix generated from the
+//! route table.
 //!
-//! The routes come from Herald's own OpenAPI document (`GET /api/v1/openapi.json`), so a route
-//! added later joins the matrix by itself. Two applications, A and B, each get one of
+//! The routes come from the router itself (`herald::api::route_table`, recorded as the
+//! router is built), so a route added later joins the matrix by itself; the table and
+//! Herald's OpenAPI document (`GET /api/v1/openapi.json`) must agree, route for route, but for
+//! the few undocumented ones listed here. Two applications, A and B, each get one of
 //! everything (an endpoint with a uid, a delivered message with an eventId, its attempt); the
-//! portal token is A's.
+//! portal token, and the dashboard session signed in with it, are A's.
 //!
 //! * Every operation whose path names an application (`{app_id}`), with every path parameter
 //!   filled with B's ids, and again with B's uids (app uid, endpoint uid, message eventId),
 //!   must answer 404, exactly like an id that does not exist.
 //! * A's own application mixed with one id of B's (an endpoint, a message, an attempt, also as
 //!   a query parameter) must answer what a never-created id of that kind answers.
-//! * Routes outside any application are classified by hand in [`OUTSIDE_APPLICATIONS`]:
-//!   admin-only ones refuse a portal token, the others show A's data only. A route of the
-//!   document missing there fails the test, so each new route gets a decision.
+//! * Routes outside any application are classified by hand in [`OUTSIDE_APPLICATIONS`] and
+//!   [`DASHBOARD_OUTSIDE`]: admin-only ones refuse a portal token, the others show A's data
+//!   only. A route of the router missing there fails the test, so each new route gets a
+//!   decision.
+//! * The dashboard's routes naming an application, with A's portal session and B's ids and
+//!   uids, answer 404 pages, with and without a valid CSRF token on forms.
 //!
 //! No response to the portal token may contain anything of B's (ids, uids, secret, URL,
 //! payload). Controls keep the 404s honest: the admin token gets a 2xx for the very same
@@ -82,37 +88,87 @@ impl Operation {
     }
 }
 
-/// Every operation of the document: reads first, deletions last (deepest first), so a
-/// deletion that wrongly went through cannot hide the routes after it.
+/// Routes the router serves that the document leaves out: the metrics (Prometheus text) and
+/// the document itself.
+const UNDOCUMENTED: [&str; 2] = ["GET /metrics", "GET /api/v1/openapi.json"];
+
+/// Whether a route of the table belongs to the dashboard (HTML pages and forms).
+fn is_dashboard(path: &str) -> bool {
+    !path.starts_with("/api/") && path != "/metrics"
+}
+
+/// Every API operation the router serves, with what the document says of it: reads first,
+/// deletions last (deepest first), so a deletion that wrongly went through cannot hide the
+/// routes after it.
 fn operations(doc: &Value) -> Vec<Operation> {
     let mut found = vec![];
-    for (path, item) in doc["paths"].as_object().expect("the document has paths") {
-        for (method, op) in item.as_object().expect("a path item") {
-            if !HTTP_METHODS.contains(&method.as_str()) {
-                continue;
-            }
-            let id_queries = op["parameters"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|p| p["in"] == "query")
-                .filter_map(|p| p["name"].as_str())
-                .filter(|name| ID_PARAMS.contains(name))
-                .map(str::to_owned)
-                .collect();
-            found.push(Operation {
-                method: Method::from_bytes(method.to_uppercase().as_bytes()).unwrap(),
-                path: path.clone(),
-                id: op["operationId"].as_str().unwrap_or_default().to_owned(),
-                id_queries,
-                has_body: op.get("requestBody").is_some(),
-            });
-        }
+    for route in herald::api::route_table().into_iter().filter(|r| !is_dashboard(&r.path)) {
+        let op = &doc["paths"][&route.path][route.method.as_str().to_lowercase()];
+        let id_queries = op["parameters"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["in"] == "query")
+            .filter_map(|p| p["name"].as_str())
+            .filter(|name| ID_PARAMS.contains(name))
+            .map(str::to_owned)
+            .collect();
+        found.push(Operation {
+            method: route.method,
+            path: route.path,
+            id: op["operationId"].as_str().unwrap_or_default().to_owned(),
+            id_queries,
+            has_body: op.get("requestBody").is_some(),
+        });
     }
+    sorted(found)
+}
+
+/// The dashboard's routes, as operations (their bodies are forms).
+fn dashboard_operations() -> Vec<Operation> {
+    let routes = herald::api::route_table().into_iter().filter(|r| is_dashboard(&r.path));
+    let found = routes
+        .map(|r| Operation {
+            has_body: r.method == Method::POST,
+            method: r.method,
+            path: r.path,
+            id: String::new(),
+            id_queries: vec![],
+        })
+        .collect();
+    sorted(found)
+}
+
+fn sorted(mut found: Vec<Operation>) -> Vec<Operation> {
     let order = [Method::GET, Method::HEAD, Method::POST, Method::PUT, Method::PATCH, Method::DELETE];
     let rank = |m: &Method| order.iter().position(|x| x == m).unwrap_or(order.len());
     found.sort_by_key(|op| (rank(&op.method), std::cmp::Reverse(op.path.len()), op.path.clone()));
     found
+}
+
+/// The router and the document agree: every documented operation is served, and every API
+/// route served is documented (but for [`UNDOCUMENTED`]).
+#[tokio::test]
+async fn the_router_serves_exactly_the_documented_operations() {
+    let doc: Value = serde_json::to_value(herald::api::openapi::document()).unwrap();
+    let mut documented = BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().expect("the document has paths") {
+        for method in item.as_object().unwrap().keys().filter(|m| HTTP_METHODS.contains(&m.as_str())) {
+            documented.insert(format!("{} {path}", method.to_uppercase()));
+        }
+    }
+    let served: BTreeSet<String> = herald::api::route_table()
+        .into_iter()
+        .filter(|r| !is_dashboard(&r.path))
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    let undocumented: BTreeSet<String> = UNDOCUMENTED.iter().map(|r| r.to_string()).collect();
+    let missing: Vec<_> = documented.difference(&served).collect();
+    assert!(missing.is_empty(), "documented but not served: {missing:?}");
+    let unlisted: Vec<_> = served.difference(&documented).filter(|r| !undocumented.contains(*r)).collect();
+    assert!(unlisted.is_empty(), "served but not documented: {unlisted:?}");
+    assert!(undocumented.is_subset(&served), "UNDOCUMENTED names a route that is not served");
+    assert!(served.len() > 40, "the table holds the whole API: {}", served.len());
 }
 
 /// A minimal valid body for each operation that takes one (the admin control proves it
@@ -337,6 +393,7 @@ impl Tenant {
             ("attempt_id", self.attempt.clone()),
             ("task_id", self.task.clone()),
             ("event_type_name", EVENT_TYPE.to_owned()),
+            ("session_id", "ses_probe".to_owned()),
         ]
         .into_iter()
         .map(|(name, value)| (name.to_owned(), value))
@@ -560,18 +617,14 @@ async fn a_portal_token_for_one_application_reaches_nothing_of_another() {
     let still = w.call(&w.token, &Request::get(format!("/api/v1/app/{}", w.a.app))).await;
     findings.check(still.status == StatusCode::OK, || format!("A's token stopped working: {still}"));
 
-    // The matrix covered every route of the document that names an application.
-    // (Read straight from the document, not through `operations`.)
-    let (_, doc) = w.server.get("/api/v1/openapi.json").await;
-    let mut documented = BTreeSet::new();
-    for (path, item) in doc["paths"].as_object().unwrap().iter().filter(|(path, _)| path.contains("{app_id}")) {
-        for method in item.as_object().unwrap().keys().filter(|m| HTTP_METHODS.contains(&m.as_str())) {
-            documented.insert(format!("{} {path}", method.to_uppercase()));
-        }
-    }
-    assert!(!documented.is_empty(), "the document names no application route");
-    assert!(documented.contains("GET /api/v1/app/{app_id}/msg/{msg_id}"), "{documented:?}");
-    let skipped: Vec<_> = documented.difference(&covered).collect();
+    // The matrix covered every route of the router that names an application.
+    let served: BTreeSet<String> = herald::api::route_table()
+        .into_iter()
+        .filter(|r| !is_dashboard(&r.path) && r.path.contains("{app_id}"))
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert!(served.contains("GET /api/v1/app/{app_id}/msg/{msg_id}"), "{served:?}");
+    let skipped: Vec<_> = served.difference(&covered).collect();
     assert!(skipped.is_empty(), "routes left out of the matrix: {skipped:?}");
     eprintln!("isolation matrix: {} app-scoped operations × 2 key flavours", covered.len());
 
@@ -655,12 +708,14 @@ const fn outside(method: &'static str, path: &'static str, portal: u16) -> Outsi
     Outside { method, path, portal, lists: None }
 }
 
-/// Every route outside an application, classified. `/metrics` and the document itself are
-/// served but not documented.
+/// Every API route outside an application, classified.
 const OUTSIDE_APPLICATIONS: &[Outside] = &[
     Outside { method: "GET", path: "/api/v1/app", portal: 200, lists: Some("app_id") },
     outside("POST", "/api/v1/app", 403),
     outside("POST", "/api/v1/auth/logout", 204),
+    outside("GET", "/api/v1/auth/session", 403),
+    outside("DELETE", "/api/v1/auth/session", 403),
+    outside("DELETE", "/api/v1/auth/session/{session_id}", 403),
     outside("GET", "/api/v1/event-type", 200),
     outside("POST", "/api/v1/event-type", 403),
     outside("GET", "/api/v1/event-type/{event_type_name}", 200),
@@ -758,4 +813,136 @@ async fn routes_outside_applications_refuse_a_portal_token_or_show_only_its_own_
     let still = w.call(&w.token, &Request::get(format!("/api/v1/app/{}", w.a.app))).await;
     findings.check(still.status == StatusCode::OK, || format!("logout revoked more than its own token: {still}"));
     findings.assert_none("routes outside applications with A's token");
+}
+
+/// Dashboard routes outside any application: what A's portal session gets (`POST /login`
+/// without the sign-in page's token is refused; `POST /logout` ends the session, so it runs
+/// last).
+const DASHBOARD_OUTSIDE: &[(&str, &str, u16)] = &[
+    ("GET", "/", 303),
+    ("GET", "/login", 200),
+    ("POST", "/login", 403),
+    ("GET", "/portal", 200),
+    ("GET", "/assets/style.css", 200),
+    ("GET", "/assets/portal.js", 200),
+    ("GET", "/apps", 403),
+    ("GET", "/dead-letters", 403),
+    ("POST", "/logout", 303),
+];
+
+/// The form fields of a dashboard form, besides its CSRF token.
+fn form_for(path: &str) -> Vec<(&'static str, &'static str)> {
+    if path.ends_with("/recover") {
+        vec![("since", "2000-01-01T00:00:00Z")]
+    } else if path.ends_with("/replay") {
+        vec![("confirmed", "true")]
+    } else {
+        vec![]
+    }
+}
+
+/// A dashboard session and the CSRF token of its forms.
+struct Session {
+    cookie: String,
+    csrf: String,
+}
+
+impl Session {
+    async fn sign_in(server: &TestServer, token: &str, home: &str) -> Self {
+        let cookie = server.sign_in(token).await;
+        let html = reqwest::Client::new().get(server.url(home)).header("cookie", &cookie).send().await.unwrap();
+        let html = html.text().await.unwrap();
+        let at = html.find("name=\"csrf\" value=\"").expect("a form on the page") + 19;
+        Self { csrf: html[at..].split('"').next().unwrap().to_owned(), cookie }
+    }
+
+    async fn call(&self, server: &TestServer, op: &Operation, keys: &Keys) -> (Request, Answer) {
+        let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+        let path = fill(&op.path, keys);
+        let mut builder = client.request(op.method.clone(), server.url(&path)).header("cookie", &self.cookie);
+        if op.has_body {
+            let mut form = form_for(&op.path);
+            form.push(("csrf", self.csrf.as_str()));
+            builder = builder.form(&form);
+        }
+        let response = builder.send().await.expect("the server answers");
+        let answer = Answer { status: response.status(), body: response.text().await.unwrap() };
+        (Request { method: op.method.clone(), path, body: None }, answer)
+    }
+}
+
+/// Every dashboard route naming an application × A's portal session × B's ids (and uids)
+/// → a 404 page, with a valid CSRF token on forms; A's own application with one id of B's
+/// → what a never-created id gets; routes outside applications as classified; nothing of
+/// B's on any page, no effect on B.
+#[tokio::test]
+async fn a_portal_session_reaches_nothing_of_another_application_in_the_dashboard() {
+    let w = World::build().await;
+    let mut findings = Findings::default();
+    let operations = dashboard_operations();
+    let session = Session::sign_in(&w.server, &w.token, &format!("/app/{}", w.a.app)).await;
+    let before = w.b.snapshot(&w.server).await;
+    let seen = w.receiver_b.requests().len();
+    let scoped: Vec<&Operation> = operations.iter().filter(|op| op.is_app_scoped()).collect();
+    assert!(scoped.iter().any(|op| op.method == Method::POST), "the dashboard's forms are in the table");
+    for op in &scoped {
+        for flavour in [Flavour::Ids, Flavour::Uids] {
+            let (request, answer) = session.call(&w.server, op, &w.b.keys(flavour)).await;
+            findings.check(answer.status == StatusCode::NOT_FOUND, || {
+                format!("{request} ({flavour}) with A's session answered {answer}; expected a 404 page")
+            });
+            findings.no_leaks(&request, &answer, &w.b);
+        }
+        let (own, theirs) = (w.a.keys(Flavour::Ids), w.b.keys(Flavour::Ids));
+        for param in op.params().into_iter().filter(|p| *p != "app_id") {
+            let mut foreign = own.clone();
+            foreign.insert(param.to_owned(), theirs[param].clone());
+            let mut missing = own.clone();
+            missing.insert(param.to_owned(), ghost(param));
+            let (request, answer) = session.call(&w.server, op, &foreign).await;
+            let (_, expected) = session.call(&w.server, op, &missing).await;
+            findings.no_leaks(&request, &answer, &w.b);
+            findings.check(answer.status == expected.status, || {
+                format!("{request} (B's {param}) answered {answer}; a {param} that does not exist gets {expected}")
+            });
+        }
+    }
+    let outside: Vec<&Operation> = operations.iter().filter(|op| !op.is_app_scoped()).collect();
+    let unclassified: Vec<String> = outside
+        .iter()
+        .filter(|op| !DASHBOARD_OUTSIDE.iter().any(|(m, p, _)| *m == op.method.as_str() && *p == op.path))
+        .map(|op| op.key())
+        .collect();
+    assert!(unclassified.is_empty(), "dashboard routes to classify in DASHBOARD_OUTSIDE: {unclassified:?}");
+    for (method, path, status) in DASHBOARD_OUTSIDE {
+        let op = outside.iter().find(|op| op.method.as_str() == *method && op.path == *path);
+        let op = op.unwrap_or_else(|| panic!("DASHBOARD_OUTSIDE names {method} {path}, which is not served"));
+        let (request, answer) = session.call(&w.server, op, &w.a.keys(Flavour::Ids)).await;
+        findings.check(answer.status.as_u16() == *status, || {
+            format!("{request} with A's session answered {answer}; expected {status}")
+        });
+        findings.no_leaks(&request, &answer, &w.b);
+    }
+    let after = w.b.snapshot(&w.server).await;
+    compare(&mut findings, "B", &before, &after);
+    w.only_the_sentinel_arrives(&mut findings, seen).await;
+
+    // Controls: an operator session gets the same requests answered (a page, or a form's
+    // redirect), so the 404s above are not a missed route, a missing id or an invalid form.
+    let operator = Session::sign_in(&w.server, ADMIN_TOKEN, "/").await;
+    let mut twins = 0;
+    for op in &scoped {
+        for flavour in [Flavour::Ids, Flavour::Uids] {
+            let keys = if op.method == Method::GET {
+                w.b.keys(flavour)
+            } else {
+                twins += 1;
+                Tenant::create(&w.server, &format!("dash-twin-{twins}"), &w.sink).await.keys(flavour)
+            };
+            let (request, answer) = operator.call(&w.server, op, &keys).await;
+            let ok = answer.status == StatusCode::OK || answer.status == StatusCode::SEE_OTHER;
+            findings.check(ok, || format!("control: operator {request} ({flavour}): {answer}"));
+        }
+    }
+    findings.assert_none("A's portal session against B's ids in the dashboard");
 }

@@ -18,5 +18,7 @@ mod postgres;
 mod redaction;
 mod retention;
 mod sdk;
+mod sessions;
 mod ssrf;
 mod support;
+mod tenancy;

@@ -6,7 +6,20 @@ use super::{PgStore, db_err};
 use crate::clock::Millis;
 use crate::ids::AppId;
 use crate::ids::first_body_at;
-use crate::store::{AccessStore, PortalToken, Purge, StoreResult, StoredResponse};
+use crate::store::{AccessStore, EndSessions, PortalToken, Purge, Session, StoreResult, StoredResponse};
+
+const SESSION_COLUMNS: &str = "hash, id, app_id, token_hash, created_at, expires_at";
+
+fn session(r: &tokio_postgres::Row) -> Session {
+    Session {
+        hash: r.get(0),
+        id: r.get(1),
+        app_id: r.get::<_, Option<String>>(2).map(AppId::from_trusted),
+        token_hash: r.get(3),
+        created_at: r.get(4),
+        expires_at: r.get(5),
+    }
+}
 
 #[async_trait]
 impl AccessStore for PgStore {
@@ -45,6 +58,49 @@ impl AccessStore for PgStore {
         let client = self.client().await?;
         client.execute("DELETE FROM herald.portal_token WHERE hash = $1", &[&hash]).await.map_err(db_err)?;
         Ok(())
+    }
+
+    async fn insert_session(&self, s: &Session) -> StoreResult<()> {
+        let client = self.client().await?;
+        client
+            .execute(
+                &format!("INSERT INTO herald.session ({SESSION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)"),
+                &[&s.hash, &s.id, &s.app_id.as_ref().map(AppId::as_str), &s.token_hash, &s.created_at, &s.expires_at],
+            )
+            .await
+            .map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn session(&self, hash: &str) -> StoreResult<Option<Session>> {
+        let client = self.client().await?;
+        let sql = format!("SELECT {SESSION_COLUMNS} FROM herald.session WHERE hash = $1");
+        Ok(client.query_opt(&sql, &[&hash]).await.map_err(db_err)?.as_ref().map(session))
+    }
+
+    async fn list_sessions(&self, app: Option<&AppId>) -> StoreResult<Vec<Session>> {
+        let client = self.client().await?;
+        let sql = format!(
+            "SELECT {SESSION_COLUMNS} FROM herald.session WHERE $1::text IS NULL OR app_id = $1 ORDER BY created_at DESC"
+        );
+        let rows = client.query(&sql, &[&app.map(AppId::as_str)]).await.map_err(db_err)?;
+        Ok(rows.iter().map(session).collect())
+    }
+
+    async fn end_sessions(&self, which: EndSessions) -> StoreResult<u64> {
+        let client = self.client().await?;
+        let ended = match &which {
+            EndSessions::Hash(hash) => client.execute("DELETE FROM herald.session WHERE hash = $1", &[hash]).await,
+            EndSessions::Id(id) => client.execute("DELETE FROM herald.session WHERE id = $1", &[id]).await,
+            EndSessions::App(app) => {
+                client.execute("DELETE FROM herald.session WHERE app_id = $1", &[&app.as_str()]).await
+            }
+            EndSessions::All => client.execute("DELETE FROM herald.session", &[]).await,
+            EndSessions::ExpiredBefore(at) => {
+                client.execute("DELETE FROM herald.session WHERE expires_at < $1", &[at]).await
+            }
+        };
+        ended.map_err(db_err)
     }
 
     async fn idempotent_response(&self, scope: &str, key: &str) -> StoreResult<Option<StoredResponse>> {

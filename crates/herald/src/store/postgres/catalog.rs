@@ -53,7 +53,7 @@ fn endpoint_params(e: &Endpoint) -> Vec<Box<dyn ToSql + Sync + Send>> {
         Box::new(e.channels.clone()),
         Box::new(Json(e.metadata.clone())),
         Box::new(e.throttle_rate.map(i32::from)),
-        Box::new(Json(e.headers.clone())),
+        Box::new(e.headers.0.clone()),
         Box::new(e.secrets.0.clone()),
         Box::new(Json(e.delivery.clone())),
         Box::new(e.request.clone().map(Json)),

@@ -13,17 +13,18 @@ use crate::clock::{Millis, now_ms};
 use crate::ids::{AppId, EndpointId, MessageId};
 use crate::store::{
     ClaimedDelivery, DeadLetter, DeadLetterFilter, DeliveryState, MinuteCounts, NextState, OutcomeRecord, QueueCounts,
-    QueueStore, Requeue, StoreResult, Trigger, keep_trying,
+    QueueStore, Recorded, Requeue, StoreResult, Trigger, keep_trying,
 };
 
 const NOTIFY_WORK: &str = "SELECT pg_notify('herald_work', '')";
 
-/// Due, unclaimed deliveries of endpoints without strict ordering, oldest due first.
+/// Due, unclaimed deliveries of endpoints without strict ordering, oldest due first. A
+/// claim's attempt starts after every resend accepted before it: the claim clears `resend`.
 const CLAIM_DUE: &str = "WITH due AS (
          SELECT id FROM herald.delivery
          WHERE state = 0 AND owner IS NULL AND NOT strict AND next_at <= $2
          ORDER BY next_at LIMIT $3 FOR UPDATE SKIP LOCKED)
-     UPDATE herald.delivery d SET owner = $1 FROM due WHERE d.id = due.id
+     UPDATE herald.delivery d SET owner = $1, resend = false FROM due WHERE d.id = due.id
      RETURNING d.id, d.msg_id, d.endpoint_id, d.attempts, d.next_at, d.trigger";
 
 /// The head (oldest pending delivery) of each strictly ordered endpoint, if nobody holds it
@@ -33,7 +34,7 @@ const CLAIM_HEADS: &str = "WITH heads AS (
          JOIN herald.delivery d ON d.id = h.id
          WHERE d.owner IS NULL AND d.next_at <= $2
          LIMIT $3 FOR UPDATE OF d SKIP LOCKED)
-     UPDATE herald.delivery d SET owner = $1 FROM heads WHERE d.id = heads.id
+     UPDATE herald.delivery d SET owner = $1, resend = false FROM heads WHERE d.id = heads.id
      RETURNING d.id, d.msg_id, d.endpoint_id, d.attempts, d.next_at, d.trigger";
 
 /// Gives back pending deliveries `owner` holds, on a connection of its own.
@@ -132,7 +133,9 @@ impl QueueStore for PgStore {
     async fn claim_heads(&self, owner: &str, due_before: Millis, limit: usize) -> StoreResult<Vec<ClaimedDelivery>> {
         self.claim_with(CLAIM_HEADS, owner, due_before, limit).await
     }
-    async fn record_outcomes(&self, owner: &str, outcomes: Vec<OutcomeRecord>) -> StoreResult<Vec<bool>> {
+    /// A resend accepted while the attempt was under way (`resend`) overrides the outcome's
+    /// next state: the delivery goes back, unclaimed, for a manual attempt of its own.
+    async fn record_outcomes(&self, owner: &str, outcomes: Vec<OutcomeRecord>) -> StoreResult<Vec<Recorded>> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db_err)?;
         let now = now_ms();
@@ -150,23 +153,30 @@ impl QueueStore for PgStore {
             next.push(at);
             keep.push(kept);
         }
-        let applied: std::collections::HashSet<i64> = tx
+        // Every expression reads the row as it was; `trigger` comes back 1 only for a resend.
+        let applied: HashMap<i64, Recorded> = tx
             .query(
-                "UPDATE herald.delivery d SET state = u.state, attempts = u.attempts, next_at = u.next_at, trigger = 0,
-                     owner = CASE WHEN u.keep THEN d.owner ELSE NULL END
+                "UPDATE herald.delivery d SET state = CASE WHEN d.resend THEN 0 ELSE u.state END,
+                     attempts = CASE WHEN d.resend THEN 0 ELSE u.attempts END,
+                     next_at = CASE WHEN d.resend THEN $7 ELSE u.next_at END,
+                     trigger = CASE WHEN d.resend THEN 1 ELSE 0 END,
+                     owner = CASE WHEN u.keep AND NOT d.resend THEN d.owner ELSE NULL END,
+                     resend = false
                  FROM UNNEST($1::int8[], $2::int2[], $3::int4[], $4::int8[], $5::bool[])
                       AS u(id, state, attempts, next_at, keep)
                  WHERE d.id = u.id AND d.owner = $6
-                 RETURNING d.id",
-                &[&ids, &states, &attempts, &next, &keep, &owner],
+                 RETURNING d.id, d.trigger",
+                &[&ids, &states, &attempts, &next, &keep, &owner, &now],
             )
             .await
             .map_err(db_err)?
             .iter()
-            .map(|r| r.get(0))
+            .map(|r| (r.get(0), if r.get::<_, i16>(1) == 1 { Recorded::Resent } else { Recorded::Applied }))
             .collect();
-        insert_attempts(&tx, outcomes.iter().filter(|o| applied.contains(&o.delivery_id))).await?;
-        for (minute, c) in MinuteCounts::of(outcomes.iter().filter(|o| applied.contains(&o.delivery_id))) {
+        let outcome_of = |o: &OutcomeRecord| applied.get(&o.delivery_id).copied().unwrap_or(Recorded::ClaimLost);
+        let recorded = || outcomes.iter().filter(|o| outcome_of(o).recorded());
+        insert_attempts(&tx, recorded()).await?;
+        for (minute, c) in MinuteCounts::of(recorded()) {
             tx.execute(
                 "INSERT INTO herald.stats_minute (minute, delivered, failed, delivery_ms) VALUES ($1, $2, $3, $4)
                  ON CONFLICT (minute) DO UPDATE SET delivered = herald.stats_minute.delivered + excluded.delivered,
@@ -177,14 +187,16 @@ impl QueueStore for PgStore {
             .await
             .map_err(db_err)?;
         }
-        let released = outcomes
-            .iter()
-            .any(|o| applied.contains(&o.delivery_id) && matches!(o.next, NextState::Retry { keep: false, .. }));
+        let released = outcomes.iter().any(|o| match outcome_of(o) {
+            Recorded::Resent => true,
+            Recorded::Applied => matches!(o.next, NextState::Retry { keep: false, .. }),
+            Recorded::ClaimLost => false,
+        });
         if released {
             tx.execute(NOTIFY_WORK, &[]).await.map_err(db_err)?;
         }
         tx.commit().await.map_err(db_err)?;
-        Ok(outcomes.iter().map(|o| applied.contains(&o.delivery_id)).collect())
+        Ok(outcomes.iter().map(outcome_of).collect())
     }
 
     async fn release(&self, owner: &str, deliveries: Vec<i64>) -> StoreResult<()> {
@@ -284,26 +296,28 @@ impl QueueStore for PgStore {
         let client = self.client().await?;
         let now = now_ms();
         let changed = match &request {
+            // Held pending by a dispatcher, its attempt may be on the wire already: mark it,
+            // so that attempt's outcome requeues it (see `record_outcomes`). Otherwise it is
+            // pending again at once, with a fresh retry budget. One statement: an outcome
+            // committed meanwhile is seen (the update re-reads the row it waited for).
             Requeue::Resend { app, msg, endpoint } => {
-                let existing = client
-                    .query_opt(
-                        "SELECT id, state, owner FROM herald.delivery WHERE msg_id = $1 AND endpoint_id = $2",
-                        &[&msg.as_str(), &endpoint.as_str()],
+                let changed = client
+                    .execute(
+                        "UPDATE herald.delivery SET resend = (state = 0 AND owner IS NOT NULL),
+                             attempts = CASE WHEN state = 0 AND owner IS NOT NULL THEN attempts ELSE 0 END,
+                             next_at = CASE WHEN state = 0 AND owner IS NOT NULL THEN next_at ELSE $1 END,
+                             trigger = CASE WHEN state = 0 AND owner IS NOT NULL THEN trigger ELSE 1 END,
+                             owner = CASE WHEN state = 0 THEN owner ELSE NULL END,
+                             state = 0
+                         WHERE msg_id = $2 AND endpoint_id = $3",
+                        &[&now, &msg.as_str(), &endpoint.as_str()],
                     )
                     .await
                     .map_err(db_err)?;
-                match existing {
-                    // Already pending and held by a dispatcher: it is about to be attempted.
-                    Some(row) if row.get::<_, i16>(1) == 0 && row.get::<_, Option<String>>(2).is_some() => 0,
-                    Some(row) => client
-                        .execute(
-                            "UPDATE herald.delivery SET state = 0, attempts = 0, next_at = $1, trigger = 1, owner = NULL
-                             WHERE id = $2",
-                            &[&now, &row.get::<_, i64>(0)],
-                        )
-                        .await
-                        .map_err(db_err)?,
-                    None => client
+                if changed > 0 {
+                    changed
+                } else {
+                    client
                         .execute(
                             "INSERT INTO herald.delivery
                                  (msg_id, endpoint_id, app_id, state, attempts, next_at, trigger, owner, strict, created_at)
@@ -314,7 +328,7 @@ impl QueueStore for PgStore {
                             &[&endpoint.as_str(), &now, &msg.as_str(), &app.as_str()],
                         )
                         .await
-                        .map_err(db_err)?,
+                        .map_err(db_err)?
                 }
             }
             Requeue::Recover { endpoint, since, until } => client

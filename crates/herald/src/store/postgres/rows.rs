@@ -7,8 +7,8 @@ use tokio_postgres::types::{Json, ToSql};
 
 use crate::ids::{AppId, AttemptId, EndpointId, MessageId};
 use crate::store::{
-    App, Attempt, DeliveryState, DeliveryView, Endpoint, EventType, Message, MessageFilter, PageQuery, SealedSecrets,
-    Trigger,
+    App, Attempt, DeliveryState, DeliveryView, Endpoint, EventType, Message, MessageFilter, PageQuery, SealedHeaders,
+    SealedSecrets, Trigger,
 };
 
 pub const APP_COLUMNS: &str = "id, uid, name, metadata, throttle_rate, max_concurrency, weight, created_at, updated_at";
@@ -42,7 +42,7 @@ pub fn endpoint(row: &Row) -> Endpoint {
         channels: row.get(7),
         metadata: row.get::<_, Json<_>>(8).0,
         throttle_rate: row.get::<_, Option<i32>>(9).map(|v| v as u16),
-        headers: row.get::<_, Json<_>>(10).0,
+        headers: SealedHeaders(row.get(10)),
         secrets: SealedSecrets(row.get(11)),
         delivery: row.get::<_, Json<_>>(12).0,
         request: row.get::<_, Option<Json<_>>>(13).map(|j| j.0),

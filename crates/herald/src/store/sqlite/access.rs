@@ -8,7 +8,20 @@ use super::messages::{save_response, stored_response};
 use crate::clock::Millis;
 use crate::ids::AppId;
 use crate::ids::first_body_at;
-use crate::store::{AccessStore, PortalToken, Purge, StoreResult, StoredResponse};
+use crate::store::{AccessStore, EndSessions, PortalToken, Purge, Session, StoreResult, StoredResponse};
+
+const SESSION_COLUMNS: &str = "hash, id, app_id, token_hash, created_at, expires_at";
+
+fn session(r: &rusqlite::Row<'_>) -> rusqlite::Result<Session> {
+    Ok(Session {
+        hash: r.get(0)?,
+        id: r.get(1)?,
+        app_id: r.get::<_, Option<String>>(2)?.map(AppId::from_trusted),
+        token_hash: r.get(3)?,
+        created_at: r.get(4)?,
+        expires_at: r.get(5)?,
+    })
+}
 
 #[async_trait]
 impl AccessStore for SqliteStore {
@@ -53,6 +66,64 @@ impl AccessStore for SqliteStore {
             .write(move |conn| {
                 conn.execute("DELETE FROM portal_token WHERE hash = ?", [&hash])?;
                 Ok(())
+            })
+            .await
+    }
+
+    async fn insert_session(&self, session: &Session) -> StoreResult<()> {
+        let s = session.clone();
+        self.writer
+            .write(move |conn| {
+                conn.execute(
+                    &format!("INSERT INTO session ({SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"),
+                    params![
+                        s.hash,
+                        s.id,
+                        s.app_id.as_ref().map(AppId::as_str),
+                        s.token_hash,
+                        s.created_at,
+                        s.expires_at
+                    ],
+                )?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn session(&self, hash: &str) -> StoreResult<Option<Session>> {
+        let hash = hash.to_owned();
+        self.readers
+            .read(move |conn| {
+                let sql = format!("SELECT {SESSION_COLUMNS} FROM session WHERE hash = ?");
+                Ok(conn.prepare_cached(&sql)?.query_row([&hash], session).optional()?)
+            })
+            .await
+    }
+
+    async fn list_sessions(&self, app: Option<&AppId>) -> StoreResult<Vec<Session>> {
+        let app = app.map(|a| a.to_string());
+        self.readers
+            .read(move |conn| {
+                let sql = format!(
+                    "SELECT {SESSION_COLUMNS} FROM session WHERE ?1 IS NULL OR app_id = ?1 ORDER BY created_at DESC"
+                );
+                let rows = conn.prepare_cached(&sql)?.query_map([&app], session)?.collect::<Result<_, _>>()?;
+                Ok(rows)
+            })
+            .await
+    }
+
+    async fn end_sessions(&self, which: EndSessions) -> StoreResult<u64> {
+        self.writer
+            .write(move |conn| {
+                let ended = match &which {
+                    EndSessions::Hash(hash) => conn.execute("DELETE FROM session WHERE hash = ?", [hash])?,
+                    EndSessions::Id(id) => conn.execute("DELETE FROM session WHERE id = ?", [id])?,
+                    EndSessions::App(app) => conn.execute("DELETE FROM session WHERE app_id = ?", [app.as_str()])?,
+                    EndSessions::All => conn.execute("DELETE FROM session", [])?,
+                    EndSessions::ExpiredBefore(at) => conn.execute("DELETE FROM session WHERE expires_at < ?", [at])?,
+                };
+                Ok(ended as u64)
             })
             .await
     }

@@ -21,8 +21,8 @@ use crate::store::{Signals, Store, StoreError};
 use readers::Readers;
 use writer::{Batching, Writer};
 
-const SCHEMA: &str = include_str!("schema.sql");
-const SCHEMA_VERSION: i64 = 1;
+/// (version, SQL) in order; `PRAGMA user_version` records the last one applied.
+const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("v1.sql")), (2, include_str!("v2.sql"))];
 const STATEMENT_CACHE: usize = 256;
 
 pub struct SqliteStore {
@@ -81,17 +81,21 @@ impl SqliteStore {
     }
 }
 
+/// Brings the schema up to date, each version in its own transaction.
 fn migrate(conn: &Connection) -> anyhow::Result<()> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    match version {
-        0 => {
-            conn.execute_batch(&format!("BEGIN; {SCHEMA}; PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"))
-                .context("creating the schema")?;
-            Ok(())
-        }
-        SCHEMA_VERSION => Ok(()),
-        newer => anyhow::bail!("the database has schema version {newer}; this Herald knows up to {SCHEMA_VERSION}"),
+    let newest = MIGRATIONS.last().map_or(0, |(v, _)| *v);
+    if version > newest {
+        anyhow::bail!("the database has schema version {version}; this Herald knows up to {newest}");
     }
+    for (v, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > version) {
+        conn.execute_batch(&format!("BEGIN; {sql}; PRAGMA user_version = {v}; COMMIT;"))
+            .with_context(|| format!("applying schema version {v}"))?;
+        if version > 0 {
+            tracing::info!(version = v, "applied database migration");
+        }
+    }
+    Ok(())
 }
 
 /// Maps SQLite failures: resource problems (disk full, I/O, locks) are `Unavailable`, so

@@ -14,7 +14,7 @@ use crate::clock::{Millis, now_ms};
 use crate::ids::{AppId, EndpointId, MessageId};
 use crate::store::{
     ClaimedDelivery, DeadLetter, DeadLetterFilter, DeliveryState, Message, MinuteCounts, NextState, OutcomeRecord,
-    QueueCounts, QueueStore, Requeue, StoreResult, Trigger,
+    QueueCounts, QueueStore, Recorded, Requeue, StoreResult, Trigger,
 };
 
 #[async_trait]
@@ -29,14 +29,14 @@ impl QueueStore for SqliteStore {
         self.writer.write_hot(move |conn| claim(conn, &owner, due_before, limit, CLAIM_HEADS)).await
     }
 
-    async fn record_outcomes(&self, owner: &str, outcomes: Vec<OutcomeRecord>) -> StoreResult<Vec<bool>> {
+    async fn record_outcomes(&self, owner: &str, outcomes: Vec<OutcomeRecord>) -> StoreResult<Vec<Recorded>> {
         let owner = owner.to_owned();
         self.writer
             .write_hot(move |conn| {
-                let applied: Vec<bool> =
+                let applied: Vec<Recorded> =
                     outcomes.iter().map(|outcome| record_outcome(conn, &owner, outcome)).collect::<StoreResult<_>>()?;
                 for (minute, counts) in
-                    MinuteCounts::of(outcomes.iter().zip(&applied).filter(|(_, a)| **a).map(|(o, _)| o))
+                    MinuteCounts::of(outcomes.iter().zip(&applied).filter(|(_, a)| a.recorded()).map(|(o, _)| o))
                 {
                     conn.prepare_cached(
                         "INSERT INTO stats_minute (minute, delivered, failed, delivery_ms) VALUES (?, ?, ?, ?)
@@ -165,15 +165,16 @@ impl QueueStore for SqliteStore {
     }
 }
 
-/// Due, unclaimed deliveries of endpoints without strict ordering, oldest due first.
-const CLAIM_DUE: &str = "UPDATE delivery SET owner = ?1 WHERE id IN (
+/// Due, unclaimed deliveries of endpoints without strict ordering, oldest due first. A
+/// claim's attempt starts after every resend accepted before it: the claim clears `resend`.
+const CLAIM_DUE: &str = "UPDATE delivery SET owner = ?1, resend = 0 WHERE id IN (
          SELECT id FROM delivery WHERE state = 0 AND owner IS NULL AND strict = 0 AND next_at <= ?2
          ORDER BY next_at LIMIT ?3)
      RETURNING id, msg_id, endpoint_id, attempts, next_at, trigger";
 
 /// The head (oldest pending delivery) of each strictly ordered endpoint, if nobody holds it
 /// and it is due: at most one delivery per such endpoint is ever out.
-const CLAIM_HEADS: &str = "UPDATE delivery SET owner = ?1 WHERE id IN (
+const CLAIM_HEADS: &str = "UPDATE delivery SET owner = ?1, resend = 0 WHERE id IN (
          SELECT d.id FROM (SELECT min(id) AS id FROM delivery WHERE state = 0 AND strict = 1 GROUP BY endpoint_id) h
          JOIN delivery d ON d.id = h.id
          WHERE d.owner IS NULL AND d.next_at <= ?2 LIMIT ?3)
@@ -217,7 +218,10 @@ fn claim(
     Ok(out)
 }
 
-fn record_outcome(conn: &Connection, owner: &str, outcome: &OutcomeRecord) -> StoreResult<bool> {
+/// Records one outcome if `owner` still holds the delivery. A resend accepted meanwhile
+/// (`resend`) overrides the outcome's next state: the attempt may have started before the
+/// request, so the delivery goes back, unclaimed, for a manual attempt of its own.
+fn record_outcome(conn: &Connection, owner: &str, outcome: &OutcomeRecord) -> StoreResult<Recorded> {
     let now = now_ms();
     let (state, next_at, keep) = match outcome.next {
         NextState::Delivered => (DeliveryState::Delivered, now, false),
@@ -225,40 +229,54 @@ fn record_outcome(conn: &Connection, owner: &str, outcome: &OutcomeRecord) -> St
         NextState::Dead => (DeliveryState::Dead, now, false),
         NextState::Canceled => (DeliveryState::Canceled, now, false),
     };
-    let changed = conn
+    // Every expression reads the row as it was; `trigger` comes back 1 only for a resend.
+    let trigger: Option<i64> = conn
         .prepare_cached(
-            "UPDATE delivery SET state = ?, attempts = ?, next_at = ?, trigger = 0,
-                owner = CASE WHEN ? THEN owner ELSE NULL END
-             WHERE id = ? AND owner = ?",
+            "UPDATE delivery SET state = CASE WHEN resend THEN 0 ELSE ?1 END,
+                attempts = CASE WHEN resend THEN 0 ELSE ?2 END,
+                next_at = CASE WHEN resend THEN ?3 ELSE ?4 END,
+                trigger = resend,
+                owner = CASE WHEN ?5 AND NOT resend THEN owner ELSE NULL END,
+                resend = 0
+             WHERE id = ?6 AND owner = ?7
+             RETURNING trigger",
         )?
-        .execute(params![state.code(), outcome.attempts, next_at, keep, outcome.delivery_id, owner])?;
-    if changed == 0 {
+        .query_row(params![state.code(), outcome.attempts, now, next_at, keep, outcome.delivery_id, owner], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    let Some(trigger) = trigger else {
         // Our claim was lost (released or taken over): the outcome is not ours to record.
-        return Ok(false);
-    }
+        return Ok(Recorded::ClaimLost);
+    };
     if let Some(attempt) = &outcome.attempt {
         insert_attempt(conn, outcome.delivery_id, attempt)?;
     }
-    Ok(true)
+    Ok(if trigger == 1 { Recorded::Resent } else { Recorded::Applied })
 }
 
 fn requeue(conn: &Connection, request: &Requeue) -> StoreResult<u64> {
     let now = now_ms();
     match request {
         Requeue::Resend { app, msg, endpoint } => {
-            let existing: Option<(i64, i64, Option<String>)> = conn
-                .prepare_cached("SELECT id, state, owner FROM delivery WHERE msg_id = ? AND endpoint_id = ?")?
-                .query_row([msg.as_str(), endpoint.as_str()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .optional()?;
-            match existing {
-                // Already pending and held by a dispatcher: it is about to be attempted anyway.
-                Some((_, 0, Some(_))) => Ok(0),
-                Some((id, _, _)) => Ok(conn.execute(
-                    "UPDATE delivery SET state = 0, attempts = 0, next_at = ?, trigger = 1, owner = NULL WHERE id = ?",
-                    params![now, id],
-                )? as u64),
-                None => insert_manual_delivery(conn, app.as_str(), msg, endpoint, now),
+            // Held pending by a dispatcher, its attempt may be on the wire already: mark it,
+            // so that attempt's outcome requeues it (see `record_outcome`). Otherwise it is
+            // pending again at once, with a fresh retry budget.
+            let changed = conn
+                .prepare_cached(
+                    "UPDATE delivery SET resend = (state = 0 AND owner IS NOT NULL),
+                    attempts = CASE WHEN state = 0 AND owner IS NOT NULL THEN attempts ELSE 0 END,
+                    next_at = CASE WHEN state = 0 AND owner IS NOT NULL THEN next_at ELSE ?1 END,
+                    trigger = CASE WHEN state = 0 AND owner IS NOT NULL THEN trigger ELSE 1 END,
+                    owner = CASE WHEN state = 0 THEN owner ELSE NULL END,
+                    state = 0
+                 WHERE msg_id = ?2 AND endpoint_id = ?3",
+                )?
+                .execute(params![now, msg.as_str(), endpoint.as_str()])?;
+            if changed > 0 {
+                return Ok(changed as u64);
             }
+            insert_manual_delivery(conn, app.as_str(), msg, endpoint, now)
         }
         Requeue::Recover { endpoint, since, until } => Ok(conn.execute(
             "UPDATE delivery SET state = 0, attempts = 0, next_at = ?, trigger = 1, owner = NULL

@@ -10,8 +10,8 @@ use serde::de::DeserializeOwned;
 
 use crate::ids::{AppId, AttemptId, EndpointId, MessageId};
 use crate::store::{
-    App, Attempt, DeliveryState, DeliveryView, Endpoint, EventType, Message, MessageFilter, PageQuery, SealedSecrets,
-    Trigger,
+    App, Attempt, DeliveryState, DeliveryView, Endpoint, EventType, Message, MessageFilter, PageQuery, SealedHeaders,
+    SealedSecrets, Trigger,
 };
 
 pub fn to_json<T: Serialize + ?Sized>(value: &T) -> String {
@@ -68,7 +68,7 @@ pub fn endpoint(row: &Row<'_>) -> rusqlite::Result<Endpoint> {
         channels: opt_json(row, 7)?,
         metadata: from_json(row, 8)?,
         throttle_rate: row.get(9)?,
-        headers: from_json(row, 10)?,
+        headers: SealedHeaders(row.get(10)?),
         secrets: SealedSecrets(row.get(11)?),
         delivery: from_json(row, 12)?,
         request: opt_json(row, 13)?,
@@ -90,7 +90,7 @@ pub fn endpoint_values(e: &Endpoint) -> Vec<Value> {
         opt_json_value(&e.channels).map_or(Value::Null, Value::Text),
         Value::Text(to_json(&e.metadata)),
         e.throttle_rate.map_or(Value::Null, |v| Value::Integer(v.into())),
-        Value::Text(to_json(&e.headers)),
+        Value::Text(e.headers.0.clone()),
         Value::Text(e.secrets.0.clone()),
         Value::Text(to_json(&e.delivery)),
         opt_json_value(&e.request).map_or(Value::Null, Value::Text),

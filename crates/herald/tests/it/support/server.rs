@@ -37,6 +37,33 @@ pub struct Storage {
 }
 
 impl Storage {
+    /// Everything the store holds, as text: on SQLite the raw bytes of every file in the
+    /// data directory (database, WAL, shared memory, anything else); on PostgreSQL every
+    /// row of every table of the `herald` schema. For checks that nothing secret rests in
+    /// plaintext anywhere.
+    pub async fn everything(&self) -> String {
+        let mut text = String::new();
+        for entry in std::fs::read_dir(self.dir.path()).unwrap().flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_file()) {
+                text.push_str(&String::from_utf8_lossy(&std::fs::read(entry.path()).unwrap_or_default()));
+            }
+        }
+        if let Some(url) = &self.database_url {
+            let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+            tokio::spawn(connection);
+            let tables = client
+                .query("SELECT table_name::text FROM information_schema.tables WHERE table_schema = 'herald'", &[])
+                .await
+                .unwrap();
+            for table in tables {
+                let name: String = table.get(0);
+                let sql = format!("SELECT coalesce(string_agg(t::text, E'\\n'), '') FROM herald.{name} t");
+                text.push_str(&client.query_one(&sql, &[]).await.unwrap().get::<_, String>(0));
+            }
+        }
+        text
+    }
+
     /// Storage of the suite's backend.
     pub async fn new() -> Self {
         match backend() {
@@ -197,6 +224,23 @@ impl TestServer {
         }
     }
 
+    /// Signs in to the dashboard the way its sign-in page does (the page's sign-in token,
+    /// its cookie, the token) and returns the `Cookie` header value of the session.
+    pub async fn sign_in(&self, token: &str) -> String {
+        let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+        let page = client.get(self.url("/login")).send().await.unwrap();
+        let login = set_cookie(&page, "herald_login").expect("the sign-in page sets its cookie");
+        let answer = client
+            .post(self.url("/login"))
+            .header("cookie", format!("herald_login={login}"))
+            .form(&[("csrf", login.as_str()), ("token", token)])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), StatusCode::SEE_OTHER, "signed in");
+        format!("herald_session={}", set_cookie(&answer, "herald_session").expect("a session cookie"))
+    }
+
     /// Requests a graceful stop without waiting for it.
     pub fn begin_stop(&self) -> CancellationToken {
         self.shutdown.cancel();
@@ -207,6 +251,14 @@ impl TestServer {
     pub async fn stopped(mut self) -> anyhow::Result<()> {
         self.handle.take().unwrap().await.unwrap()
     }
+}
+
+/// The value a response's `Set-Cookie` gives the cookie `name`, if it sets one.
+pub fn set_cookie(response: &reqwest::Response, name: &str) -> Option<String> {
+    response.headers().get_all("set-cookie").iter().filter_map(|v| v.to_str().ok()).find_map(|v| {
+        let (key, rest) = v.split_once('=')?;
+        (key == name).then(|| rest.split(';').next().unwrap_or_default().to_owned())
+    })
 }
 
 impl Drop for TestServer {
