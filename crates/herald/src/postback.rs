@@ -7,7 +7,9 @@
 //! e.g. `{herald.attempt}`, names built-ins explicitly, and an unknown name there is an
 //! error). Each value is percent-encoded for where it stands: a path segment or a query
 //! component. Macros may not appear in the scheme, host or port: the template must start
-//! with the endpoint `url`'s origin.
+//! with the endpoint `url`'s origin. A rendered path may not contain a `.` or `..` segment
+//! (which a URL parser would resolve, climbing out of the template's path): a template with
+//! one is refused, and a message whose values make one cannot fill the template.
 //!
 //! Templated requests are signed over `{id}.{timestamp}.{request-target}` (path and query
 //! as sent) instead of the body. `{signature}` carries that signature in the URL; it is
@@ -150,6 +152,8 @@ pub enum TemplateError {
     MacroInFragment,
     #[error("the template must keep the scheme, host and port of `url` ({0})")]
     OtherOrigin(String),
+    #[error("the path may not have `.` or `..` segments")]
+    DotSegment,
 }
 
 /// Why a message cannot fill a template (the delivery becomes a dead letter).
@@ -159,6 +163,8 @@ pub enum RenderError {
     Missing(String),
     #[error("the rendered URL does not keep the endpoint's origin")]
     OtherOrigin,
+    #[error("a value makes a `.` or `..` path segment, which would leave the template's path")]
+    DotSegment,
 }
 
 /// What a message offers a template.
@@ -200,7 +206,26 @@ impl Template {
             text = &text[close + 1..];
         }
         parts.push(Part::Literal(text.to_owned()));
-        Ok(Self { parts })
+        let template = Self { parts };
+        if template.has_dot_segment(|| "x".to_owned()) {
+            return Err(TemplateError::DotSegment);
+        }
+        Ok(template)
+    }
+
+    /// Whether the path, with its macros filled in turn by `fill`, has a `.` or `..` segment
+    /// (also percent-encoded: URL parsers read `%2e` as a dot).
+    fn has_dot_segment(&self, mut fill: impl FnMut() -> String) -> bool {
+        let mut path = String::new();
+        for part in &self.parts[1..] {
+            match part {
+                Part::Literal(text) => path.push_str(text),
+                Part::Macro { position: Position::Query, .. } => break,
+                Part::Macro { .. } => path.push_str(&fill()),
+            }
+        }
+        let path = path.split(['?', '#']).next().unwrap_or_default().to_ascii_lowercase().replace("%2e", ".");
+        path.split('/').any(|segment| segment == "." || segment == "..")
     }
 
     /// Whether the template carries the signature in the URL.
@@ -211,6 +236,7 @@ impl Template {
     /// The URL for one attempt. `signature` fills `{signature}` (empty when `None`).
     pub fn render(&self, values: &Values<'_>, signature: Option<&str>) -> Result<String, RenderError> {
         let mut out = String::new();
+        let mut filled = Vec::new();
         for part in &self.parts {
             match part {
                 Part::Literal(text) => out.push_str(text),
@@ -220,9 +246,15 @@ impl Template {
                         Source::Field(path) => field(values.payload, path)?,
                     };
                     let set = if *position == Position::Path { PATH_SEGMENT } else { QUERY_COMPONENT };
-                    out.extend(utf8_percent_encode(&raw, set));
+                    let encoded: String = utf8_percent_encode(&raw, set).collect();
+                    out.push_str(&encoded);
+                    filled.push(encoded);
                 }
             }
+        }
+        let mut values = filled.into_iter();
+        if self.has_dot_segment(|| values.next().unwrap_or_default()) {
+            return Err(RenderError::DotSegment);
         }
         Ok(out)
     }
@@ -352,6 +384,41 @@ mod tests {
         assert_eq!(out.unwrap(), "https://tracker.example/p?q=%C3%A9%23%3F%2B~&t=1700000000&e=conversion");
         let path = render("https://tracker.example/{v}", json!({"v": "ü;x"})).unwrap();
         assert_eq!(path, "https://tracker.example/%C3%BC%3Bx");
+    }
+
+    /// Regression (issue 16, finding 8): `..` rendered into a path segment climbed out of
+    /// the template's path once the URL was parsed.
+    #[test]
+    fn values_that_make_dot_segments_cannot_fill_a_path() {
+        for value in ["..", ".", "%2e%2E", ".%2e"] {
+            let out = render("https://tracker.example/pb/{v}/x?n={attempt}", json!({"v": value}));
+            let escaped = value.contains('%');
+            assert!(escaped || out == Err(RenderError::DotSegment), "{value}: {out:?}");
+            if escaped {
+                assert!(out.unwrap().contains("%25"), "a literal % is escaped, so no dot segment can form");
+            }
+        }
+        let split = render("https://tracker.example/{a}{b}/x", json!({"a": ".", "b": "."}));
+        assert_eq!(split, Err(RenderError::DotSegment));
+        let dotted = Template::parse("https://tracker.example/pb/.{v}/x", &url()).unwrap();
+        let values = Values { message_id: "m", event_type: ".", timestamp: 0, attempt: 1, payload: &json!({"v": "."}) };
+        assert_eq!(dotted.render(&values, None), Err(RenderError::DotSegment));
+        assert_eq!(
+            render("https://tracker.example/pb/{event_type}", json!({})).unwrap(),
+            "https://tracker.example/pb/conversion"
+        );
+        let by_event = Template::parse("https://tracker.example/pb/{event_type}/x", &url()).unwrap();
+        assert_eq!(by_event.render(&values, None), Err(RenderError::DotSegment), "an event type named `.`");
+        // Dots that make no dot segment, and dot values in the query, are fine.
+        let fine = render("https://tracker.example/pb/{v}?q={w}", json!({"v": "...", "w": ".."})).unwrap();
+        assert_eq!(fine, "https://tracker.example/pb/...?q=..");
+        assert_eq!(render("https://tracker.example/a{v}", json!({"v": ".."})).unwrap(), "https://tracker.example/a..");
+        // A template whose own path has one is refused.
+        for template in
+            ["https://tracker.example/a/../{v}", "https://tracker.example/./{v}", "https://tracker.example/%2E%2e/x"]
+        {
+            assert_eq!(Template::parse(template, &url()), Err(TemplateError::DotSegment), "{template}");
+        }
     }
 
     #[test]

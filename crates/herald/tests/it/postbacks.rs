@@ -132,6 +132,45 @@ async fn templates_are_checked_at_registration_and_missing_fields_are_dead_lette
     assert!(tracker.requests().is_empty(), "never a request with an empty value");
 }
 
+/// Regression (issue 16, finding 8): a payload value `..` (or an event type named `..`) in a
+/// path segment climbed out of the template's path once the URL was parsed.
+#[tokio::test]
+async fn values_that_would_climb_out_of_the_template_path_are_dead_letters() {
+    let tracker = Receiver::ok().await;
+    let server = TestServer::start().await;
+    let app = server.create_app("affiliates").await;
+    let base = tracker.url("");
+    let body =
+        json!({"url": tracker.url("/"), "request": {"method": "GET", "urlTemplate": format!("{base}/pb/../admin")}});
+    let (status, answer) = server.post(&format!("/api/v1/app/{app}/endpoint"), body).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "a template with a dot segment: {answer}");
+    let settings =
+        json!({"request": {"method": "GET", "urlTemplate": format!("{base}/pb/{{v}}/{{event_type}}/x?n=1")}});
+    let endpoint = server.create_endpoint(&app, &tracker.url("/"), settings).await;
+    let ep = endpoint["id"].as_str().unwrap();
+    let climbing = [
+        server.send(&app, json!({"eventType": "conversion", "payload": {"v": ".."}})).await,
+        server.send(&app, json!({"eventType": "..", "payload": {"v": "fine"}})).await,
+        server.send(&app, json!({"eventType": "conversion", "payload": {"v": "."}})).await,
+    ];
+    let fine = server.send(&app, json!({"eventType": "conversion", "payload": {"v": "..."}})).await;
+    for msg in &climbing {
+        eventually("a dead letter", || async {
+            (server.delivery_status(&app, msg, ep).await == Some(2)).then_some(())
+        })
+        .await;
+        let attempts = server.attempts(&app, msg).await;
+        assert_eq!(attempts[0]["errorClass"], "template", "{attempts:?}");
+    }
+    let got = tracker.wait_for(None, 1).await;
+    eventually("the fine one delivered", || async {
+        (server.delivery_status(&app, &fine, ep).await == Some(0)).then_some(())
+    })
+    .await;
+    assert_eq!(got.len(), 1, "only the message without a dot segment went out");
+    assert_eq!(got[0].path, "/pb/.../conversion/x");
+}
+
 #[tokio::test]
 async fn form_bodies_and_put_are_supported_and_signed_over_the_target() {
     let tracker = Receiver::ok().await;
