@@ -89,11 +89,15 @@ pub struct AlertsConfig {
     pub settings: crate::alerts::AlertSettings,
 }
 
-/// Fault injection for Herald's own robustness tests; never set in production.
+/// Fault injection for Herald's own robustness tests. Only builds with the
+/// `fault-injection` feature (test builds) accept the `[faults]` settings; the binary users
+/// run refuses them and has no hooks to honour them.
 #[derive(Debug, Clone, Default)]
 pub struct FaultsConfig {
     /// Every attempt of a message of this event type panics inside its worker.
     pub panic_on_event_type: Option<String>,
+    /// The dispatcher's pump panics when it takes a message of this event type.
+    pub panic_pump_on_event_type: Option<String>,
 }
 
 /// Payload fields masked for readers without the `sensitive` permission.
@@ -211,6 +215,7 @@ struct Raw {
     store: RawStore,
     log: RawLog,
     redaction: RawRedaction,
+    #[serde(default)]
     faults: RawFaults,
     alerts: RawAlerts,
     retention: RawRetention,
@@ -253,10 +258,32 @@ struct RawAlerts {
     auto_disable_after_hours: f64,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+/// Not among the embedded defaults: test builds set these through `HERALD_FAULTS__*`.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
 struct RawFaults {
     panic_on_event_type: String,
+    panic_pump_on_event_type: String,
+}
+
+impl RawFaults {
+    fn validate(self) -> anyhow::Result<FaultsConfig> {
+        let faults = FaultsConfig {
+            panic_on_event_type: non_empty(self.panic_on_event_type),
+            panic_pump_on_event_type: non_empty(self.panic_pump_on_event_type),
+        };
+        allow_faults(&faults, cfg!(feature = "fault-injection"))?;
+        Ok(faults)
+    }
+}
+
+/// Fault settings are refused by a build without the hooks that honour them.
+fn allow_faults(faults: &FaultsConfig, hooks_built: bool) -> anyhow::Result<()> {
+    let set = faults.panic_on_event_type.is_some() || faults.panic_pump_on_event_type.is_some();
+    if set && !hooks_built {
+        bail!("the [faults] settings exist only in test builds of Herald (the fault-injection feature)");
+    }
+    Ok(())
 }
 
 #[derive(Deserialize)]
@@ -546,7 +573,7 @@ impl Raw {
             },
             log: LogConfig { json, level: self.log.level },
             redaction: RedactionConfig { fields: self.redaction.fields, keys: self.redaction.keys },
-            faults: FaultsConfig { panic_on_event_type: non_empty(self.faults.panic_on_event_type) },
+            faults: self.faults.validate()?,
             alerts: self.alerts.validate()?,
             retention: self.retention.validate()?,
         })
@@ -570,6 +597,18 @@ mod tests {
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn fault_injection_is_not_part_of_the_default_configuration_and_needs_a_test_build() {
+        assert!(!DEFAULT_TOML.contains("[faults]") && !DEFAULT_TOML.contains("panic"), "no fault hook in the defaults");
+        let defaults = Config::defaults().faults;
+        assert_eq!((defaults.panic_on_event_type, defaults.panic_pump_on_event_type), (None, None));
+        let poison = FaultsConfig { panic_on_event_type: Some("poison".into()), ..Default::default() };
+        let refused = allow_faults(&poison, false).unwrap_err().to_string();
+        assert!(refused.contains("test builds"), "{refused}");
+        assert!(allow_faults(&poison, true).is_ok());
+        assert!(allow_faults(&FaultsConfig::default(), false).is_ok());
     }
 
     #[test]

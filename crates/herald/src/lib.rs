@@ -14,6 +14,7 @@ pub mod catalog;
 pub mod clock;
 pub mod config;
 pub mod dashboard;
+pub mod data_dir;
 pub mod dead_letters;
 pub mod deliver;
 pub mod dispatch;
@@ -35,6 +36,7 @@ pub mod server;
 pub mod signing;
 pub mod ssrf;
 pub mod store;
+pub mod supervisor;
 pub mod telemetry;
 pub mod throttle;
 

@@ -3,10 +3,7 @@
 //! the token is cancelled, then drains (HTTP first, then in-flight attempts) and releases
 //! what it holds. Tests start the real server this way on port 0.
 
-use std::fs::File;
-use std::io::Write;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,6 +15,7 @@ use crate::alerts::{Alerts, Sender};
 use crate::api::{self, AdminToken, ApiSettings, AppState, Limits, RateLimiter};
 use crate::catalog::Catalog;
 use crate::config::{Config, Role};
+use crate::data_dir::DataDir;
 use crate::deliver::{Deliverer, DelivererConfig};
 use crate::dispatch::{DispatchConfig, Dispatcher};
 use crate::endpoint_settings::Defaults;
@@ -32,6 +30,7 @@ use crate::ssrf::Guard;
 use crate::store::Store;
 use crate::store::postgres::{PgOptions, PgStore};
 use crate::store::sqlite::SqliteStore;
+use crate::supervisor::{Liveness, spawn_loop, spawn_task};
 
 /// How often housekeeping runs.
 const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(600);
@@ -46,15 +45,18 @@ pub struct Server {
     catalog: Arc<Catalog>,
     alerts: Arc<Alerts>,
     config: Config,
+    /// Failed once any supervised task fails; the process then stops.
+    liveness: Arc<Liveness>,
     /// Held for the life of the process (SQLite): a second Herald on the same data
     /// directory fails at once.
-    _lock: Option<File>,
+    _data_dir: Option<DataDir>,
 }
 
 impl Server {
     pub async fn build(config: Config) -> anyhow::Result<Self> {
-        let (store, lock, admin_token) = open_store(&config).await?;
-        let keyring = Arc::new(keyring(&config)?);
+        let liveness = Arc::new(Liveness::default());
+        let (store, data_dir, admin_token) = open_store(&config, &liveness).await?;
+        let keyring = Arc::new(keyring(&config, data_dir.as_ref())?);
         let listener = TcpListener::bind(config.server.listen)
             .await
             .with_context(|| format!("binding {}", config.server.listen))?;
@@ -78,17 +80,18 @@ impl Server {
         );
         let metrics = Arc::new(Metrics::default());
         let dispatcher = Dispatcher::new(
-            format!("node-{}", random_token(12)),
             store.clone(),
             catalog.clone(),
             deliverer,
             DispatchConfig {
+                owner: format!("node-{}", random_token(12)),
                 queue: config.queue.clone(),
                 lease: config.queue.lease,
                 max_in_flight: config.delivery.max_in_flight,
-                panic_on_event_type: config.faults.panic_on_event_type.clone(),
+                faults: config.faults.clone(),
             },
             metrics.clone(),
+            liveness.clone(),
         );
         // An API-only process never claims: what it accepts is left for the workers.
         let delivers = config.server.role != Role::Api;
@@ -121,6 +124,7 @@ impl Server {
             )),
             redactor: Arc::new(Redactor::new(config.redaction.fields.clone(), &config.redaction.keys)),
             replays: Default::default(),
+            liveness: liveness.clone(),
         };
         let router = match config.server.role {
             Role::Worker => api::health_router(state),
@@ -134,7 +138,7 @@ impl Server {
             metrics,
             alert_sender(&config)?,
         ));
-        Ok(Self { listener, router, dispatcher, store, catalog, alerts, config, _lock: lock })
+        Ok(Self { listener, router, dispatcher, store, catalog, alerts, config, liveness, _data_dir: data_dir })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -142,37 +146,51 @@ impl Server {
     }
 
     /// Serves until `shutdown` is cancelled, then stops taking requests, lets in-flight
-    /// attempts finish within the grace period, and gives back every held delivery.
+    /// attempts finish within the grace period, and gives back every held delivery. If a
+    /// supervised task fails first, the health check answers 503 at once, the background
+    /// work stops the same way (HTTP last, so the failure stays visible meanwhile), and the
+    /// result is an error, so the process exits non-zero.
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         tracing::info!(addr = %self.local_addr(), role = ?self.config.server.role, "Herald is listening");
-        let stop_background = CancellationToken::new();
-        let dispatcher = match self.config.server.role {
-            Role::All | Role::Worker => Some(tokio::spawn(self.dispatcher.clone().run(stop_background.clone()))),
-            Role::Api => None,
-        };
-        tokio::spawn(self.catalog.clone().follow(self.store.signals().catalog.subscribe(), stop_background.clone()));
-        tokio::spawn(reseal(self.catalog.clone()));
-        if self.config.server.role != Role::Api {
-            tokio::spawn(self.alerts.clone().run(stop_background.clone()));
+        let live = &self.liveness;
+        let stop = CancellationToken::new();
+        let delivers = self.config.server.role != Role::Api;
+        let dispatcher = delivers
+            .then(|| spawn_loop(live, "the dispatcher", stop.clone(), self.dispatcher.clone().run(stop.clone())));
+        let follow = self.catalog.clone().follow(self.store.signals().catalog.subscribe(), stop.clone());
+        spawn_loop(live, "the catalog follower", stop.clone(), follow);
+        spawn_task(live, "the start-up reseal", reseal(self.catalog.clone()));
+        if delivers {
+            spawn_loop(live, "the alert evaluator", stop.clone(), self.alerts.clone().run(stop.clone()));
         }
         let ttl = self.config.server.idempotency_ttl;
-        tokio::spawn(housekeeping::run(self.store.clone(), ttl, HOUSEKEEPING_EVERY, stop_background.clone()));
-        tokio::spawn(housekeeping::retention(
-            self.store.clone(),
-            self.config.retention.clone(),
-            stop_background.clone(),
-        ));
+        let upkeep = housekeeping::run(self.store.clone(), ttl, HOUSEKEEPING_EVERY, stop.clone());
+        spawn_loop(live, "housekeeping", stop.clone(), upkeep);
+        let retention = housekeeping::retention(self.store.clone(), self.config.retention.clone(), stop.clone());
+        spawn_loop(live, "the retention purge", stop.clone(), retention);
+
         // Client addresses feed the failed-authentication budget.
         let service = self.router.into_make_service_with_connect_info::<SocketAddr>();
-        let served = axum::serve(self.listener, service)
-            .with_graceful_shutdown(shutdown.cancelled_owned())
-            .await
-            .context("serving HTTP");
-        stop_background.cancel();
-        if let Some(dispatcher) = dispatcher {
-            dispatcher.await.context("the dispatcher task failed")?;
+        let stop_http = CancellationToken::new();
+        let serving = axum::serve(self.listener, service).with_graceful_shutdown(stop_http.clone().cancelled_owned());
+        let served = tokio::spawn(serving.into_future());
+        let failure = tokio::select! {
+            _ = shutdown.cancelled() => None,
+            reason = live.failed() => Some(reason),
+        };
+        if failure.is_none() {
+            stop_http.cancel();
         }
-        served
+        stop.cancel();
+        if let Some(dispatcher) = dispatcher {
+            let _ = dispatcher.await;
+        }
+        stop_http.cancel();
+        let served = served.await.context("the HTTP server task")?.context("serving HTTP");
+        match live.failure() {
+            Some(reason) => Err(anyhow::anyhow!("stopped after a failure: {reason}")),
+            None => served,
+        }
     }
 }
 
@@ -197,9 +215,12 @@ async fn reseal(catalog: Arc<Catalog>) {
     }
 }
 
-/// Opens the configured store; returns it with the data-directory lock (SQLite) and the
-/// admin token.
-async fn open_store(config: &Config) -> anyhow::Result<(Arc<dyn Store>, Option<File>, String)> {
+/// Opens the configured store; returns it with the data directory (SQLite) and the admin
+/// token.
+async fn open_store(
+    config: &Config,
+    liveness: &Arc<Liveness>,
+) -> anyhow::Result<(Arc<dyn Store>, Option<DataDir>, String)> {
     if let Some(url) = &config.store.database_url {
         let Some(token) = config.auth.admin_token.clone() else {
             bail!(
@@ -213,84 +234,52 @@ async fn open_store(config: &Config) -> anyhow::Result<(Arc<dyn Store>, Option<F
             ingest_linger: config.store.ingest_linger,
             max_payload_bytes: config.server.max_payload_bytes,
         };
-        let store: Arc<dyn Store> = Arc::new(PgStore::connect(url, &options).await?);
+        let store: Arc<dyn Store> = Arc::new(PgStore::connect(url, &options, liveness).await?);
         return Ok((store, None, token));
     }
-    let data_dir = &config.server.data_dir;
-    std::fs::create_dir_all(data_dir).with_context(|| format!("creating data directory {}", data_dir.display()))?;
-    let lock = lock_data_dir(data_dir)?;
-    let token = admin_token(config, data_dir)?;
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&data_dir.join("herald.db"), &config.store)?);
+    let data_dir = DataDir::open(&config.server.data_dir)?;
+    let token = admin_token(config, &data_dir)?;
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&data_dir.database(), &config.store, liveness)?);
     // Only this process can open the database, so every claim left in it belongs to a
     // process that is gone.
     let reclaimed = store.release_all().await?;
     if reclaimed > 0 {
         tracing::info!(reclaimed, "took back deliveries held by a previous process");
     }
-    Ok((store, Some(lock), token))
-}
-
-fn lock_data_dir(data_dir: &Path) -> anyhow::Result<File> {
-    let path = data_dir.join("herald.lock");
-    let file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => {
-            bail!("another Herald process is using the data directory {}", data_dir.display())
-        }
-        Err(std::fs::TryLockError::Error(e)) => Err(e).context("locking the data directory"),
-    }
+    Ok((store, Some(data_dir), token))
 }
 
 /// The configured admin token, or the one generated into the data directory on first start
 /// (mode 0600, printed once).
-fn admin_token(config: &Config, data_dir: &Path) -> anyhow::Result<String> {
+fn admin_token(config: &Config, data_dir: &DataDir) -> anyhow::Result<String> {
     if let Some(token) = &config.auth.admin_token {
         return Ok(token.clone());
     }
-    let (token, generated) = private_file(&data_dir.join("admin-token"), || format!("hrld_{}", random_token(32)))?;
+    let (token, generated) = data_dir.secret("admin-token", || format!("hrld_{}", random_token(32)))?;
     if generated {
-        let path = data_dir.join("admin-token");
+        let path = data_dir.path().join("admin-token");
         println!("Generated an admin token (stored in {}, shown only this once):\n\n    {token}\n", path.display());
     }
     Ok(token)
 }
 
-/// The server key that seals endpoint secrets: configured, or (SQLite only) generated into
+/// The server key that seals secrets at rest: configured, or (SQLite only) generated into
 /// the data directory on first start.
-fn keyring(config: &Config) -> anyhow::Result<Keyring> {
-    let current = match (&config.auth.secret_key, &config.store.database_url) {
+fn keyring(config: &Config, data_dir: Option<&DataDir>) -> anyhow::Result<Keyring> {
+    let current = match (&config.auth.secret_key, data_dir) {
         (Some(key), _) => key.clone(),
-        (None, Some(_)) => bail!(
+        (None, None) => bail!(
             "HERALD_SECRET_KEY is required with PostgreSQL: every process sharing the database must seal endpoint \
              secrets with the same key (generate one with `openssl rand -base64 32`)"
         ),
-        (None, None) => {
-            let path = config.server.data_dir.join("secret-key");
-            let (key, generated) = private_file(&path, generate_key)?;
+        (None, Some(data_dir)) => {
+            let (key, generated) = data_dir.secret("secret-key", generate_key)?;
             if generated {
+                let path = data_dir.path().join("secret-key");
                 tracing::info!(path = %path.display(), "generated the server key that seals endpoint secrets");
             }
             key
         }
     };
     Keyring::new(&current, &config.auth.previous_secret_keys).context("auth.secret_key / HERALD_SECRET_KEY")
-}
-
-/// Reads a one-line private file, creating it (mode 0600) with `generate()` when it does
-/// not exist yet; tells whether it was generated.
-fn private_file(path: &Path, generate: impl FnOnce() -> String) -> anyhow::Result<(String, bool)> {
-    if path.exists() {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        return Ok((text.trim().to_owned(), false));
-    }
-    let value = generate();
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options.open(path).with_context(|| format!("creating {}", path.display()))?;
-    writeln!(file, "{value}")?;
-    file.sync_all()?;
-    Ok((value, true))
 }

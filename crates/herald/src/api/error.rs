@@ -50,6 +50,9 @@ pub enum ApiError {
     PayloadTooLarge(String),
     #[error("service unavailable: {0}")]
     Unavailable(String),
+    /// The process is stopping after one of its tasks failed.
+    #[error("the process is stopping after a failure")]
+    Stopping,
     #[error("too many requests")]
     RateLimited(std::time::Duration),
     #[error("too many failed authentications")]
@@ -83,7 +86,7 @@ impl ApiError {
             Self::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unavailable(_) | Self::Stopping => StatusCode::SERVICE_UNAVAILABLE,
             Self::RateLimited(_) | Self::TooManyFailedAuthentications(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -104,7 +107,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
         let retry_after_secs = match &self {
-            Self::Unavailable(_) => Some(1),
+            Self::Unavailable(_) | Self::Stopping => Some(1),
             Self::RateLimited(wait) | Self::TooManyFailedAuthentications(wait) => {
                 Some(wait.as_millis().div_ceil(1000).max(1) as u64)
             }
@@ -128,6 +131,11 @@ impl IntoResponse for ApiError {
                 tracing::warn!(reason = %why, "answering 503: storage unavailable");
                 ("unavailable", format!("storage is temporarily unavailable ({why}); retry later"))
             }
+            Self::Stopping => (
+                "unavailable",
+                "this Herald process is stopping after an internal failure; retry (it restarts, or another answers)"
+                    .to_owned(),
+            ),
             Self::Internal(e) => {
                 tracing::error!(error = ?e, "internal error while handling a request");
                 ("internal", "internal server error".to_owned())

@@ -143,6 +143,9 @@ pub async fn create_message(
     body: JsonBody<MessageIn>,
 ) -> ApiResult<Response> {
     require_admin_for(&state, &principal, &app_id, "messages are created by the operator's admin token").await?;
+    if state.liveness.failure().is_some() {
+        return Err(ApiError::Stopping);
+    }
     let JsonBody { value: mut input, raw } = body;
     check(&state, &input)?;
     let app = match (state.catalog.app(&app_id).await?, input.application.take()) {

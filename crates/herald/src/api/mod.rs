@@ -42,6 +42,7 @@ use crate::replay::ReplayTasks;
 use crate::sealing::Keyring;
 use crate::ssrf::Guard;
 use crate::store::{App, Endpoint, Message, Store};
+use crate::supervisor::Liveness;
 use idempotency::KeyLocks;
 pub use rate_limit::RateLimiter;
 pub use routes::{Route, Routes};
@@ -84,6 +85,8 @@ pub struct AppState {
     pub rate_limiter: Arc<RateLimiter>,
     pub redactor: Arc<Redactor>,
     pub replays: Arc<ReplayTasks>,
+    /// Whether the process is sound (health checks and ingest read it).
+    pub liveness: Arc<Liveness>,
 }
 
 impl AppState {

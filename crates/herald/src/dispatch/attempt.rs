@@ -74,8 +74,10 @@ impl Dispatcher {
             sequence: job.delivery_id,
             now: now_ms(),
         };
-        let poisoned = self.config.panic_on_event_type.as_deref() == Some(job.message.event_type.as_str());
+        #[cfg(feature = "fault-injection")]
+        let poisoned = self.config.faults.panic_on_event_type.as_deref() == Some(job.message.event_type.as_str());
         let attempt = async move {
+            #[cfg(feature = "fault-injection")]
             if poisoned {
                 panic!("injected fault: faults.panic_on_event_type");
             }

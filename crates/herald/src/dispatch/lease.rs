@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Dispatcher;
 use crate::store::StoreError;
+use crate::supervisor::spawn_loop;
 
 /// Every how many lease beats orphaned claims are swept up regardless.
 const ORPHAN_SWEEP_EVERY: u64 = 10;
@@ -166,9 +167,15 @@ async fn forfeit(dispatcher: &Dispatcher) {
 /// deliveries of processes whose lease expired (every process does it; it is idempotent).
 pub async fn keep(dispatcher: Arc<Dispatcher>, shutdown: CancellationToken) {
     if !dispatcher.store.shared() {
-        return;
+        // Nothing to renew on a store only this process opens: it runs until told to stop.
+        return shutdown.cancelled().await;
     }
-    let reaper = tokio::spawn(reap(dispatcher.clone(), shutdown.clone()));
+    let reaper = spawn_loop(
+        &dispatcher.liveness,
+        "the lease reaper",
+        shutdown.clone(),
+        reap(dispatcher.clone(), shutdown.clone()),
+    );
     let lease = dispatcher.config.lease;
     let mut beat = tokio::time::interval(lease / 4);
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -26,21 +26,24 @@ use lanes::Lanes;
 
 use crate::catalog::Catalog;
 use crate::clock::{Millis, now_ms};
-use crate::config::QueueConfig;
+use crate::config::{FaultsConfig, QueueConfig};
 use crate::deliver::Deliverer;
 use crate::metrics::Metrics;
 use crate::store::Store;
+use crate::supervisor::{Liveness, spawn_loop};
 
 /// Settings the dispatcher runs with.
 #[derive(Debug, Clone)]
 pub struct DispatchConfig {
+    /// The owner name its claims carry.
+    pub owner: String,
     pub queue: QueueConfig,
     /// How long a claim outlives its process's last heartbeat (shared stores).
     pub lease: Duration,
     /// Attempts in flight at once across all applications.
     pub max_in_flight: usize,
-    /// Fault injection (tests only): attempts of messages of this event type panic.
-    pub panic_on_event_type: Option<String>,
+    /// Fault injection (test builds only).
+    pub faults: FaultsConfig,
 }
 
 /// How often a pump waiting for its lease to be renewed looks again.
@@ -48,6 +51,10 @@ const LEASE_RECHECK: Duration = Duration::from_millis(50);
 
 /// How often the latency histograms are flushed to the store.
 const LATENCY_FLUSH: Duration = Duration::from_secs(5);
+
+/// The most a process that failed waits for its attempts in flight before it gives back
+/// what it holds and exits (the configured grace, if shorter).
+const FAILURE_GRACE: Duration = Duration::from_secs(5);
 
 pub struct Dispatcher {
     /// The owner name this process's claims carry, and its lease on a shared store.
@@ -69,20 +76,22 @@ pub struct Dispatcher {
     outcomes_rx: Mutex<Option<outcomes::Receiver>>,
     latency: Arc<latency::Tracker>,
     metrics: Arc<Metrics>,
+    /// Fails the process when one of the dispatcher's loops fails.
+    liveness: Arc<Liveness>,
 }
 
 impl Dispatcher {
     pub fn new(
-        owner: String,
         store: Arc<dyn Store>,
         catalog: Arc<Catalog>,
         deliverer: Deliverer,
         config: DispatchConfig,
         metrics: Arc<Metrics>,
+        liveness: Arc<Liveness>,
     ) -> Arc<Self> {
         let (outcomes, outcomes_rx) = outcomes::channel();
         Arc::new(Self {
-            lease: lease::Lease::new(owner, store.shared()),
+            lease: lease::Lease::new(config.owner.clone(), store.shared()),
             store,
             catalog,
             deliverer,
@@ -96,6 +105,7 @@ impl Dispatcher {
             outcomes_rx: Mutex::new(Some(outcomes_rx)),
             latency: Arc::default(),
             metrics,
+            liveness,
             config,
         })
     }
@@ -187,25 +197,33 @@ impl Dispatcher {
     }
 
     /// Runs the pump and the loader until `shutdown`, then lets in-flight attempts finish
-    /// within the grace period and gives every held delivery back to the store.
+    /// within the grace period and gives every held delivery back to the store. Every loop
+    /// runs supervised: one that fails fails the process, which then stops the same way
+    /// (with a shorter grace).
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let rx = self.outcomes_rx.lock().unwrap_or_else(|p| p.into_inner()).take().expect("run is called once");
         self.restore().await;
+        let live = &self.liveness;
         let stop_latency = CancellationToken::new();
-        let flusher =
-            tokio::spawn(latency::run(self.latency.clone(), self.store.clone(), LATENCY_FLUSH, stop_latency.clone()));
+        let flush = latency::run(self.latency.clone(), self.store.clone(), LATENCY_FLUSH, stop_latency.clone());
+        let flusher = spawn_loop(live, "the latency flush", stop_latency.clone(), flush);
         let stop_outcomes = CancellationToken::new();
-        let writer = tokio::spawn(outcomes::run(self.clone(), rx, stop_outcomes.clone()));
+        let outcomes = outcomes::run(self.clone(), rx, stop_outcomes.clone());
+        let writer = spawn_loop(live, "the outcome writer", stop_outcomes.clone(), outcomes);
         lease::register(&self).await;
-        let loader = tokio::spawn(loader::run(self.clone(), shutdown.clone()));
+        let loader = spawn_loop(live, "the loader", shutdown.clone(), loader::run(self.clone(), shutdown.clone()));
         // The lease is kept until the claims are given back: a lease lapsing while the last
         // attempts finish would let another process send them again.
         let stop_lease = CancellationToken::new();
-        let leases = tokio::spawn(lease::keep(self.clone(), stop_lease.clone()));
-        self.clone().pump(shutdown).await;
+        let leases =
+            spawn_loop(live, "the lease renewal", stop_lease.clone(), lease::keep(self.clone(), stop_lease.clone()));
+        let _ = spawn_loop(live, "the pump", shutdown.clone(), self.clone().pump(shutdown.clone())).await;
         let _ = loader.await;
         self.attempts.close();
-        let grace = self.config.queue.shutdown_grace;
+        let grace = match live.failure() {
+            Some(_) => self.config.queue.shutdown_grace.min(FAILURE_GRACE),
+            None => self.config.queue.shutdown_grace,
+        };
         if tokio::time::timeout(grace, self.attempts.wait()).await.is_err() {
             tracing::warn!(?grace, "attempts still in flight after the grace period; their deliveries will be retried");
         }
@@ -263,6 +281,10 @@ impl Dispatcher {
                     (lanes.pop(now), lanes.next_due())
                 };
                 if let Some(job) = job {
+                    #[cfg(feature = "fault-injection")]
+                    if self.config.faults.panic_pump_on_event_type.as_deref() == Some(&*job.message.event_type) {
+                        panic!("injected fault: faults.panic_pump_on_event_type");
+                    }
                     break job;
                 }
                 tokio::select! {

@@ -335,3 +335,52 @@ async fn overwrite_column(storage: &Storage, column: &str, endpoint: &str, value
         }
     }
 }
+
+/// The mode bits of a path (permissions only).
+fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+/// Regression (issue 16, finding 7): the database files were 0644 and the data directory
+/// 0755, and an `admin-token` file others could read was accepted silently.
+#[tokio::test]
+async fn the_data_directory_and_its_files_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let storage = Storage::sqlite();
+    let dir = storage.dir.path().join("data");
+    let without_token = |c: &mut herald::Config| {
+        c.server.data_dir = dir.clone();
+        c.auth.admin_token = None;
+        c.auth.secret_key = None;
+    };
+    let server = TestServer::start_on(&storage, without_token).await;
+    let app = server.create_app_with_token(&std::fs::read_to_string(dir.join("admin-token")).unwrap()).await;
+    assert!(app.starts_with("app_"));
+    assert_eq!(mode(&dir), 0o700, "the data directory");
+    for file in ["herald.db", "herald.db-wal", "herald.db-shm", "herald.lock", "admin-token", "secret-key"] {
+        assert_eq!(mode(&dir.join(file)), 0o600, "{file}");
+    }
+    server.stop().await;
+
+    // Modes loosened by hand (or by an earlier version) are tightened at the next start.
+    for (path, loose) in [(dir.clone(), 0o755), (dir.join("herald.db"), 0o644), (dir.join("herald.db-wal"), 0o644)] {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(loose)).unwrap();
+    }
+    let server = TestServer::start_on(&storage, without_token).await;
+    assert_eq!(mode(&dir), 0o700);
+    assert_eq!(mode(&dir.join("herald.db")), 0o600);
+    assert_eq!(mode(&dir.join("herald.db-wal")), 0o600);
+    server.stop().await;
+
+    // A secret file others can read is refused, saying why.
+    for secret in ["admin-token", "secret-key"] {
+        std::fs::set_permissions(dir.join(secret), std::fs::Permissions::from_mode(0o644)).unwrap();
+        let mut config = crate::support::server::test_config(&storage);
+        without_token(&mut config);
+        let refused = herald::Server::build(config).await.err().expect("a readable secret file is refused");
+        let text = format!("{refused:#}");
+        assert!(text.contains(secret) && text.contains("other users") && text.contains("chmod 600"), "{text}");
+        std::fs::set_permissions(dir.join(secret), std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+}

@@ -1,4 +1,5 @@
-//! Process lifecycle: graceful shutdown with work in flight, and SIGKILL under load.
+//! Process lifecycle: graceful shutdown with work in flight, SIGKILL under load, and a
+//! process whose dispatcher fails: unhealthy at once, then gone with a non-zero exit.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -132,4 +133,80 @@ async fn sigkill_under_load_loses_no_accepted_message() {
     })
     .await;
     second.kill();
+}
+
+/// A panic in the dispatcher's pump (injected: test builds only) used to stop all delivery
+/// while the API kept answering 202. Now the health check says 503 at once, new messages are
+/// refused, the process exits non-zero within seconds, and a restart delivers everything
+/// accepted before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pump_that_panics_makes_the_process_unhealthy_and_exit_and_nothing_accepted_is_lost() {
+    let slow = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let flag = slow.clone();
+    let receiver = Receiver::start(move |_, _| {
+        let delay = if flag.load(std::sync::atomic::Ordering::SeqCst) { 2000 } else { 0 };
+        Reply::ok().after(Duration::from_millis(delay))
+    })
+    .await;
+    let storage = Storage::new().await;
+    let failing = Process::start_with(&storage, &[("HERALD_FAULTS__PANIC_PUMP_ON_EVENT_TYPE", "boom")]);
+    let base = failing.base.clone();
+    let client = reqwest::Client::new();
+    let post = |path: String, body: serde_json::Value| {
+        client.post(format!("{base}{path}")).bearer_auth(ADMIN_TOKEN).json(&body).send()
+    };
+    let app: serde_json::Value = post("/api/v1/app".into(), json!({"name": "a"})).await.unwrap().json().await.unwrap();
+    let app = app["id"].as_str().unwrap().to_owned();
+    let endpoint: serde_json::Value =
+        post(format!("/api/v1/app/{app}/endpoint"), json!({"url": receiver.url("/hook")}))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+    let endpoint = endpoint["id"].as_str().unwrap().to_owned();
+    let health = || client.get(format!("{base}/api/v1/health")).send();
+    assert_eq!(health().await.unwrap().status(), StatusCode::NO_CONTENT);
+    let mut accepted = Vec::new();
+    for event_type in ["a", "a", "a", "boom"] {
+        let answer = post(format!("/api/v1/app/{app}/msg"), json!({"eventType": event_type, "payload": {}})).await;
+        let answer = answer.unwrap();
+        assert_eq!(answer.status(), StatusCode::ACCEPTED);
+        accepted.push(answer.json::<serde_json::Value>().await.unwrap()["id"].as_str().unwrap().to_owned());
+    }
+    // The first attempts hold the receiver for two seconds: the process drains them
+    // before it exits, and says it is unhealthy meanwhile.
+    let unhealthy = eventually("the health check to fail", || async {
+        let answer = health().await.ok()?;
+        (answer.status() == StatusCode::SERVICE_UNAVAILABLE).then_some(answer)
+    })
+    .await;
+    let body: serde_json::Value = unhealthy.json().await.unwrap();
+    assert_eq!(body["code"], "unhealthy");
+    assert!(body["detail"].as_str().unwrap().contains("the pump panicked"), "{body}");
+    let refused = post(format!("/api/v1/app/{app}/msg"), json!({"eventType": "a", "payload": {}})).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE, "nothing new is accepted by a failing process");
+    let started = std::time::Instant::now();
+    let (status, log) =
+        tokio::task::spawn_blocking(move || failing.wait(Duration::from_secs(20))).await.unwrap().expect("it exits");
+    assert_eq!(status.code(), Some(1), "a non-zero exit, so a service manager restarts it:\n{log}");
+    assert!(started.elapsed() < Duration::from_secs(10), "within seconds: {:?}", started.elapsed());
+    assert!(log.contains("the pump panicked"), "the log says why:\n{log}");
+
+    slow.store(false, std::sync::atomic::Ordering::SeqCst);
+    let restarted = Process::start(&storage);
+    let base = restarted.base.clone();
+    eventually("everything accepted delivered after the restart", || async {
+        let mut delivered = 0;
+        for msg in &accepted {
+            let url = format!("{base}/api/v1/app/{app}/msg/{msg}/endpoint");
+            let list: serde_json::Value =
+                client.get(&url).bearer_auth(ADMIN_TOKEN).send().await.ok()?.json().await.ok()?;
+            let done = list["data"].as_array()?.iter().any(|d| d["id"] == endpoint.as_str() && d["status"] == 0);
+            delivered += usize::from(done);
+        }
+        (delivered == accepted.len()).then_some(())
+    })
+    .await;
+    restarted.kill();
 }

@@ -321,6 +321,7 @@ async fn processes_starting_together_apply_each_migration_once() {
     }
     let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(connection);
-    let rows = client.query("SELECT version FROM herald.schema_migrations", &[]).await.unwrap();
-    assert_eq!(rows.len(), 1, "version 1 recorded once");
+    let rows = client.query("SELECT version FROM herald.schema_migrations ORDER BY version", &[]).await.unwrap();
+    let versions: Vec<i32> = rows.iter().map(|r| r.get(0)).collect();
+    assert_eq!(versions, [1, 2], "each version recorded once");
 }

@@ -1,5 +1,6 @@
 //! Redaction: unique canary strings planted in every secret Herald handles (the admin
-//! token, the server key, an endpoint secret, a portal token, a signature, URL userinfo)
+//! token, the server key, an endpoint secret, an endpoint header, a portal token (issued
+//! under an idempotency key and replayed), a dashboard session, a signature, URL userinfo)
 //! and in payloads; a real `herald serve` runs at the most verbose log level, and none of
 //! them may appear anywhere in what it wrote. Sensitive payload fields are masked in API
 //! listings for tokens without the `sensitive` permission.
@@ -42,6 +43,7 @@ async fn no_secret_token_signature_or_payload_reaches_the_logs() {
     let payload_canary = unique("CANARYPAYLOAD");
     let click_canary = unique("CANARYCLICK");
     let password = unique("CANARYPASS");
+    let header = unique("CANARYHEADER");
     let receiver =
         Receiver::start(|_, n| if n == 0 { Reply::status(500).body("try again") } else { Reply::ok() }).await;
     let storage = Storage::new().await;
@@ -61,7 +63,8 @@ async fn no_secret_token_signature_or_payload_reaches_the_logs() {
         .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     let retry = json!({"retry": {"strategy": "schedule", "delaysMs": [10], "jitterPercent": 0}});
-    let endpoint = json!({"url": receiver.url("/hook"), "secret": endpoint_secret, "delivery": retry});
+    let endpoint = json!({"url": receiver.url("/hook"), "secret": endpoint_secret, "delivery": retry,
+                          "headers": {"Authorization": format!("Bearer {header}")}});
     let (status, _) = api.call(post.clone(), &admin, &format!("/api/v1/app/{app}/endpoint"), Some(endpoint)).await;
     assert_eq!(status, StatusCode::CREATED);
     let message = json!({"eventType": "conversion", "payload": {"note": payload_canary, "click_id": click_canary}});
@@ -70,9 +73,22 @@ async fn no_secret_token_signature_or_payload_reaches_the_logs() {
     let got = receiver.wait_for(Some("/hook"), 2).await;
     let signature = got[1].header("webhook-signature").split(' ').next().unwrap().split(',').nth(1).unwrap().to_owned();
 
-    let (_, portal) =
-        api.call(post.clone(), &admin, &format!("/api/v1/auth/app-portal-access/{app}"), Some(json!({}))).await;
+    // Issued under an idempotency key, then replayed from its sealed copy.
+    let access = || {
+        api.http
+            .post(format!("{}/api/v1/auth/app-portal-access/{app}", api.base))
+            .bearer_auth(&admin)
+            .header("idempotency-key", "portal-once")
+            .json(&json!({}))
+            .send()
+    };
+    let portal: Value = access().await.unwrap().json().await.unwrap();
     let portal = portal["token"].as_str().unwrap().to_owned();
+    let again: Value = access().await.unwrap().json().await.unwrap();
+    assert_eq!(again["token"], portal.as_str());
+    let session = crate::support::server::sign_in(&herald.base, &admin).await;
+    let page = api.http.get(format!("{}/", api.base)).header("cookie", &session).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
     let (status, _) = api.call(get.clone(), &portal, &format!("/api/v1/app/{app}/msg"), None).await;
     assert_eq!(status, StatusCode::OK);
     let (status, _) = api.call(get, "not-a-token", &format!("/api/v1/app/{app}/msg"), None).await;
@@ -88,6 +104,8 @@ async fn no_secret_token_signature_or_payload_reaches_the_logs() {
         ("the endpoint secret", endpoint_secret.as_str()),
         ("the endpoint secret's key", endpoint_secret.trim_start_matches("whsec_")),
         ("a portal token", portal.as_str()),
+        ("an endpoint header", header.as_str()),
+        ("a dashboard session", session.trim_start_matches("herald_session=")),
         ("a signature", signature.as_str()),
         ("URL userinfo", password.as_str()),
         ("a payload", payload_canary.as_str()),
@@ -178,7 +196,7 @@ async fn postback_fields_stay_out_of_logs_attempt_urls_and_masked_views() {
     assert!(!listed.contains(&click) && !listed.contains(&payout), "masked for the portal token: {listed}");
     let page = reqwest::Client::new()
         .get(format!("{}/app/{app}/msg/{msg}", herald.base))
-        .header("cookie", format!("herald_session={portal}"))
+        .header("cookie", crate::support::server::sign_in(&herald.base, &portal).await)
         .send()
         .await
         .unwrap()

@@ -11,6 +11,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use super::db_err;
 use crate::store::{IdempotencyRecord, IngestResult, NewMessage, StoreError, StoreResult, StoredResponse};
+use crate::supervisor::{Liveness, spawn_task};
 
 /// Batches committing at the same time.
 const CONCURRENT_BATCHES: usize = 4;
@@ -22,9 +23,10 @@ pub struct Batcher {
 }
 
 impl Batcher {
-    pub fn start(pool: Pool, max: usize, linger: Duration) -> Self {
+    /// Starts the batcher; it runs until the store is dropped (a panic fails the process).
+    pub fn start(pool: Pool, max: usize, linger: Duration, liveness: &Arc<Liveness>) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(pool, rx, max, linger));
+        spawn_task(liveness, "the ingest batcher", run(pool, rx, max, linger));
         Self { tx }
     }
 

@@ -4,6 +4,7 @@
 //! re-read (the catalog is flushed and the loader woken), so a lost notification costs at
 //! most one poll interval.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -11,9 +12,10 @@ use tokio_postgres::{AsyncMessage, NoTls};
 
 use crate::ids::{AppId, EndpointId};
 use crate::store::{CatalogChange, Signals};
+use crate::supervisor::{Liveness, spawn_task};
 
-pub fn start(config: tokio_postgres::Config, signals: Signals) {
-    tokio::spawn(async move {
+pub fn start(config: tokio_postgres::Config, signals: Signals, liveness: &Arc<Liveness>) {
+    spawn_task(liveness, "the notification listener", async move {
         let mut delay = Duration::from_millis(200);
         loop {
             match listen(&config, &signals).await {

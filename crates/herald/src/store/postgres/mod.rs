@@ -15,6 +15,7 @@ mod migrate;
 mod queue;
 mod rows;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -23,6 +24,7 @@ use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 
 use crate::store::{Signals, Store, StoreError};
+use crate::supervisor::Liveness;
 
 pub use migrate::migrate;
 
@@ -57,7 +59,9 @@ impl Store for PgStore {
 impl PgStore {
     /// Connects (waiting for the database to come up), applies migrations and starts the
     /// notification listener.
-    pub async fn connect(url: &str, options: &PgOptions) -> anyhow::Result<Self> {
+    /// Connects, migrates, and starts the notification listener and the ingest batcher
+    /// (their failure fails the process: `liveness`).
+    pub async fn connect(url: &str, options: &PgOptions, liveness: &Arc<Liveness>) -> anyhow::Result<Self> {
         let config: tokio_postgres::Config = url.parse().context("parsing the database URL")?;
         let manager =
             Manager::from_config(config.clone(), NoTls, ManagerConfig { recycling_method: RecyclingMethod::Verified });
@@ -80,8 +84,8 @@ impl PgStore {
             )
             .await?;
         let signals = Signals::default();
-        listen::start(config, signals.clone());
-        let ingest = ingest::Batcher::start(pool.clone(), options.ingest_batch_max, options.ingest_linger);
+        listen::start(config, signals.clone(), liveness);
+        let ingest = ingest::Batcher::start(pool.clone(), options.ingest_batch_max, options.ingest_linger, liveness);
         Ok(Self { pool, ingest, signals })
     }
 
@@ -171,7 +175,8 @@ mod tests {
                 ingest_linger: Duration::from_millis(1),
                 max_payload_bytes: 262_144,
             };
-            Self { store: PgStore::connect(&url, &options).await.unwrap(), _cluster: cluster }
+            let liveness = Arc::default();
+            Self { store: PgStore::connect(&url, &options, &liveness).await.unwrap(), _cluster: cluster }
         }
 
         fn store(&self) -> &dyn Store {

@@ -12,12 +12,14 @@ mod rows;
 mod writer;
 
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::Context;
 use rusqlite::{Connection, OpenFlags};
 
 use crate::config::StoreConfig;
 use crate::store::{Signals, Store, StoreError};
+use crate::supervisor::Liveness;
 use readers::Readers;
 use writer::{Batching, Writer};
 
@@ -43,8 +45,9 @@ impl Store for SqliteStore {
 }
 
 impl SqliteStore {
-    /// Opens (creating if needed) the database at `path` and brings its schema up to date.
-    pub fn open(path: &Path, config: &StoreConfig) -> anyhow::Result<Self> {
+    /// Opens (creating if needed) the database at `path` and brings its schema up to date;
+    /// a panic of its writer thread fails the process (`liveness`).
+    pub fn open(path: &Path, config: &StoreConfig, liveness: &Arc<Liveness>) -> anyhow::Result<Self> {
         let conn = Connection::open(path).with_context(|| format!("opening {}", path.display()))?;
         // Page caches: the hot pages (right edges, the tenants' index leaves) fit many times
         // over; larger caches only filled with a backlog's pages (RSS 165 MB instead of 130
@@ -77,7 +80,8 @@ impl SqliteStore {
             commit_interval: config.commit_interval,
             checkpoint_interval: config.checkpoint_interval,
         };
-        Ok(Self { writer: Writer::start(conn, batching), readers: Readers::new(readers), signals: Signals::default() })
+        let writer = Writer::start(conn, batching, liveness);
+        Ok(Self { writer, readers: Readers::new(readers), signals: Signals::default() })
     }
 }
 
@@ -142,7 +146,8 @@ mod tests {
     impl Fixture {
         async fn new() -> Self {
             let dir = tempfile::tempdir().unwrap();
-            let store = SqliteStore::open(&dir.path().join("herald.db"), &Config::defaults().store).unwrap();
+            let store =
+                SqliteStore::open(&dir.path().join("herald.db"), &Config::defaults().store, &Arc::default()).unwrap();
             Self { store, _dir: dir }
         }
 
@@ -169,8 +174,8 @@ mod tests {
             created_at: 1,
             updated_at: 1,
         };
-        SqliteStore::open(&path, &config).unwrap().insert_app(&app).await.unwrap();
-        let reopened = SqliteStore::open(&path, &config).unwrap();
+        SqliteStore::open(&path, &config, &Arc::default()).unwrap().insert_app(&app).await.unwrap();
+        let reopened = SqliteStore::open(&path, &config, &Arc::default()).unwrap();
         assert_eq!(reopened.app("kept").await.unwrap(), Some(app));
     }
 }

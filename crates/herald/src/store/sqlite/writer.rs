@@ -21,6 +21,7 @@
 //! checkpointer running beside a busy writer never sees that moment, and the log grows
 //! until a blocking truncation stalls every commit.
 
+use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
@@ -29,6 +30,7 @@ use tokio::sync::oneshot;
 
 use super::map_err;
 use crate::store::{StoreError, StoreResult};
+use crate::supervisor::{Liveness, spawn_thread};
 
 /// Delivers an operation's result once the batch's commit outcome is known.
 type Finish = Box<dyn FnOnce(StoreResult<()>) + Send>;
@@ -83,13 +85,11 @@ pub struct Batching {
 }
 
 impl Writer {
-    /// Starts the writer thread on `conn`.
-    pub fn start(conn: Connection, batching: Batching) -> Self {
+    /// Starts the writer thread on `conn`; it runs until the store is dropped (a panic
+    /// fails the process).
+    pub fn start(conn: Connection, batching: Batching, liveness: &Arc<Liveness>) -> Self {
         let (ops, rx) = mpsc::channel();
-        std::thread::Builder::new()
-            .name("herald-sqlite-writer".into())
-            .spawn(move || run(conn, rx, batching))
-            .expect("spawning the writer thread");
+        spawn_thread(liveness, "herald sqlite writer", move || run(conn, rx, batching));
         Self { ops }
     }
 
@@ -249,7 +249,7 @@ mod tests {
             commit_interval: Duration::from_millis(20),
             checkpoint_interval: Duration::from_secs(1),
         };
-        (Writer::start(conn, batching), dir)
+        (Writer::start(conn, batching, &Arc::default()), dir)
     }
 
     fn insert(x: i64) -> impl FnOnce(&Connection) -> StoreResult<()> + Send + 'static {

@@ -84,6 +84,21 @@ impl Process {
         (status, self.output())
     }
 
+    /// Waits up to `limit` for the process to exit by itself; its exit status and whole
+    /// output, or `None` if it is still running then (it is killed).
+    pub fn wait(mut self, limit: std::time::Duration) -> Option<(std::process::ExitStatus, String)> {
+        let deadline = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                return Some((status, self.output()));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        self.kill();
+        None
+    }
+
     pub fn kill(mut self) {
         self.child.kill().unwrap(); // SIGKILL
         self.child.wait().unwrap();

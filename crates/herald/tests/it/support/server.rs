@@ -179,6 +179,14 @@ impl TestServer {
         app["id"].as_str().unwrap().to_owned()
     }
 
+    /// Creates an application with another admin token (a generated one) and returns its id.
+    pub async fn create_app_with_token(&self, token: &str) -> String {
+        let answer = self.client.post(self.url("/api/v1/app")).bearer_auth(token.trim()).json(&json!({"name": "a"}));
+        let answer = answer.send().await.expect("the server answers");
+        assert_eq!(answer.status(), StatusCode::CREATED);
+        answer.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned()
+    }
+
     /// Creates an endpoint (extra fields merged into the body) and returns its JSON.
     pub async fn create_endpoint(&self, app: &str, url: &str, extra: Value) -> Value {
         let mut body = json!({"url": url});
@@ -224,21 +232,9 @@ impl TestServer {
         }
     }
 
-    /// Signs in to the dashboard the way its sign-in page does (the page's sign-in token,
-    /// its cookie, the token) and returns the `Cookie` header value of the session.
+    /// Signs in to the dashboard; see [`sign_in`].
     pub async fn sign_in(&self, token: &str) -> String {
-        let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
-        let page = client.get(self.url("/login")).send().await.unwrap();
-        let login = set_cookie(&page, "herald_login").expect("the sign-in page sets its cookie");
-        let answer = client
-            .post(self.url("/login"))
-            .header("cookie", format!("herald_login={login}"))
-            .form(&[("csrf", login.as_str()), ("token", token)])
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(answer.status(), StatusCode::SEE_OTHER, "signed in");
-        format!("herald_session={}", set_cookie(&answer, "herald_session").expect("a session cookie"))
+        sign_in(&self.url(""), token).await
     }
 
     /// Requests a graceful stop without waiting for it.
@@ -251,6 +247,23 @@ impl TestServer {
     pub async fn stopped(mut self) -> anyhow::Result<()> {
         self.handle.take().unwrap().await.unwrap()
     }
+}
+
+/// Signs in to the dashboard at `base` the way its sign-in page does (the page's sign-in
+/// token, its cookie, the token) and returns the `Cookie` header value of the session.
+pub async fn sign_in(base: &str, token: &str) -> String {
+    let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let page = client.get(format!("{base}/login")).send().await.unwrap();
+    let login = set_cookie(&page, "herald_login").expect("the sign-in page sets its cookie");
+    let answer = client
+        .post(format!("{base}/login"))
+        .header("cookie", format!("herald_login={login}"))
+        .form(&[("csrf", login.as_str()), ("token", token)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), StatusCode::SEE_OTHER, "signed in");
+    format!("herald_session={}", set_cookie(&answer, "herald_session").expect("a session cookie"))
 }
 
 /// The value a response's `Set-Cookie` gives the cookie `name`, if it sets one.
