@@ -1,6 +1,7 @@
 //! The `herald` command: `serve` runs the API and the delivery workers.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -74,7 +75,10 @@ fn main() -> anyhow::Result<()> {
                 runtime.worker_threads(threads);
             }
             let runtime = runtime.enable_all().build().context("starting the runtime")?;
-            runtime.block_on(serve(config))
+            let served = runtime.block_on(serve(config));
+            // Whatever is still running (a blocking read) does not hold up the exit.
+            runtime.shutdown_timeout(Duration::from_millis(500));
+            served
         }
         Command::Bench(args) => {
             let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;

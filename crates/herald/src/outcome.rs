@@ -1,5 +1,6 @@
-//! What an attempt's result means: the classification table of PRODUCT.md and the decision
-//! it leads to (delivered, retry at a time, or dead letter). Pure functions only.
+//! What an attempt's result means: Herald's classification table (README, *What Herald
+//! guarantees*) and the decision it leads to (delivered, retry at a time, or dead letter).
+//! Pure functions only.
 
 use std::time::Duration;
 
@@ -40,7 +41,7 @@ pub enum Failure {
     Internal,
 }
 
-/// The classification column of PRODUCT.md's outcome table.
+/// The classification column of the outcome table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OutcomeClass {
     Delivered,
@@ -60,7 +61,7 @@ pub enum RetryOn {
     RateLimitOnly,
 }
 
-/// Classifies a result per PRODUCT.md. A 3xx is a failed attempt (redirects are never
+/// Classifies a result. A 3xx is a failed attempt (redirects are never
 /// followed); it is treated as transient because a redirect is often a maintenance page.
 pub fn classify(result: &AttemptResult) -> OutcomeClass {
     match result {

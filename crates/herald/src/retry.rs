@@ -57,7 +57,7 @@ fn default_max_attempts() -> u32 {
 }
 
 impl Default for RetryPolicy {
-    /// PRODUCT.md's default: uniform(0, min(30 s · 2ⁿ, 1 h)), 12 attempts in all.
+    /// The default: uniform(0, min(30 s · 2ⁿ, 1 h)), 12 attempts in all.
     fn default() -> Self {
         Self::Exponential {
             base_ms: default_base_ms(),

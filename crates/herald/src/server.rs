@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::alerts::{Alerts, Sender};
@@ -145,15 +146,10 @@ impl Server {
         self.listener.local_addr().expect("a bound listener has an address")
     }
 
-    /// Serves until `shutdown` is cancelled, then stops taking requests, lets in-flight
-    /// attempts finish within the grace period, and gives back every held delivery. If a
-    /// supervised task fails first, the health check answers 503 at once, the background
-    /// work stops the same way (HTTP last, so the failure stays visible meanwhile), and the
-    /// result is an error, so the process exits non-zero.
-    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        tracing::info!(addr = %self.local_addr(), role = ?self.config.server.role, "Herald is listening");
+    /// Starts every background task, supervised, until `stop`; returns the dispatcher's
+    /// (the one whose end matters), if this process delivers.
+    fn start_background(&self, stop: &CancellationToken) -> Option<JoinHandle<()>> {
         let live = &self.liveness;
-        let stop = CancellationToken::new();
         let delivers = self.config.server.role != Role::Api;
         let dispatcher = delivers
             .then(|| spawn_loop(live, "the dispatcher", stop.clone(), self.dispatcher.clone().run(stop.clone())));
@@ -168,7 +164,19 @@ impl Server {
         spawn_loop(live, "housekeeping", stop.clone(), upkeep);
         let retention = housekeeping::retention(self.store.clone(), self.config.retention.clone(), stop.clone());
         spawn_loop(live, "the retention purge", stop.clone(), retention);
+        dispatcher
+    }
 
+    /// Serves until `shutdown` is cancelled, then stops taking requests, lets in-flight
+    /// attempts finish within the grace period, and gives back every held delivery. If a
+    /// supervised task fails first, the health check answers 503 at once, the background
+    /// work stops the same way (HTTP last, so the failure stays visible meanwhile), and the
+    /// result is an error, so the process exits non-zero.
+    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        tracing::info!(addr = %self.local_addr(), role = ?self.config.server.role, "Herald is listening");
+        let live = self.liveness.clone();
+        let stop = CancellationToken::new();
+        let dispatcher = self.start_background(&stop);
         // Client addresses feed the failed-authentication budget.
         let service = self.router.into_make_service_with_connect_info::<SocketAddr>();
         let stop_http = CancellationToken::new();
@@ -178,15 +186,34 @@ impl Server {
             _ = shutdown.cancelled() => None,
             reason = live.failed() => Some(reason),
         };
-        if failure.is_none() {
+        // A requested stop ends within the grace period: HTTP first (requests take
+        // milliseconds), then the attempts in flight (see `Dispatcher::run`). After a
+        // failure HTTP stops last, so that the health check says 503 meanwhile.
+        let deadline = tokio::time::Instant::now() + self.config.queue.shutdown_grace;
+        let served = async move {
             stop_http.cancel();
-        }
-        stop.cancel();
-        if let Some(dispatcher) = dispatcher {
-            let _ = dispatcher.await;
-        }
-        stop_http.cancel();
-        let served = served.await.context("the HTTP server task")?.context("serving HTTP");
+            match tokio::time::timeout_at(deadline, served).await {
+                Ok(served) => served.context("the HTTP server task")?.context("serving HTTP"),
+                Err(_) => {
+                    tracing::warn!("HTTP requests still open at the end of the grace period; closing them");
+                    Ok(())
+                }
+            }
+        };
+        let background = async move {
+            stop.cancel();
+            if let Some(dispatcher) = dispatcher {
+                let _ = dispatcher.await;
+            }
+        };
+        let served = if failure.is_none() {
+            let served = served.await;
+            background.await;
+            served
+        } else {
+            background.await;
+            served.await
+        };
         match live.failure() {
             Some(reason) => Err(anyhow::anyhow!("stopped after a failure: {reason}")),
             None => served,

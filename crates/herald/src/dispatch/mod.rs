@@ -224,7 +224,10 @@ impl Dispatcher {
             Some(_) => self.config.queue.shutdown_grace.min(FAILURE_GRACE),
             None => self.config.queue.shutdown_grace,
         };
-        if tokio::time::timeout(grace, self.attempts.wait()).await.is_err() {
+        // The attempts get the grace period but a reserve, in which their outcomes are
+        // recorded and the rest is given back: the whole stop fits in the grace period.
+        let reserve = (grace / 10).clamp(Duration::from_millis(100), Duration::from_secs(2));
+        if tokio::time::timeout(grace.saturating_sub(reserve), self.attempts.wait()).await.is_err() {
             tracing::warn!(?grace, "attempts still in flight after the grace period; their deliveries will be retried");
         }
         // Every finished attempt has handed over its outcome: write them, then stop.

@@ -348,6 +348,38 @@ pub async fn a_resend_of_a_settled_delivery_is_due_at_once(store: &dyn Store) {
     assert_eq!((claimed[0].attempts, claimed[0].trigger), (0, Trigger::Manual));
 }
 
+pub async fn sessions_are_found_by_hash_and_ended_every_way(store: &dyn Store) {
+    let (app, _, _) = seeded(store, 0).await;
+    let session = |hash: &str, app_id: Option<AppId>, expires_at| Session {
+        hash: hash.into(),
+        id: format!("ses_{hash}"),
+        app_id,
+        token_hash: "t".into(),
+        created_at: now_ms(),
+        expires_at,
+    };
+    let later = now_ms() + 60_000;
+    let operator = session("h1", None, later);
+    let customer = session("h2", Some(app.id.clone()), later);
+    let expired = session("h3", Some(app.id.clone()), now_ms() - 1);
+    for s in [&operator, &customer, &expired] {
+        store.insert_session(s).await.unwrap();
+    }
+    assert_eq!(store.session("h2").await.unwrap(), Some(customer.clone()));
+    assert_eq!(store.session("nope").await.unwrap(), None);
+    assert_eq!(store.list_sessions(None).await.unwrap().len(), 3);
+    assert_eq!(store.list_sessions(Some(&app.id)).await.unwrap().len(), 2);
+    assert_eq!(store.end_sessions(EndSessions::ExpiredBefore(now_ms())).await.unwrap(), 1);
+    assert_eq!(store.end_sessions(EndSessions::Id("ses_h1".into())).await.unwrap(), 1);
+    assert_eq!(store.session("h1").await.unwrap(), None);
+    assert_eq!(store.end_sessions(EndSessions::App(app.id.clone())).await.unwrap(), 1);
+    store.insert_session(&operator).await.unwrap();
+    assert_eq!(store.end_sessions(EndSessions::Hash("h1".into())).await.unwrap(), 1);
+    store.insert_session(&operator).await.unwrap();
+    assert_eq!(store.end_sessions(EndSessions::All).await.unwrap(), 1);
+    assert!(store.list_sessions(None).await.unwrap().is_empty());
+}
+
 pub async fn idempotency_keys_replay_and_expire(store: &dyn Store) {
     let (app, ep, _) = seeded(store, 0).await;
     let record = IdempotencyRecord {
@@ -536,6 +568,7 @@ macro_rules! conformance_suite {
             resend_creates_a_delivery_for_a_new_endpoint,
             a_resend_of_a_held_delivery_outlives_its_attempt,
             a_resend_of_a_settled_delivery_is_due_at_once,
+            sessions_are_found_by_hash_and_ended_every_way,
             idempotency_keys_replay_and_expire,
             a_repeated_event_id_is_refused,
             deleting_an_endpoint_cancels_its_pending_deliveries,

@@ -187,11 +187,18 @@ async fn resend_sends_a_delivered_message_again_as_a_manual_attempt() {
     assert_eq!(attempts[1]["triggerType"], 1);
 }
 
+/// How a resend is asked for: through the API, or through the dashboard's form.
+#[derive(Clone, Copy, Debug)]
+enum ResendBy {
+    Api,
+    Dashboard,
+}
+
 /// Regression (issue 16, finding 0): a resend accepted while the first attempt is on the
 /// wire was dropped ("it is about to be attempted anyway"), and that attempt's success then
-/// settled the delivery. An accepted resend must lead to an attempt that starts after it.
-#[tokio::test]
-async fn a_resend_accepted_while_the_first_attempt_is_in_flight_is_still_sent() {
+/// settled the delivery. An accepted resend must lead to an attempt that starts after it,
+/// whichever way it is asked for.
+async fn resend_while_the_first_attempt_is_in_flight(by: ResendBy) {
     let server = TestServer::start().await;
     let receiver =
         Receiver::start(|_, seen| if seen == 0 { Reply::ok().after(Duration::from_millis(1500)) } else { Reply::ok() })
@@ -200,12 +207,33 @@ async fn a_resend_accepted_while_the_first_attempt_is_in_flight_is_still_sent() 
     let endpoint = server.create_endpoint(&app, &receiver.url("/hook"), json!({})).await;
     let ep = endpoint["id"].as_str().unwrap();
     let msg = server.send(&app, json!({"eventType": "a", "payload": {"v": 1}})).await;
+    let session = match by {
+        ResendBy::Api => None,
+        ResendBy::Dashboard => Some(server.sign_in(crate::support::server::ADMIN_TOKEN).await),
+    };
     receiver.wait_for(Some("/hook"), 1).await;
     let asked = tokio::time::Instant::now();
-    let (status, _) = server.post(&format!("/api/v1/app/{app}/msg/{msg}/endpoint/{ep}/resend"), json!({})).await;
-    assert_eq!(status, StatusCode::ACCEPTED);
+    match &session {
+        None => {
+            let (status, _) =
+                server.post(&format!("/api/v1/app/{app}/msg/{msg}/endpoint/{ep}/resend"), json!({})).await;
+            assert_eq!(status, StatusCode::ACCEPTED);
+        }
+        Some(cookie) => {
+            let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+            let page = client.get(server.url(&format!("/app/{app}/msg/{msg}"))).header("cookie", cookie).send();
+            let html = page.await.unwrap().text().await.unwrap();
+            let at = html.find("name=\"csrf\" value=\"").expect("the message page has forms") + 19;
+            let csrf = html[at..].split('"').next().unwrap();
+            let form = client
+                .post(server.url(&format!("/app/{app}/msg/{msg}/endpoint/{ep}/resend")))
+                .header("cookie", cookie)
+                .form(&[("csrf", csrf)]);
+            assert_eq!(form.send().await.unwrap().status(), StatusCode::SEE_OTHER, "the form was accepted");
+        }
+    }
     let got = receiver.wait_for(Some("/hook"), 2).await;
-    assert!(got[1].at > asked, "the second request started after the resend was asked for");
+    assert!(got[1].at > asked, "{by:?}: the second request started after the resend was asked for");
     let attempts = eventually("two recorded attempts, the delivery settled", || async {
         let attempts = server.attempts(&app, &msg).await;
         let settled = server.delivery_status(&app, &msg, ep).await == Some(SUCCESS);
@@ -213,8 +241,17 @@ async fn a_resend_accepted_while_the_first_attempt_is_in_flight_is_still_sent() 
     })
     .await;
     assert_eq!((attempts[0]["triggerType"].as_i64(), attempts[1]["triggerType"].as_i64()), (Some(0), Some(1)));
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(receiver.requests_to("/hook").len(), 2, "one resend, one extra request");
+    assert_eq!(receiver.requests_to("/hook").len(), 2, "{by:?}: one resend, one extra request");
+}
+
+#[tokio::test]
+async fn a_resend_accepted_while_the_first_attempt_is_in_flight_is_still_sent() {
+    resend_while_the_first_attempt_is_in_flight(ResendBy::Api).await;
+}
+
+#[tokio::test]
+async fn a_dashboard_resend_accepted_while_the_first_attempt_is_in_flight_is_still_sent() {
+    resend_while_the_first_attempt_is_in_flight(ResendBy::Dashboard).await;
 }
 
 #[tokio::test]

@@ -10,6 +10,7 @@ import os
 import sys
 import threading
 import time
+import urllib.request
 
 from standardwebhooks.webhooks import Webhook
 from svix.api import (
@@ -40,10 +41,12 @@ from svix.exceptions import HttpError
 
 RECEIVED = []
 ARRIVED = threading.Condition()
+# Once set, /fail answers 200 like every other path (so that `recover` can succeed).
+HEALED = threading.Event()
 
 
 class Hook(http.server.BaseHTTPRequestHandler):
-    """Records webhooks; the path /fail answers 500 (to make dead letters)."""
+    """Records webhooks; the path /fail answers 500 until healed (to make dead letters)."""
 
     protocol_version = "HTTP/1.1"
 
@@ -52,7 +55,7 @@ class Hook(http.server.BaseHTTPRequestHandler):
         with ARRIVED:
             RECEIVED.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
             ARRIVED.notify_all()
-        status = 500 if self.path == "/fail" else 200
+        status = 500 if self.path == "/fail" and not HEALED.is_set() else 200
         self.send_response(status)
         self.send_header("content-length", "2")
         self.end_headers()
@@ -92,6 +95,21 @@ def expect_status(status, call):
     raise AssertionError(f"expected HTTP {status}")
 
 
+def raw_patch(path, body):
+    """A PATCH with fields the SDK's models do not know (Herald's extensions)."""
+    request = urllib.request.Request(
+        os.environ["HERALD_URL"] + path, data=json.dumps(body).encode(), method="PATCH",
+        headers={"Authorization": "Bearer " + os.environ["HERALD_TOKEN"], "Content-Type": "application/json"})
+    with urllib.request.urlopen(request) as answer:
+        assert answer.status == 200, answer.status
+
+
+def delivery_status(svix, app_id, msg_id, endpoint_id):
+    """The Svix status (0 success, 1 pending, 2 fail, 3 sending) of a message at an endpoint."""
+    destinations = svix.message_attempt.list_attempted_destinations(app_id, msg_id).data
+    return next(d.status for d in destinations if d.id == endpoint_id)
+
+
 def main():
     receiver = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
     threading.Thread(target=receiver.serve_forever, daemon=True).start()
@@ -129,8 +147,10 @@ def main():
     assert ep.id.startswith("ep_")
     failing = svix.endpoint.create(app.id, EndpointIn(url=f"{hook_base}/fail", event_types=["invoice.paid"]))
     # Make the failing endpoint give up fast through Herald's extension field (unknown to
-    # the SDK model, so sent with a raw request).
-    svix.endpoint.get(app.id, failing.id)
+    # the SDK model, so sent with a raw request): two quick attempts, then a dead letter.
+    raw_patch(f"/api/v1/app/{app.id}/endpoint/{failing.id}",
+              {"delivery": {"retry": {"strategy": "fixed", "intervalMs": 100, "maxAttempts": 2}}})
+    assert svix.endpoint.get(app.id, failing.id).url == f"{hook_base}/fail"
     assert svix.endpoint.get(app.id, "main").id == ep.id
     assert svix.endpoint.upsert(app.id, ep.id, EndpointUpsertIn(url=f"{hook_base}/ok", description="upserted",
                                                                 event_types=["invoice.paid"])).description == "upserted"
@@ -185,9 +205,17 @@ def main():
     assert example.event_type == "invoice.paid"
     wait_for(lambda: any(json.loads(b) == {"invoice": "inv_1"} for p, _, b in RECEIVED if p == "/ok"),
              "the example webhook")
+    # The failing endpoint's delivery is a dead letter; `recover` sends it again, and once
+    # the endpoint is healthy it is delivered.
+    eventually(lambda: delivery_status(svix, app.id, msg.id, failing.id) == 2, "the dead letter")
+    failed = sum(1 for p, _, _ in RECEIVED if p == "/fail")
+    assert failed == 2, f"two attempts before giving up, not {failed}"
+    HEALED.set()
     task = svix.endpoint.recover(app.id, failing.id, RecoverIn(
         since=datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)))
     assert task.task == "endpoint.recover", task
+    wait_for(lambda: sum(1 for p, _, _ in RECEIVED if p == "/fail") > failed, "the recovered webhook")
+    eventually(lambda: delivery_status(svix, app.id, msg.id, failing.id) == 0, "the recovered delivery")
 
     svix.message.expunge_content(app.id, msg.id)
 

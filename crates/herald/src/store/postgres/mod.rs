@@ -185,4 +185,53 @@ mod tests {
     }
 
     crate::conformance_suite!(Fixture::new());
+
+    /// A database of schema version 1 (an earlier Herald) is brought to version 2 at
+    /// connect, keeping its rows: headers become text (read as plaintext until sealed).
+    #[tokio::test]
+    async fn a_version_1_database_is_migrated_in_place() {
+        use crate::store::{AccessStore, CatalogStore};
+        let cluster = TempCluster::start().expect("starting a throwaway PostgreSQL");
+        let url = cluster.create_database().await.unwrap();
+        let db = crate::pg_cluster::connect(&url, Duration::from_secs(30)).await.unwrap();
+        db.batch_execute(
+            "CREATE SCHEMA herald;
+             CREATE TABLE herald.schema_migrations (version integer PRIMARY KEY,
+                                                    applied_at timestamptz NOT NULL DEFAULT now());",
+        )
+        .await
+        .unwrap();
+        db.batch_execute(include_str!("v1.sql")).await.unwrap();
+        db.batch_execute(
+            "INSERT INTO herald.schema_migrations (version) VALUES (1);
+             INSERT INTO herald.app VALUES ('app_1', NULL, 'old', '{}', NULL, NULL, NULL, 1, 1);
+             INSERT INTO herald.endpoint VALUES ('ep_1', 'app_1', NULL, 'https://example.com/', '', false, NULL,
+                 NULL, '{}', NULL, '{\"x-old\": \"1\"}', 'v1.k.s', '{}', NULL, 1, 1);
+             INSERT INTO herald.delivery (msg_id, endpoint_id, app_id, state, attempts, next_at, trigger, owner,
+                 strict, created_at) VALUES ('msg_1', 'ep_1', 'app_1', 0, 0, 1, 0, NULL, false, 1);",
+        )
+        .await
+        .unwrap();
+        let options = PgOptions {
+            pool_size: 2,
+            connect_timeout: Duration::from_secs(5),
+            ingest_batch_max: 8,
+            ingest_linger: Duration::from_millis(1),
+            max_payload_bytes: 262_144,
+        };
+        let store = PgStore::connect(&url, &options, &Arc::default()).await.unwrap();
+        let endpoint = store.endpoint_by_id(&crate::ids::EndpointId::from_trusted("ep_1".into())).await.unwrap();
+        let headers = endpoint.unwrap().headers;
+        assert!(headers.is_plaintext() && headers.0.contains("x-old"), "{headers:?}");
+        assert!(store.list_sessions(None).await.unwrap().is_empty(), "the session table exists");
+        let resend: bool = db.query_one("SELECT resend FROM herald.delivery", &[]).await.unwrap().get(0);
+        let versions: Vec<i32> = db
+            .query("SELECT version FROM herald.schema_migrations ORDER BY version", &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert_eq!((resend, versions), (false, vec![1, 2]));
+    }
 }

@@ -135,7 +135,7 @@ impl From<rusqlite::Error> for StoreError {
 mod tests {
     use super::*;
     use crate::config::Config;
-    use crate::store::CatalogStore;
+    use crate::store::{AccessStore, CatalogStore};
 
     /// A fresh database in a temporary directory, removed when the fixture drops.
     struct Fixture {
@@ -157,6 +157,35 @@ mod tests {
     }
 
     crate::conformance_suite!(Fixture::new());
+
+    /// A database of schema version 1 (an earlier Herald) is brought to version 2 at open,
+    /// keeping its rows; its plaintext endpoint headers read until they are sealed.
+    #[tokio::test]
+    async fn a_version_1_database_is_migrated_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("herald.db");
+        let old = Connection::open(&path).unwrap();
+        old.execute_batch(&format!("BEGIN; {}; PRAGMA user_version = 1; COMMIT;", MIGRATIONS[0].1)).unwrap();
+        old.execute_batch(
+            "INSERT INTO app VALUES ('app_1', NULL, 'old', '{}', NULL, NULL, NULL, 1, 1);
+             INSERT INTO endpoint VALUES ('ep_1', 'app_1', NULL, 'https://example.com/', '', 0, NULL, NULL, '{}',
+                 NULL, '{\"x-old\":\"1\"}', 'v1.k.s', '{}', NULL, 1, 1);
+             INSERT INTO delivery (msg_id, endpoint_id, app_id, state, attempts, next_at, trigger, owner, strict,
+                 created_at) VALUES ('msg_1', 'ep_1', 'app_1', 0, 0, 1, 0, 'someone', 0, 1);",
+        )
+        .unwrap();
+        drop(old);
+        let store = SqliteStore::open(&path, &Config::defaults().store, &Arc::default()).unwrap();
+        let endpoint = store.endpoint_by_id(&crate::ids::EndpointId::from_trusted("ep_1".into())).await.unwrap();
+        let headers = endpoint.unwrap().headers;
+        assert!(headers.is_plaintext() && headers.0.contains("x-old"), "{headers:?}");
+        assert!(store.list_sessions(None).await.unwrap().is_empty(), "the session table exists");
+        drop(store);
+        let reopened = Connection::open(&path).unwrap();
+        let version: i64 = reopened.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        let resend: i64 = reopened.query_row("SELECT resend FROM delivery", [], |r| r.get(0)).unwrap();
+        assert_eq!((version, resend), (2, 0));
+    }
 
     #[tokio::test]
     async fn reopening_keeps_the_schema_and_the_data() {

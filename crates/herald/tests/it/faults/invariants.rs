@@ -1,10 +1,12 @@
-//! The promise, checked after the faults: every accepted message reached every endpoint
-//! with a 2xx or is a dead letter (I1); nothing arrived that was never sent (I2);
-//! duplicates carry the same id, body and a valid signature, and each was sent again for a
-//! reason Herald's own records show (it saw no answer in time, or the record was lost in a
-//! crash, a pause or a database fault) (I3); a key made at most one
-//! message (I4); no application exceeded its cap (I5, per process); the backlog drained
-//! within the lease plus 30 s of the last fault (I6).
+//! The promise, checked after the faults: every accepted message reached every endpoint it
+//! must reach with a 2xx, and the only dead letters are the ones that must die (poisoned
+//! messages on their endpoint, refunds on the 410 endpoint) (I1); nothing arrived that was
+//! never sent (I2); duplicates carry the same id, body and a valid signature, and each was
+//! sent again for a reason Herald's own records show (it saw no answer in time, the record
+//! was lost in a crash, a pause or a database fault, or the operator asked for a resend)
+//! (I3); a key made at most one message (I4); no application exceeded its cap (I5, per
+//! process); the backlog, resends included, drained within the lease plus 30 s of the last
+//! fault (I6); every resend Herald accepted led to an attempt that started after it (I7).
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -16,10 +18,13 @@ use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::harness::{APP_CAP, ATTEMPT_TIMEOUT, Acks, LEASE, Run};
+use super::harness::{APP_CAP, ATTEMPT_TIMEOUT, Acks, ENDPOINTS, GONE_PATH, LEASE, POISON_PATH, Resend, Run};
 use super::schedule::Fault;
 use crate::support::receiver::ALL_PATHS;
 use crate::support::server::ADMIN_TOKEN;
+
+/// A delivery: (message id, receiver path).
+type Delivery = (String, String);
 
 #[derive(Debug, Serialize)]
 pub struct Report {
@@ -31,7 +36,10 @@ pub struct Report {
     pub ingest_unknown_then_retried: u64,
     pub deliveries_owed: usize,
     pub delivered: usize,
+    /// Dead letters where they must be (poisoned messages, refunds at the 410 endpoint).
     pub dead_letters: usize,
+    /// Owed deliveries that became dead letters (each also a violation of I1).
+    pub wrongly_dead: usize,
     pub lost: usize,
     /// Up to ten lost deliveries, as "message → endpoint path".
     pub lost_examples: Vec<String>,
@@ -46,6 +54,8 @@ pub struct Report {
     /// How long after healing the ingests refused during the faults were all accepted.
     pub reingested_seconds: f64,
     pub most_in_flight: usize,
+    /// Resends Herald accepted during the run (each checked by I7).
+    pub resends: usize,
     /// Each fault, how long it was held, and how long after its healing every delivery of a
     /// message accepted before then was acknowledged (an upper bound when later faults
     /// overlap that time).
@@ -55,7 +65,7 @@ pub struct Report {
 
 impl Report {
     pub fn passed(&self) -> bool {
-        self.lost == 0 && self.unexpected == 0 && self.violations.is_empty()
+        self.lost == 0 && self.wrongly_dead == 0 && self.unexpected == 0 && self.violations.is_empty()
     }
 
     /// Which plan this was; the seed reproduces it.
@@ -65,17 +75,20 @@ impl Report {
 
     pub fn summary(&self) -> String {
         format!(
-            "{} seed {}: {} accepted, {} deliveries owed: {} lost, {} unexpected, {} duplicates ({} after an \
-             unanswered attempt), {} dead letters, drained {:.1} s after the last fault, {} violations",
+            "{} seed {}: {} accepted, {} deliveries owed: {} lost, {} wrongly dead, {} unexpected, {} duplicates \
+             ({} after an unanswered attempt), {} dead letters where due, {} resends, drained {:.1} s after the last \
+             fault, {} violations",
             self.backend,
             self.seed,
             self.accepted,
             self.deliveries_owed,
             self.lost,
+            self.wrongly_dead,
             self.unexpected,
             self.duplicates,
             self.duplicates_after_unanswered,
             self.dead_letters,
+            self.resends,
             self.drain_seconds,
             self.violations.len()
         )
@@ -86,7 +99,7 @@ impl Report {
 pub async fn check(run: Run) -> Report {
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
     let base = run.herald.any_base();
-    let (accepted, poison, mut violations, failed, unknown) = {
+    let (accepted, poison, refunds, resends, mut violations, failed, unknown) = {
         let ledger = run.ledger.lock().unwrap();
         let mut accepted: HashMap<String, String> = HashMap::new();
         for (key, ids) in &ledger.ids {
@@ -100,38 +113,58 @@ pub async fn check(run: Run) -> Report {
                 violations.push(format!("I4: key {key} made {} messages", ids.len()));
             }
         }
-        let poison: HashSet<String> =
-            ledger.poison.iter().filter_map(|k| ledger.ids.get(k)).flatten().cloned().collect();
-        (accepted, poison, violations, ledger.failed, ledger.unknown)
+        let ids_of = |keys: &HashSet<String>| -> HashSet<String> {
+            keys.iter().filter_map(|k| ledger.ids.get(k)).flatten().cloned().collect()
+        };
+        let (poison, refunds) = (ids_of(&ledger.poison), ids_of(&ledger.refunds));
+        (accepted, poison, refunds, ledger.resends.clone(), violations, ledger.failed, ledger.unknown)
     };
-    // I6: drain. A delivery is settled when acknowledged with a 2xx or dead.
-    let paths: Vec<&str> = run.endpoints.iter().map(|(p, _, _)| p.as_str()).collect();
-    let owed: Vec<(String, String)> = accepted
+    // What must become of each delivery: acknowledged with a 2xx (owed), or a dead letter
+    // (doomed: poisoned messages at their endpoint, refunds at the 410 endpoint).
+    let owed: Vec<Delivery> = accepted
         .keys()
         .filter(|id| !poison.contains(*id))
-        .flat_map(|id| paths.iter().map(move |p| (id.clone(), (*p).to_owned())))
+        .flat_map(|id| ENDPOINTS.iter().map(move |p| (id.clone(), (*p).to_owned())))
         .collect();
+    let doomed: Vec<Delivery> = poison
+        .iter()
+        .map(|id| (id.clone(), POISON_PATH.to_owned()))
+        .chain(refunds.iter().map(|id| (id.clone(), GONE_PATH.to_owned())))
+        .collect();
+    // I6: drain. Owed deliveries settle when acknowledged, doomed ones when dead, resends
+    // when an attempt started after them.
     let limit = LEASE + Duration::from_secs(30);
     let mut dead: HashSet<(String, String)> = HashSet::new();
-    let mut lost: Vec<(String, String)>;
-    let mut unsettled: Vec<String>;
+    let mut noted = Instant::now();
+    let mut waiting: Vec<Delivery>;
+    let mut unsettled: Vec<Delivery>;
+    let mut unanswered: Vec<String>;
     loop {
         let acked = run.receivers.acked.lock().unwrap().clone();
-        lost = owed.iter().filter(|d| !acked.contains_key(*d) && !dead.contains(*d)).cloned().collect();
-        let unsettled_poison =
-            poison.iter().filter(|id| !paths.iter().all(|p| dead.contains(&((*id).clone(), p.to_string()))));
-        let unsettled_poison: Vec<String> = unsettled_poison.cloned().collect();
-        unsettled = unsettled_poison.clone();
-        if lost.is_empty() && unsettled_poison.is_empty() {
+        waiting = owed.iter().filter(|d| !acked.contains_key(*d) && !dead.contains(*d)).cloned().collect();
+        unsettled = doomed.iter().filter(|d| !dead.contains(*d)).cloned().collect();
+        unanswered = unanswered_resends(&client, &base, &run, &resends).await;
+        if waiting.is_empty() && unsettled.is_empty() && unanswered.is_empty() {
             break;
         }
-        let waited = run.last_fault_healed.elapsed();
-        if waited > limit + Duration::from_secs(60) {
+        if run.last_fault_healed.elapsed() > limit + Duration::from_secs(60) {
             break;
+        }
+        if noted.elapsed() > Duration::from_secs(5) {
+            noted = Instant::now();
+            let example = waiting.first().or(unsettled.first()).map(|(id, p)| format!("{id} → {p}"));
+            eprintln!(
+                "draining, {:.0} s after the last fault: {} owed, {} to die, {} resends unanswered (e.g. {:?} {:?})",
+                run.last_fault_healed.elapsed().as_secs_f64(),
+                waiting.len(),
+                unsettled.len(),
+                unanswered.len(),
+                example,
+                unanswered.first()
+            );
         }
         // Ask Herald which of the unsettled ones are dead letters.
-        let mut ask: HashSet<String> = lost.iter().map(|(id, _)| id.clone()).collect();
-        ask.extend(unsettled_poison);
+        let ask: HashSet<String> = waiting.iter().chain(&unsettled).map(|(id, _)| id.clone()).collect();
         let asked = ask.into_iter().take(400).map(|id| {
             let (client, base, app, endpoints) = (&client, &base, &run.app, &run.endpoints);
             async move { (delivery_states(client, base, app, &id, endpoints).await, id) }
@@ -147,12 +180,23 @@ pub async fn check(run: Run) -> Report {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let drain = run.last_fault_healed.elapsed();
+    let acked = run.receivers.acked.lock().unwrap().clone();
+    let wrongly_dead: Vec<&(String, String)> =
+        owed.iter().filter(|d| !acked.contains_key(*d) && dead.contains(*d)).collect();
+    let lost: Vec<&(String, String)> = owed.iter().filter(|d| !acked.contains_key(*d) && !dead.contains(*d)).collect();
     if drain > limit && lost.is_empty() {
         violations.push(format!("I6: the backlog drained in {drain:?}, more than the lease plus 30 s"));
     }
-    for id in unsettled.iter().take(5) {
+    for (id, path) in wrongly_dead.iter().take(10) {
+        violations
+            .push(format!("I1: {id} → {path} is a dead letter; only poisoned messages and the 410 endpoint may die"));
+    }
+    for (id, path) in unsettled.iter().take(5) {
         let states = delivery_states(&client, &base, &run.app, id, &run.endpoints).await;
-        violations.push(format!("poison message {id} not yet a dead letter: {states:?}"));
+        violations.push(format!("I1: {id} → {path} should be a dead letter by now: {states:?}"));
+    }
+    for problem in unanswered.iter().take(10) {
+        violations.push(format!("I7: {problem}"));
     }
     for id in &poison {
         if run.receivers.receiver.requests().iter().any(|r| r.header("webhook-id") == id) {
@@ -164,13 +208,12 @@ pub async fn check(run: Run) -> Report {
     let all_ids: HashSet<String> = run.ledger.lock().unwrap().ids.values().flatten().cloned().collect();
     let unexpected = requests.iter().filter(|r| !all_ids.contains(r.header("webhook-id"))).count();
     let mut seen: HashMap<(String, String), String> = HashMap::new();
-    // Delivered twice: acknowledged with a 2xx more than once (a crash or pause between the
-    // receiver's answer and Herald's record of it).
-    let acked = run.receivers.acked.lock().unwrap().clone();
+    // Delivered twice: acknowledged with a 2xx more than once (a resend, or a crash or pause
+    // between the receiver's answer and Herald's record of it).
     let duplicates = acked.values().filter(|times| times.len() > 1).count();
     let lease_losses = run.herald.lease_losses();
     let (unexcused, duplicates_after_unanswered) =
-        unexcused_duplicates(&client, &base, &run, &acked, &lease_losses).await;
+        unexcused_duplicates(&client, &base, &run, &acked, &lease_losses, &resends).await;
     violations.extend(unexcused);
     let secrets: HashMap<&str, &str> = run.endpoints.iter().map(|(p, _, s)| (p.as_str(), s.as_str())).collect();
     for r in &requests {
@@ -198,8 +241,9 @@ pub async fn check(run: Run) -> Report {
         ingest_failed_then_retried: failed,
         ingest_unknown_then_retried: unknown,
         deliveries_owed: owed.len(),
-        delivered: owed.len() - lost.len() - owed.iter().filter(|d| dead.contains(*d)).count(),
-        dead_letters: dead.len(),
+        delivered: owed.len() - lost.len() - wrongly_dead.len(),
+        dead_letters: doomed.iter().filter(|d| dead.contains(*d)).count(),
+        wrongly_dead: wrongly_dead.len(),
         lost: lost.len(),
         lost_examples: lost.iter().take(10).map(|(id, path)| format!("{id} → {path}")).collect(),
         unexpected,
@@ -208,6 +252,7 @@ pub async fn check(run: Run) -> Report {
         lease_losses: lease_losses.len(),
         drain_seconds: drain.as_secs_f64(),
         most_in_flight: most,
+        resends: resends.iter().filter(|r| r.accepted).count(),
         reingested_seconds: run.reingested.as_secs_f64(),
         faults: fault_drains(&run, &acked, &poison),
         violations,
@@ -241,6 +286,7 @@ async fn unexcused_duplicates(
     run: &Run,
     acked: &Acks,
     lease_losses: &[i64],
+    resends: &[Resend],
 ) -> (Vec<String>, usize) {
     let crashes: Vec<(Instant, Instant)> = run
         .faults
@@ -258,14 +304,23 @@ async fn unexcused_duplicates(
     let asked = acked.iter().filter(|(_, times)| times.len() > 1).map(|((id, path), times)| async move {
         let recorded = recorded_attempts(client, base, run, id, path).await;
         let claim_lost = endpoint_of(path).is_some_and(|e| lost_claims.contains(&(id.clone(), e)));
+        // Each resend the operator asked for (accepted or not) explains one later send.
+        let mut asked: Vec<i64> = resends.iter().filter(|r| &r.msg == id && &r.path == path).map(|r| r.sent).collect();
+        asked.sort_unstable();
         let reasons: Vec<Option<Reason>> = times
             .windows(2)
-            .map(|pair| match recorded.iter().find(|a| a.covers(clock.millis(pair[0]))) {
-                Some(a) if !a.answered => Some(Reason::Unanswered),
-                // A process paused past its lease sent it again once it resumed (the other
-                // had taken and delivered it meanwhile), and said so.
-                Some(_) => claim_lost.then_some(Reason::Stale),
-                None => (claim_lost || crash_between(pair[0], pair[1])).then_some(Reason::Lost),
+            .map(|pair| {
+                if let Some(i) = asked.iter().position(|sent| *sent <= clock.millis(pair[1])) {
+                    asked.remove(i);
+                    return Some(Reason::Resent);
+                }
+                match recorded.iter().find(|a| a.covers(clock.millis(pair[0]))) {
+                    Some(a) if !a.answered => Some(Reason::Unanswered),
+                    // A process paused past its lease sent it again once it resumed (the other
+                    // had taken and delivered it meanwhile), and said so.
+                    Some(_) => claim_lost.then_some(Reason::Stale),
+                    None => (claim_lost || crash_between(pair[0], pair[1])).then_some(Reason::Lost),
+                }
             })
             .collect();
         (id, path, times, recorded, reasons)
@@ -308,6 +363,23 @@ enum Reason {
     /// The next send came from a process whose claim had passed to another while it was
     /// paused: it passed the lease check before the pause and sent on resuming.
     Stale,
+    /// The operator asked for it (a resend).
+    Resent,
+}
+
+/// I7: the resends (message, path, sent at) that Herald accepted and that no recorded
+/// attempt has answered yet, i.e. none of that message at that endpoint started after the
+/// request was sent. Each as a line for the report.
+async fn unanswered_resends(client: &reqwest::Client, base: &str, run: &Run, resends: &[Resend]) -> Vec<String> {
+    let checks = resends.iter().filter(|r| r.accepted).map(|Resend { msg, path, sent, .. }| async move {
+        let recorded = recorded_attempts(client, base, run, msg, path).await;
+        let answered = recorded.iter().any(|a| a.started >= *sent);
+        (!answered).then(|| {
+            let starts: Vec<i64> = recorded.iter().map(|a| a.started - sent).collect();
+            format!("the resend of {msg} to {path} has no attempt that started after it (attempts started at {starts:?} ms from it)")
+        })
+    });
+    futures_util::stream::iter(checks).buffer_unordered(8).filter_map(|p| async { p }).collect().await
 }
 
 /// An attempt as Herald recorded it: when it ran (wall-clock milliseconds), and what it saw.
