@@ -364,13 +364,15 @@ async fn the_data_directory_and_its_files_are_private() {
     server.stop().await;
 
     // Modes loosened by hand (or by an earlier version) are tightened at the next start.
-    for (path, loose) in [(dir.clone(), 0o755), (dir.join("herald.db"), 0o644), (dir.join("herald.db-wal"), 0o644)] {
+    // (A clean stop removes the WAL; the database file carries the mode SQLite gives it.)
+    for (path, loose) in [(dir.clone(), 0o755), (dir.join("herald.db"), 0o644), (dir.join("herald.lock"), 0o666)] {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(loose)).unwrap();
     }
     let server = TestServer::start_on(&storage, without_token).await;
-    assert_eq!(mode(&dir), 0o700);
-    assert_eq!(mode(&dir.join("herald.db")), 0o600);
-    assert_eq!(mode(&dir.join("herald.db-wal")), 0o600);
+    for (path, want) in [(dir.clone(), 0o700), (dir.join("herald.db"), 0o600), (dir.join("herald.lock"), 0o600)] {
+        assert_eq!(mode(&path), want, "{}", path.display());
+    }
+    assert_eq!(mode(&dir.join("herald.db-wal")), 0o600, "a WAL made after tightening");
     server.stop().await;
 
     // A secret file others can read is refused, saying why.
