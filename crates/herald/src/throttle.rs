@@ -42,10 +42,17 @@ impl TokenBucket {
     /// Whether a token is available now, without taking it; `Err` carries when one will be.
     pub fn check(&mut self, now: Millis) -> Result<(), Millis> {
         self.refill(now);
-        if self.level >= self.period {
+        self.peek(now)
+    }
+
+    /// `check` without refilling first (nothing changes: callers holding a shared lock).
+    pub fn peek(&self, now: Millis) -> Result<(), Millis> {
+        let elapsed = (now - self.last).max(0);
+        let level = (self.level + elapsed.saturating_mul(self.rate)).min(self.rate * self.period);
+        if level >= self.period {
             Ok(())
         } else {
-            let missing = self.period - self.level;
+            let missing = self.period - level;
             Err(now + (missing + self.rate - 1) / self.rate)
         }
     }

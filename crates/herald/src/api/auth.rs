@@ -95,15 +95,13 @@ impl FromRequestParts<AppState> for Principal {
     type Rejection = ApiError;
 
     /// The caller of an API request, authenticated once per request (the idempotency layer
-    /// may have done it already).
+    /// may have done it already, and left the result in the request's extensions).
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         if let Some(known) = parts.extensions.get::<Principal>() {
             return Ok(known.clone());
         }
         let token = bearer_token(&parts.headers).ok_or(ApiError::Unauthorized)?;
-        let principal = Self::from_token(state, token, client_address(parts)).await?;
-        parts.extensions.insert(principal.clone());
-        Ok(principal)
+        Self::from_token(state, token, client_address(parts)).await
     }
 }
 

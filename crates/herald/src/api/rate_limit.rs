@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 use std::time::Duration;
 
 use crate::clock::{Millis, now_ms};
@@ -23,14 +23,15 @@ pub struct RateLimiter {
     buckets: Mutex<HashMap<String, TokenBucket>>,
     /// Failed authentications per client address and minute; `None`: unlimited.
     failures_per_minute: Option<u16>,
-    failures: Mutex<HashMap<IpAddr, TokenBucket>>,
+    /// Read on every authentication, written only on failures.
+    failures: RwLock<HashMap<IpAddr, TokenBucket>>,
 }
 
 const MINUTE_MS: i64 = 60_000;
 
 impl RateLimiter {
     pub fn new(portal: Option<u16>, admin: Option<u16>, failures_per_minute: Option<u16>) -> Self {
-        Self { portal, admin, buckets: Mutex::default(), failures_per_minute, failures: Mutex::default() }
+        Self { portal, admin, buckets: Mutex::default(), failures_per_minute, failures: RwLock::default() }
     }
 
     /// Whether `client` may try to authenticate now; `Err` says how long to wait.
@@ -44,8 +45,14 @@ impl RateLimiter {
     }
 
     fn may_authenticate_at(&self, client: IpAddr, now: Millis) -> Result<(), Duration> {
-        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        match failures.get_mut(&client).map(|bucket| bucket.check(now)) {
+        if self.failures_per_minute.is_none() {
+            return Ok(());
+        }
+        let failures = self.failures.read().unwrap_or_else(|p| p.into_inner());
+        if failures.is_empty() {
+            return Ok(());
+        }
+        match failures.get(&client).map(|bucket| bucket.peek(now)) {
             Some(Err(at)) => Err(Duration::from_millis((at - now).max(1) as u64)),
             _ => Ok(()),
         }
@@ -53,7 +60,7 @@ impl RateLimiter {
 
     fn failed_authentication_at(&self, client: IpAddr, now: Millis) {
         let Some(rate) = self.failures_per_minute else { return };
-        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let mut failures = self.failures.write().unwrap_or_else(|p| p.into_inner());
         if failures.len() >= MAX_BUCKETS && !failures.contains_key(&client) {
             failures.retain(|_, bucket| !bucket.is_full(now));
         }

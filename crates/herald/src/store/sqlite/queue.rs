@@ -220,7 +220,9 @@ fn claim(
 
 /// Records one outcome if `owner` still holds the delivery. A resend accepted meanwhile
 /// (`resend`) overrides the outcome's next state: the attempt may have started before the
-/// request, so the delivery goes back, unclaimed, for a manual attempt of its own.
+/// request, so the delivery goes back, unclaimed, for a manual attempt of its own. (Two
+/// plain statements rather than one with `RETURNING`, which makes SQLite stage its output:
+/// the first is the only one on the hot path.)
 fn record_outcome(conn: &Connection, owner: &str, outcome: &OutcomeRecord) -> StoreResult<Recorded> {
     let now = now_ms();
     let (state, next_at, keep) = match outcome.next {
@@ -229,30 +231,32 @@ fn record_outcome(conn: &Connection, owner: &str, outcome: &OutcomeRecord) -> St
         NextState::Dead => (DeliveryState::Dead, now, false),
         NextState::Canceled => (DeliveryState::Canceled, now, false),
     };
-    // Every expression reads the row as it was; `trigger` comes back 1 only for a resend.
-    let trigger: Option<i64> = conn
+    let applied = conn
         .prepare_cached(
-            "UPDATE delivery SET state = CASE WHEN resend THEN 0 ELSE ?1 END,
-                attempts = CASE WHEN resend THEN 0 ELSE ?2 END,
-                next_at = CASE WHEN resend THEN ?3 ELSE ?4 END,
-                trigger = resend,
-                owner = CASE WHEN ?5 AND NOT resend THEN owner ELSE NULL END,
-                resend = 0
-             WHERE id = ?6 AND owner = ?7
-             RETURNING trigger",
+            "UPDATE delivery SET state = ?, attempts = ?, next_at = ?, trigger = 0,
+                owner = CASE WHEN ? THEN owner ELSE NULL END
+             WHERE id = ? AND owner = ? AND resend = 0",
         )?
-        .query_row(params![state.code(), outcome.attempts, now, next_at, keep, outcome.delivery_id, owner], |r| {
-            r.get(0)
-        })
-        .optional()?;
-    let Some(trigger) = trigger else {
-        // Our claim was lost (released or taken over): the outcome is not ours to record.
-        return Ok(Recorded::ClaimLost);
+        .execute(params![state.code(), outcome.attempts, next_at, keep, outcome.delivery_id, owner])?;
+    let recorded = if applied == 1 {
+        Recorded::Applied
+    } else {
+        let resent = conn
+            .prepare_cached(
+                "UPDATE delivery SET state = 0, attempts = 0, next_at = ?, trigger = 1, owner = NULL, resend = 0
+                 WHERE id = ? AND owner = ? AND resend = 1",
+            )?
+            .execute(params![now, outcome.delivery_id, owner])?;
+        if resent == 0 {
+            // Our claim was lost (released or taken over): the outcome is not ours to record.
+            return Ok(Recorded::ClaimLost);
+        }
+        Recorded::Resent
     };
     if let Some(attempt) = &outcome.attempt {
         insert_attempt(conn, outcome.delivery_id, attempt)?;
     }
-    Ok(if trigger == 1 { Recorded::Resent } else { Recorded::Applied })
+    Ok(recorded)
 }
 
 fn requeue(conn: &Connection, request: &Requeue) -> StoreResult<u64> {
