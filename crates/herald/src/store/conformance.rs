@@ -74,6 +74,17 @@ fn attempt(app: &App, msg: &MessageId, endpoint: &EndpointId, delivered: bool) -
 }
 
 /// An application with one endpoint and `n` messages committed unclaimed.
+/// A successful attempt's outcome for one delivery.
+fn delivered(app: &App, msg: &MessageId, endpoint: &EndpointId, delivery: i64) -> OutcomeRecord {
+    OutcomeRecord {
+        delivery_id: delivery,
+        message_created_at: now_ms(),
+        attempt: Some(attempt(app, msg, endpoint, true)),
+        attempts: 1,
+        next: NextState::Delivered,
+    }
+}
+
 async fn seeded(store: &dyn Store, n: usize) -> (App, Endpoint, Vec<(MessageId, i64)>) {
     let app = app();
     store.insert_app(&app).await.unwrap();
@@ -296,14 +307,8 @@ pub async fn a_resend_of_a_held_delivery_outlives_its_attempt(store: &dyn Store)
     let resend = Requeue::Resend { app: app.id.clone(), msg: msg.clone(), endpoint: ep.id.clone() };
     assert_eq!(store.requeue(resend).await.unwrap(), 1);
     assert!(store.claim("other", now_ms() + 1000, 10).await.unwrap().is_empty(), "still held");
-    let success = OutcomeRecord {
-        delivery_id: delivery,
-        message_created_at: now_ms(),
-        attempt: Some(attempt(&app, &msg, &ep.id, true)),
-        attempts: 1,
-        next: NextState::Delivered,
-    };
-    assert_eq!(store.record_outcomes("holder", vec![success.clone()]).await.unwrap(), vec![Recorded::Resent]);
+    let success = delivered(&app, &msg, &ep.id, delivery);
+    assert_eq!(store.record_outcomes("holder", vec![success]).await.unwrap(), vec![Recorded::Resent]);
     let page = PageQuery { limit: 10, iterator: None, descending: true };
     let filter = AttemptFilter {
         app: app.id.clone(),
@@ -321,7 +326,7 @@ pub async fn a_resend_of_a_held_delivery_outlives_its_attempt(store: &dyn Store)
     assert_eq!(again.len(), 1, "claimable by anyone");
     assert_eq!(again[0].trigger, Trigger::Manual);
     // The claim cleared the mark: this attempt started after the request and settles it.
-    let success = OutcomeRecord { attempt: Some(attempt(&app, &msg, &ep.id, true)), ..success };
+    let success = delivered(&app, &msg, &ep.id, delivery);
     assert_eq!(store.record_outcomes("other", vec![success]).await.unwrap(), vec![Recorded::Applied]);
     let views = store.message_deliveries(&msg, &page).await.unwrap();
     assert_eq!(views[0].state, DeliveryState::Delivered);
@@ -333,13 +338,7 @@ pub async fn a_resend_of_a_settled_delivery_is_due_at_once(store: &dyn Store) {
     let (app, ep, msgs) = seeded(store, 1).await;
     let (msg, delivery) = msgs[0].clone();
     store.claim("me", now_ms() + 1000, 10).await.unwrap();
-    let done = OutcomeRecord {
-        delivery_id: delivery,
-        message_created_at: now_ms(),
-        attempt: Some(attempt(&app, &msg, &ep.id, true)),
-        attempts: 1,
-        next: NextState::Delivered,
-    };
+    let done = delivered(&app, &msg, &ep.id, delivery);
     assert_eq!(store.record_outcomes("me", vec![done]).await.unwrap(), vec![Recorded::Applied]);
     let resend = Requeue::Resend { app: app.id.clone(), msg: msg.clone(), endpoint: ep.id.clone() };
     assert_eq!(store.requeue(resend).await.unwrap(), 1);

@@ -292,16 +292,7 @@ async fn failed_authentications_are_budgeted_per_address() {
     assert_eq!(refused.json::<Value>().await.unwrap()["code"], "rate_limited");
     assert_eq!(get(ADMIN_TOKEN).await.unwrap().status(), StatusCode::TOO_MANY_REQUESTS, "even a valid token");
     // The dashboard's sign-in shares the budget.
-    let plain = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
-    let page = plain.get(server.url("/login")).send().await.unwrap();
-    let login = crate::support::server::set_cookie(&page, "herald_login").unwrap();
-    let answer = plain
-        .post(server.url("/login"))
-        .header("cookie", format!("herald_login={login}"))
-        .form(&[("csrf", login.as_str()), ("token", ADMIN_TOKEN)])
-        .send()
-        .await
-        .unwrap();
+    let answer = crate::support::server::sign_in_answer(&server.url(""), ADMIN_TOKEN, None).await;
     assert_eq!(answer.status(), StatusCode::TOO_MANY_REQUESTS);
 }
 

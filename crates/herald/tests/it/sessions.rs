@@ -8,7 +8,7 @@ use std::time::Duration;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::support::server::{ADMIN_TOKEN, Storage, set_cookie};
+use crate::support::server::{ADMIN_TOKEN, Storage, set_cookie, sign_in_answer};
 use crate::support::{TestServer, eventually};
 
 fn client() -> reqwest::Client {
@@ -38,15 +38,7 @@ async fn csrf_of(server: &TestServer, path: &str, cookie: &str) -> String {
 async fn the_session_cookie_is_a_random_secret_that_is_stored_only_as_a_hash() {
     let storage = Storage::new().await;
     let server = TestServer::start_on(&storage, |_| {}).await;
-    let login = client().get(server.url("/login")).send().await.unwrap();
-    let form_token = set_cookie(&login, "herald_login").unwrap();
-    let answer = client()
-        .post(server.url("/login"))
-        .header("cookie", format!("herald_login={form_token}"))
-        .form(&[("csrf", form_token.as_str()), ("token", ADMIN_TOKEN)])
-        .send()
-        .await
-        .unwrap();
+    let answer = sign_in_answer(&server.url(""), ADMIN_TOKEN, None).await;
     assert_eq!(answer.status(), StatusCode::SEE_OTHER);
     let raw: Vec<String> =
         answer.headers().get_all("set-cookie").iter().map(|v| v.to_str().unwrap().to_owned()).collect();
@@ -70,15 +62,7 @@ async fn behind_an_https_public_url_the_cookie_is_secure() {
     let login = client().get(server.url("/login")).send().await.unwrap();
     let raw = login.headers().get("set-cookie").unwrap().to_str().unwrap().to_owned();
     assert!(raw.ends_with("; Secure"), "{raw}");
-    let form_token = set_cookie(&login, "herald_login").unwrap();
-    let answer = client()
-        .post(server.url("/login"))
-        .header("cookie", format!("herald_login={form_token}"))
-        .header("origin", "https://herald.example.com")
-        .form(&[("csrf", form_token.as_str()), ("token", ADMIN_TOKEN)])
-        .send()
-        .await
-        .unwrap();
+    let answer = sign_in_answer(&server.url(""), ADMIN_TOKEN, Some("https://herald.example.com")).await;
     assert_eq!(answer.status(), StatusCode::SEE_OTHER);
     let session = answer.headers().get("set-cookie").unwrap().to_str().unwrap().to_owned();
     assert!(session.starts_with("herald_session=") && session.ends_with("; Secure"), "{session}");

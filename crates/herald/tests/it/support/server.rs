@@ -249,19 +249,25 @@ impl TestServer {
     }
 }
 
-/// Signs in to the dashboard at `base` the way its sign-in page does (the page's sign-in
-/// token, its cookie, the token) and returns the `Cookie` header value of the session.
-pub async fn sign_in(base: &str, token: &str) -> String {
+/// Posts the dashboard's sign-in form at `base` the way its page does (the page's sign-in
+/// token and cookie), with `token` and, if given, an `Origin`; the raw answer.
+pub async fn sign_in_answer(base: &str, token: &str, origin: Option<&str>) -> reqwest::Response {
     let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
     let page = client.get(format!("{base}/login")).send().await.unwrap();
     let login = set_cookie(&page, "herald_login").expect("the sign-in page sets its cookie");
-    let answer = client
+    let mut form = client
         .post(format!("{base}/login"))
         .header("cookie", format!("herald_login={login}"))
-        .form(&[("csrf", login.as_str()), ("token", token)])
-        .send()
-        .await
-        .unwrap();
+        .form(&[("csrf", login.as_str()), ("token", token)]);
+    if let Some(origin) = origin {
+        form = form.header("origin", origin);
+    }
+    form.send().await.unwrap()
+}
+
+/// Signs in to the dashboard at `base` and returns the `Cookie` header value of the session.
+pub async fn sign_in(base: &str, token: &str) -> String {
+    let answer = sign_in_answer(base, token, None).await;
     assert_eq!(answer.status(), StatusCode::SEE_OTHER, "signed in");
     format!("herald_session={}", set_cookie(&answer, "herald_session").expect("a session cookie"))
 }
