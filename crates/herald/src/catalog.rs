@@ -11,12 +11,12 @@ use http::{HeaderName, HeaderValue};
 use url::Url;
 
 use crate::clock::Millis;
-use crate::deliver::RESERVED_HEADERS;
+use crate::deliver::is_reserved_header;
 use crate::endpoint_settings::{Defaults, EffectiveSettings};
 use crate::ids::{AppId, EndpointId};
 use crate::postback::Template;
 use crate::sealing::Keyring;
-use crate::signing::SigningKey;
+use crate::signing::EndpointKey;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
@@ -64,7 +64,7 @@ pub struct Target {
     /// fits the endpoint (its attempts then fail as template errors).
     pub template: Result<Option<Template>, String>,
     /// The current key first, then earlier keys with the time their overlap ends.
-    keys: Vec<(SigningKey, Option<Millis>)>,
+    keys: Vec<(EndpointKey, Option<Millis>)>,
     /// The endpoint's own headers, opened and parsed once (Herald's own names left out);
     /// `None` when they do not open, and its attempts then fail as internal errors rather
     /// than go out without them.
@@ -79,11 +79,11 @@ impl Target {
         let mut keys = Vec::new();
         match keyring.open_secrets(&endpoint.secrets, &endpoint.id) {
             Ok(secrets) => {
-                if let Ok(key) = SigningKey::decode(&secrets.current) {
+                if let Ok(key) = EndpointKey::decode(&secrets.current) {
                     keys.push((key, None));
                 }
                 for previous in &secrets.previous {
-                    if let Ok(key) = SigningKey::decode(&previous.key) {
+                    if let Ok(key) = EndpointKey::decode(&previous.key) {
                         keys.push((key, Some(previous.expires_at)));
                     }
                 }
@@ -109,7 +109,7 @@ impl Target {
     }
 
     /// The keys that sign at `now`: the current one and those still inside their overlap.
-    pub fn signing_keys(&self, now: Millis) -> impl Iterator<Item = &SigningKey> {
+    pub fn signing_keys(&self, now: Millis) -> impl Iterator<Item = &EndpointKey> {
         self.keys.iter().filter(move |(_, until)| until.is_none_or(|t| t > now)).map(|(key, _)| key)
     }
 
@@ -127,7 +127,7 @@ fn request_headers(headers: &Headers) -> Vec<(HeaderName, HeaderValue)> {
         .filter_map(|(name, value)| {
             let name = HeaderName::try_from(name.to_ascii_lowercase()).ok()?;
             let value = HeaderValue::try_from(value.as_str()).ok()?;
-            (!RESERVED_HEADERS.contains(&name.as_str())).then_some((name, value))
+            (!is_reserved_header(name.as_str())).then_some((name, value))
         })
         .collect()
 }
@@ -360,6 +360,7 @@ fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
 mod tests {
     use super::*;
     use crate::sealing::generate_key;
+    use crate::signing::SigningKey;
     use crate::store::{PreviousSecret, SealedSecrets, Secrets};
 
     fn endpoint(event_types: Option<&[&str]>, channels: Option<&[&str]>, disabled: bool) -> Endpoint {

@@ -14,6 +14,8 @@ use serde::{Deserialize, Serialize};
 const ALPHABET: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 /// 128 bits need 22 base62 digits.
 const WIDTH: usize = 22;
+/// The length of an id without its prefix.
+pub const BODY_LEN: usize = WIDTH;
 
 /// Last generated (millis, random) pair, so ids minted in the same millisecond still sort
 /// in creation order within this process.

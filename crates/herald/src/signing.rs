@@ -1,9 +1,11 @@
 //! Standard Webhooks signing: `webhook-signature: v1,<base64 HMAC-SHA256("{id}.{ts}.{body}")>`.
 //!
-//! Endpoint secrets are `whsec_<base64>` (24 to 64 random bytes). During a rotation every
-//! secret still inside its overlap signs, and the signatures are sent space-separated, so a
-//! receiver holding either the old or the new secret verifies. The asymmetric `v1a`
-//! (ed25519) scheme is implemented for completeness of the standard and its vectors.
+//! Endpoint secrets are `whsec_<base64>` (24 to 64 random bytes), or, for the asymmetric
+//! `v1a` scheme, `whsk_<base64 of an ed25519 key pair>`: deliveries are then signed with
+//! ed25519 over the same content, and receivers verify with the public `whpk_` key
+//! ([`EndpointKey`]). During a rotation every secret still inside its overlap signs, and
+//! the signatures are sent space-separated, so a receiver holding either the old or the new
+//! secret verifies.
 
 use base64::Engine;
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STANDARD};
@@ -16,6 +18,8 @@ use subtle::ConstantTimeEq;
 
 /// Prefix of symmetric signing secrets.
 pub const SECRET_PREFIX: &str = "whsec_";
+/// Prefix of asymmetric (ed25519) signing secrets.
+pub const ASYMMETRIC_PREFIX: &str = "whsk_";
 /// Accepted timestamp skew when verifying, as in every official library.
 pub const TOLERANCE_SECS: i64 = 300;
 
@@ -29,8 +33,60 @@ const LENIENT: GeneralPurpose = GeneralPurpose::new(
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SecretError {
-    #[error("secret must be base64 of 24 to 64 bytes, optionally prefixed with whsec_")]
+    #[error(
+        "secret must be base64 of 24 to 64 bytes, optionally prefixed with whsec_, or an ed25519 key pair as whsk_<base64>"
+    )]
     Invalid,
+}
+
+/// Anything that signs a message's content: `v1,…` or `v1a,…`.
+pub trait Sign {
+    fn sign(&self, msg_id: &str, timestamp: i64, body: &[u8]) -> String;
+}
+
+/// An endpoint's signing key: a symmetric `whsec_` key, or an asymmetric `whsk_` one.
+#[derive(Clone, Debug)]
+pub enum EndpointKey {
+    Hmac(SigningKey),
+    Ed25519(AsymmetricKey),
+}
+
+impl EndpointKey {
+    /// A stored secret (`whsec_…` or `whsk_…`).
+    pub fn decode(secret: &str) -> Result<Self, SecretError> {
+        if secret.starts_with(ASYMMETRIC_PREFIX) {
+            AsymmetricKey::parse(secret).map(Self::Ed25519)
+        } else {
+            SigningKey::decode(secret).map(Self::Hmac)
+        }
+    }
+
+    /// Validates a secret given at endpoint creation or rotation; its canonical form.
+    pub fn parse_endpoint_secret(secret: &str) -> Result<String, SecretError> {
+        if secret.starts_with(ASYMMETRIC_PREFIX) {
+            AsymmetricKey::parse(secret).map(|_| secret.to_owned())
+        } else {
+            SigningKey::parse_endpoint_secret(secret).map(|key| key.to_secret_string())
+        }
+    }
+
+    /// What `GET …/secret` shows: the `whsec_` secret, or the `whpk_` public key (the
+    /// private half never leaves Herald).
+    pub fn shown(secret: &str) -> Result<String, SecretError> {
+        Ok(match Self::decode(secret)? {
+            Self::Hmac(key) => key.to_secret_string(),
+            Self::Ed25519(key) => key.public_key(),
+        })
+    }
+}
+
+impl Sign for EndpointKey {
+    fn sign(&self, msg_id: &str, timestamp: i64, body: &[u8]) -> String {
+        match self {
+            Self::Hmac(key) => key.sign(msg_id, timestamp, body),
+            Self::Ed25519(key) => key.sign(msg_id, timestamp, body),
+        }
+    }
 }
 
 /// A symmetric signing key (the decoded bytes of a `whsec_` secret).
@@ -83,11 +139,6 @@ impl SigningKey {
         &self.0
     }
 
-    /// `v1,<base64>` for one message.
-    pub fn sign(&self, msg_id: &str, timestamp: i64, body: &[u8]) -> String {
-        format!("v1,{}", STANDARD.encode(self.mac(msg_id, timestamp, body)))
-    }
-
     fn mac(&self, msg_id: &str, timestamp: i64, body: &[u8]) -> [u8; 32] {
         let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes keys of any size");
         mac.update(msg_id.as_bytes());
@@ -99,9 +150,16 @@ impl SigningKey {
     }
 }
 
-/// The `webhook-signature` header value: one `v1,` entry per key, space-separated.
-pub fn signature_header<'a>(
-    keys: impl IntoIterator<Item = &'a SigningKey>,
+impl Sign for SigningKey {
+    /// `v1,<base64>` for one message.
+    fn sign(&self, msg_id: &str, timestamp: i64, body: &[u8]) -> String {
+        format!("v1,{}", STANDARD.encode(self.mac(msg_id, timestamp, body)))
+    }
+}
+
+/// The `webhook-signature` header value: one entry per key, space-separated.
+pub fn signature_header<'a, K: Sign + 'a>(
+    keys: impl IntoIterator<Item = &'a K>,
     msg_id: &str,
     timestamp: i64,
     body: &[u8],
@@ -181,22 +239,43 @@ pub fn verify(key: &SigningKey, headers: &SignedHeaders<'_>, body: &[u8], now: i
 }
 
 /// An ed25519 key pair for the asymmetric `v1a` scheme (`whsk_` secret, `whpk_` public key).
+#[derive(Clone)]
 pub struct AsymmetricKey(ed25519_dalek::SigningKey);
+
+impl std::fmt::Debug for AsymmetricKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AsymmetricKey(<redacted>)")
+    }
+}
 
 impl AsymmetricKey {
     /// Parses `whsk_<base64 of seed || public key>` (64 bytes).
     pub fn parse(secret: &str) -> Result<Self, SecretError> {
-        let body = secret.strip_prefix("whsk_").ok_or(SecretError::Invalid)?;
+        let body = secret.strip_prefix(ASYMMETRIC_PREFIX).ok_or(SecretError::Invalid)?;
         let bytes = general_purpose::STANDARD.decode(body).map_err(|_| SecretError::Invalid)?;
         let pair: [u8; 64] = bytes.try_into().map_err(|_| SecretError::Invalid)?;
         ed25519_dalek::SigningKey::from_keypair_bytes(&pair).map(Self).map_err(|_| SecretError::Invalid)
     }
 
+    /// A fresh key pair.
+    pub fn generate() -> Self {
+        let mut seed = [0u8; 32];
+        rand::rng().fill_bytes(&mut seed);
+        Self(ed25519_dalek::SigningKey::from_bytes(&seed))
+    }
+
+    /// The `whsk_…` form (seed and public key).
+    pub fn to_secret_string(&self) -> String {
+        format!("{ASYMMETRIC_PREFIX}{}", STANDARD.encode(self.0.to_keypair_bytes()))
+    }
+
     pub fn public_key(&self) -> String {
         format!("whpk_{}", STANDARD.encode(self.0.verifying_key().as_bytes()))
     }
+}
 
-    pub fn sign(&self, msg_id: &str, timestamp: i64, body: &[u8]) -> String {
+impl Sign for AsymmetricKey {
+    fn sign(&self, msg_id: &str, timestamp: i64, body: &[u8]) -> String {
         let content = signed_content(msg_id, timestamp, body);
         format!("v1a,{}", STANDARD.encode(self.0.sign(&content).to_bytes()))
     }

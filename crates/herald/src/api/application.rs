@@ -1,14 +1,16 @@
 //! `/api/v1/app`: applications (our user's customers).
 
+use std::sync::Arc;
+
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 
 use super::auth::Principal;
-use super::error::ApiResult;
+use super::error::{ApiError, ApiResult};
 use super::extract::{JsonBody, QueryMap};
-use super::list::{ListResponse, Page};
+use super::list::{Cursor, ListResponse, Order, Page};
 use super::routes::Routes;
 use super::validate::{Problems, double_option};
 use super::{AppState, require_admin_for, visible_app};
@@ -23,6 +25,8 @@ pub struct ApplicationIn {
     pub uid: Option<String>,
     #[serde(default)]
     pub metadata: Option<Metadata>,
+    /// Also accepted as `rateLimit` (Svix's deprecated name).
+    #[serde(alias = "rateLimit")]
     pub throttle_rate: Option<u16>,
     /// Herald extension: attempts in flight at most (default 16).
     pub max_concurrency: Option<u32>,
@@ -38,7 +42,7 @@ pub struct ApplicationPatch {
     #[schema(value_type = Option<String>)]
     pub uid: Option<Option<String>>,
     pub metadata: Option<Metadata>,
-    #[serde(default, deserialize_with = "double_option")]
+    #[serde(default, alias = "rateLimit", deserialize_with = "double_option")]
     #[schema(value_type = Option<u16>)]
     pub throttle_rate: Option<Option<u16>>,
     #[serde(default, deserialize_with = "double_option")]
@@ -132,6 +136,23 @@ pub async fn create_app_from(state: &AppState, input: ApplicationIn, path_uid: O
     Ok(app)
 }
 
+/// The application a request names in its path, or the one it creates inline (Svix's
+/// `application` field of message creation and portal access, ignored when the application
+/// exists). The inline application must carry the path's value as its `uid`: otherwise the
+/// request is a 422, rather than an application created under a name nobody asked for.
+/// Without it, an unknown application is a 404.
+pub async fn app_for_inline(state: &AppState, id_or_uid: &str, inline: Option<ApplicationIn>) -> ApiResult<Arc<App>> {
+    if let Some(app) = state.catalog.app(id_or_uid).await? {
+        return Ok(app);
+    }
+    let Some(input) = inline else { return Err(ApiError::NotFound("application")) };
+    match input.uid.as_deref() {
+        Some(uid) if uid == id_or_uid => Ok(Arc::new(create_app_from(state, input, None).await?)),
+        Some(_) => Err(ApiError::invalid("application.uid", "must be the application uid given in the path")),
+        None => Err(ApiError::invalid("application.uid", "is required to create the application named in the path")),
+    }
+}
+
 /// Lists applications (a portal token sees only its own).
 #[utoipa::path(get, path = "/api/v1/app", operation_id = "v1.application.list", tag = "Application",
     params(("limit" = Option<usize>, Query), ("iterator" = Option<String>, Query), ("order" = Option<String>, Query)),
@@ -141,7 +162,7 @@ pub async fn list_apps(
     principal: Principal,
     query: QueryMap,
 ) -> ApiResult<Json<ListResponse<ApplicationOut>>> {
-    let page = Page::from_query(&query, false)?;
+    let page = Page::from_query(&query, Order::OldestFirst, Cursor::Id(AppId::PREFIX))?;
     let apps = match &principal {
         Principal::Admin => state.store.list_apps(&page.query()).await?,
         Principal::App { app_id, .. } => state.store.app(app_id.as_str()).await?.into_iter().collect(),

@@ -10,12 +10,13 @@ use super::auth::Principal;
 use super::endpoint::EndpointOut;
 use super::error::{ApiError, ApiResult, ValidationItem};
 use super::extract::QueryMap;
-use super::list::{ListResponse, Page};
+use super::list::{Cursor, ListResponse, Order, Page};
 use super::message::{MessageOut, message_filter};
 use super::routes::Routes;
 use super::{AppState, visible_app, visible_endpoint, visible_message};
 use crate::clock::to_rfc3339;
-use crate::store::{Attempt, AttemptFilter, DeliveryStatus, DeliveryView, Message, Requeue};
+use crate::ids::{AttemptId, EndpointId, MessageId};
+use crate::store::{Attempt, AttemptFilter, DeliveryStatus, DeliveryView, Endpoint, Message, Requeue};
 
 #[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -147,7 +148,7 @@ pub async fn list_by_endpoint(
     query: QueryMap,
 ) -> ApiResult<Attempts> {
     let (app, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
-    let page = Page::from_query(&query, true)?;
+    let page = Page::from_query(&query, Order::NewestFirst, Cursor::Id(AttemptId::PREFIX))?;
     let filter = AttemptFilter { endpoint: Some(endpoint.id), ..attempt_filter(&query, &app.id)? };
     let found = state.store.list_attempts(&filter, &page.query()).await?;
     Ok(Json(page.finish(found, |a| a.id.to_string(), MessageAttemptOut::from)))
@@ -166,7 +167,7 @@ pub async fn list_by_msg(
     query: QueryMap,
 ) -> ApiResult<Attempts> {
     let (app, message) = visible_message(&state, &principal, &app_id, &msg_id).await?;
-    let page = Page::from_query(&query, true)?;
+    let page = Page::from_query(&query, Order::NewestFirst, Cursor::Id(AttemptId::PREFIX))?;
     let endpoint = match query.get::<String>("endpoint_id")? {
         Some(id) => Some(visible_endpoint(&state, &principal, app.id.as_str(), &id).await?.1.id),
         None => None,
@@ -189,7 +190,7 @@ pub async fn list_attempted_messages(
     query: QueryMap,
 ) -> ApiResult<Json<ListResponse<EndpointMessageOut>>> {
     let (_, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
-    let page = Page::from_query(&query, true)?;
+    let page = Page::from_query(&query, Order::NewestFirst, Cursor::Id(MessageId::PREFIX))?;
     let with_content = query.flag("with_content", true)?;
     let found = state
         .store
@@ -214,18 +215,23 @@ pub async fn list_attempted_destinations(
     query: QueryMap,
 ) -> ApiResult<Json<ListResponse<MessageEndpointOut>>> {
     let (_, message) = visible_message(&state, &principal, &app_id, &msg_id).await?;
-    let page = Page::from_query(&query, false)?;
+    let page = Page::from_query(&query, Order::OldestFirst, Cursor::Id(EndpointId::PREFIX))?;
     let deliveries = state.store.message_deliveries(&message.id, &page.query()).await?;
     let mut rows = Vec::with_capacity(deliveries.len());
     for d in deliveries {
-        // Deliveries of deleted endpoints have nothing left to show.
-        if let Some(target) = state.catalog.target(&d.endpoint_id).await? {
-            rows.push((d, target));
-        }
+        // An endpoint deleted since is still listed, as it was (as Svix does).
+        let endpoint = match state.catalog.target(&d.endpoint_id).await? {
+            Some(target) => target.endpoint.clone(),
+            None => match state.store.deleted_endpoint(&d.endpoint_id).await? {
+                Some(endpoint) => endpoint,
+                None => continue,
+            },
+        };
+        rows.push((d, endpoint));
     }
-    let render = |(d, target): (DeliveryView, std::sync::Arc<crate::catalog::Target>)| {
+    let render = |(d, endpoint): (DeliveryView, Endpoint)| {
         let (status, status_text, next_attempt) = status_fields(&d);
-        MessageEndpointOut { endpoint: EndpointOut::new(&target.endpoint, &state), status, status_text, next_attempt }
+        MessageEndpointOut { endpoint: EndpointOut::new(&endpoint, &state), status, status_text, next_attempt }
     };
     Ok(Json(page.finish(rows, |(d, _)| d.endpoint_id.to_string(), render)))
 }

@@ -1,25 +1,19 @@
 //! Who is calling: the admin (the operator's token) or an application's portal token.
 //! Tokens are compared by SHA-256 hash in constant time; portal tokens are stored only as
-//! hashes. Also the two auth routes: app-portal access and logout.
+//! hashes (they are issued in `portal_access`). Also `logout`.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
 
-use axum::Json;
-use axum::extract::{ConnectInfo, FromRequestParts, Path, State};
+use axum::extract::{ConnectInfo, FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::AppState;
-use super::application::{ApplicationIn, create_app_from};
 use super::error::{ApiError, ApiResult};
-use super::extract::JsonBody;
 use crate::clock::now_ms;
-use crate::ids::{AppId, random_token};
-use crate::store::{App, PortalToken};
+use crate::ids::AppId;
 
 /// Prefix of app-portal tokens.
 pub const PORTAL_TOKEN_PREFIX: &str = "appsk_";
@@ -155,66 +149,6 @@ impl Principal {
             _ => Ok(None),
         }
     }
-}
-
-#[derive(Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct AppPortalAccessIn {
-    /// Creates the application if it does not exist yet.
-    pub application: Option<ApplicationIn>,
-    /// Token lifetime in seconds (1 hour to 7 days; default: `auth.portal_token_ttl_secs`).
-    pub expiry: Option<u64>,
-    /// Herald extension: the token may read payload fields configured as sensitive
-    /// (`redaction` settings); without it they are masked. Default false.
-    #[serde(default)]
-    pub sensitive: bool,
-}
-
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct AppPortalAccessOut {
-    pub url: String,
-    pub token: String,
-}
-
-/// Issues an app-portal token for one application.
-#[utoipa::path(post, path = "/api/v1/auth/app-portal-access/{app_id}", operation_id = "v1.authentication.app-portal-access",
-    tag = "Authentication", request_body = AppPortalAccessIn,
-    params(("app_id" = String, Path, description = "Application id or uid")),
-    responses((status = 200, body = AppPortalAccessOut), (status = 404, body = super::error::HttpErrorOut)))]
-pub async fn app_portal_access(
-    State(state): State<AppState>,
-    principal: Principal,
-    Path(app_id): Path<String>,
-    body: JsonBody<AppPortalAccessIn>,
-) -> ApiResult<Json<AppPortalAccessOut>> {
-    super::require_admin_for(&state, &principal, &app_id, "portal access is issued by the operator's admin token")
-        .await?;
-    let app: Arc<App> = match (state.catalog.app(&app_id).await?, body.value.application) {
-        (Some(app), _) => app,
-        (None, Some(input)) => Arc::new(create_app_from(&state, input, Some(&app_id)).await?),
-        (None, None) => return Err(ApiError::NotFound("application")),
-    };
-    let ttl_secs = match body.value.expiry {
-        None => state.settings.portal_token_ttl.as_secs(),
-        Some(secs) if (3600..=7 * 24 * 3600).contains(&secs) => secs,
-        Some(_) => {
-            return Err(ApiError::invalid("expiry", "must be between 3600 and 604800 seconds"));
-        }
-    };
-    let token = format!("{PORTAL_TOKEN_PREFIX}{}", random_token(32));
-    let now = now_ms();
-    state
-        .store
-        .insert_token(&PortalToken {
-            hash: token_hash(&token),
-            app_id: app.id.clone(),
-            expires_at: now + (ttl_secs as i64) * 1000,
-            created_at: now,
-            sensitive: body.value.sensitive,
-        })
-        .await?;
-    let url = format!("{}/portal#token={token}", state.settings.public_url.trim_end_matches('/'));
-    Ok(Json(AppPortalAccessOut { url, token }))
 }
 
 /// Revokes the portal token used to call it.

@@ -9,16 +9,16 @@ use serde::{Deserialize, Serialize};
 use super::auth::Principal;
 use super::error::{ApiError, ApiResult};
 use super::extract::{JsonBody, QueryMap};
-use super::list::{ListResponse, Page};
+use super::list::{Cursor, ListResponse, Order, Page};
 use super::routes::Routes;
 use super::validate::{Problems, double_option};
 use super::{AppState, visible_app, visible_endpoint};
 use crate::clock::{now_ms, to_rfc3339};
-use crate::deliver::RESERVED_HEADERS;
+use crate::deliver::is_reserved_header;
 use crate::endpoint_settings::{DeliverySettings, EffectiveSettings};
 use crate::ids::EndpointId;
 use crate::postback::{RequestSettings, Template};
-use crate::signing::SigningKey;
+use crate::signing::{EndpointKey, SigningKey};
 use crate::store::{App, Endpoint, Headers, Metadata, SealedHeaders, Secrets};
 
 /// Body of create (POST) and update (PUT). `secret` is only used when creating.
@@ -28,10 +28,14 @@ pub struct EndpointIn {
     pub url: String,
     pub description: Option<String>,
     pub disabled: Option<bool>,
+    /// Also accepted as `filterTypes` (Svix's deprecated name).
+    #[serde(alias = "filterTypes")]
     pub event_types: Option<Vec<String>>,
     pub channels: Option<Vec<String>>,
     pub metadata: Option<Metadata>,
     pub secret: Option<String>,
+    /// Also accepted as `rateLimit` (Svix's deprecated name).
+    #[serde(alias = "rateLimit")]
     pub throttle_rate: Option<u16>,
     pub uid: Option<String>,
     pub headers: Option<Headers>,
@@ -47,14 +51,14 @@ pub struct EndpointPatch {
     pub url: Option<String>,
     pub description: Option<String>,
     pub disabled: Option<bool>,
-    #[serde(default, deserialize_with = "double_option")]
+    #[serde(default, alias = "filterTypes", deserialize_with = "double_option")]
     #[schema(value_type = Option<Vec<String>>)]
     pub event_types: Option<Option<Vec<String>>>,
     #[serde(default, deserialize_with = "double_option")]
     #[schema(value_type = Option<Vec<String>>)]
     pub channels: Option<Option<Vec<String>>>,
     pub metadata: Option<Metadata>,
-    #[serde(default, deserialize_with = "double_option")]
+    #[serde(default, alias = "rateLimit", deserialize_with = "double_option")]
     #[schema(value_type = Option<u16>)]
     pub throttle_rate: Option<Option<u16>>,
     #[serde(default, deserialize_with = "double_option")]
@@ -84,6 +88,12 @@ pub struct EndpointOut {
     pub throttle_rate: Option<u16>,
     pub created_at: String,
     pub updated_at: String,
+    /// Deprecated in Svix, still returned: always 1.
+    pub version: u8,
+    /// Deprecated in Svix, still returned: `throttleRate`.
+    pub rate_limit: Option<u16>,
+    /// Deprecated in Svix, still returned: `eventTypes`.
+    pub filter_types: Option<Vec<String>>,
     /// Herald extension: the delivery settings in force, defaults filled in.
     pub delivery: EffectiveSettings,
     /// Herald extension: the request settings, when set (postbacks).
@@ -105,6 +115,9 @@ impl EndpointOut {
             throttle_rate: e.throttle_rate,
             created_at: to_rfc3339(e.created_at),
             updated_at: to_rfc3339(e.updated_at),
+            version: 1,
+            rate_limit: e.throttle_rate,
+            filter_types: e.event_types.clone(),
             delivery: e.delivery.resolve(state.catalog.defaults()),
             request: e.request.clone(),
         }
@@ -156,6 +169,19 @@ pub fn check_endpoint(state: &AppState, e: &Endpoint) -> ApiResult<()> {
     p.finish()
 }
 
+/// Every event type an endpoint filters on must exist, as in Svix (422 naming each unknown
+/// one); run when the filter is given, not on every save.
+async fn check_event_types_exist(state: &AppState, types: Option<&Vec<String>>) -> ApiResult<()> {
+    let Some(types) = types else { return Ok(()) };
+    let mut p = Problems::default();
+    for (i, name) in types.iter().enumerate() {
+        if state.store.event_type(name).await?.is_none() {
+            p.push(&format!("eventTypes.{i}"), format!("the event type {name:?} does not exist"));
+        }
+    }
+    p.finish()
+}
+
 /// Checks an endpoint's own headers and seals them for its row (they often carry the
 /// receiver's credentials).
 pub fn seal_headers(state: &AppState, headers: &Headers, endpoint: &EndpointId) -> ApiResult<SealedHeaders> {
@@ -174,7 +200,8 @@ pub fn open_headers(state: &AppState, endpoint: &Endpoint) -> ApiResult<Headers>
     })
 }
 
-/// Endpoint headers must be valid HTTP, free of CR/LF, and not replace Herald's own.
+/// Endpoint headers must be valid HTTP, free of CR/LF, at most 4,096 bytes each, and not use
+/// a reserved name (`deliver::is_reserved_header`, Svix's list and Herald's own).
 pub fn check_headers<'a>(p: &mut Problems, path: &str, headers: impl IntoIterator<Item = (&'a String, &'a String)>) {
     for (count, (name, value)) in headers.into_iter().enumerate() {
         if count == MAX_HEADERS {
@@ -186,7 +213,7 @@ pub fn check_headers<'a>(p: &mut Problems, path: &str, headers: impl IntoIterato
         p.check(value.len() <= MAX_HEADER_VALUE, &at, format!("values are at most {MAX_HEADER_VALUE} bytes"));
         let lower = name.to_ascii_lowercase();
         p.check(http::HeaderName::try_from(lower.as_str()).is_ok(), &at, "is not a valid header name");
-        p.check(!RESERVED_HEADERS.contains(&lower.as_str()), &at, "is set by Herald and cannot be overridden");
+        p.check(!is_reserved_header(&lower), &at, "is reserved (set by Herald, or by proxies and CDNs on the way)");
         let value_ok = http::HeaderValue::try_from(value.as_str()).is_ok() && !value.contains(['\r', '\n']);
         p.check(value_ok, &at, "is not a valid header value");
     }
@@ -197,19 +224,19 @@ const MAX_HEADERS: usize = 50;
 const MAX_HEADER_NAME: usize = 256;
 const MAX_HEADER_VALUE: usize = 4096;
 
-fn parse_secret(secret: Option<&str>) -> ApiResult<String> {
+/// The secret given (`whsec_…`, plain base64, or an asymmetric `whsk_…`), in its canonical
+/// form, or a fresh symmetric one.
+pub fn parse_secret(field: &str, secret: Option<&str>) -> ApiResult<String> {
     match secret {
         None => Ok(SigningKey::generate().to_secret_string()),
-        Some(given) => SigningKey::parse_endpoint_secret(given)
-            .map(|key| key.to_secret_string())
-            .map_err(|e| ApiError::invalid("secret", e.to_string())),
+        Some(given) => EndpointKey::parse_endpoint_secret(given).map_err(|e| ApiError::invalid(field, e.to_string())),
     }
 }
 
 fn new_endpoint(state: &AppState, app: &App, input: EndpointIn, uid_from_path: Option<&str>) -> ApiResult<Endpoint> {
     let now = now_ms();
     let id = EndpointId::generate();
-    let secrets = Secrets { current: parse_secret(input.secret.as_deref())?, previous: vec![] };
+    let secrets = Secrets { current: parse_secret("secret", input.secret.as_deref())?, previous: vec![] };
     let blank = Endpoint {
         secrets: state.catalog.keyring().seal_secrets(&secrets, &id),
         id,
@@ -280,7 +307,7 @@ pub async fn list_endpoints(
     query: QueryMap,
 ) -> ApiResult<Json<ListResponse<EndpointOut>>> {
     let app = visible_app(&state, &principal, &app_id).await?;
-    let page = Page::from_query(&query, false)?;
+    let page = Page::from_query(&query, Order::NewestFirst, Cursor::Id(EndpointId::PREFIX))?;
     let found = state.store.list_endpoints(&app.id, &page.query()).await?;
     Ok(Json(page.finish(found, |e| e.id.to_string(), |e| EndpointOut::new(&e, &state))))
 }
@@ -295,6 +322,7 @@ pub async fn create_endpoint(
     body: JsonBody<EndpointIn>,
 ) -> ApiResult<(StatusCode, Json<EndpointOut>)> {
     let app = visible_app(&state, &principal, &app_id).await?;
+    check_event_types_exist(&state, body.value.event_types.as_ref()).await?;
     let endpoint = new_endpoint(&state, &app, body.value, None)?;
     insert(&state, &endpoint).await?;
     Ok((StatusCode::CREATED, Json(EndpointOut::new(&endpoint, &state))))
@@ -323,6 +351,7 @@ pub async fn upsert_endpoint(
 ) -> ApiResult<(StatusCode, Json<EndpointOut>)> {
     let app = visible_app(&state, &principal, &app_id).await?;
     let input = body.value;
+    check_event_types_exist(&state, input.event_types.as_ref()).await?;
     let Some(existing) = state.store.endpoint(&app.id, &endpoint_id).await? else {
         let endpoint = new_endpoint(&state, &app, input, Some(&endpoint_id))?;
         insert(&state, &endpoint).await?;
@@ -344,6 +373,7 @@ pub async fn patch_endpoint(
 ) -> ApiResult<Json<EndpointOut>> {
     let (_, mut e) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
     let patch = body.value;
+    check_event_types_exist(&state, patch.event_types.as_ref().and_then(Option::as_ref)).await?;
     if let Some(url) = patch.url {
         e.url = url;
     }

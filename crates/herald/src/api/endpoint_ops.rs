@@ -11,7 +11,7 @@ use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 
 use super::auth::Principal;
-use super::endpoint::{open_headers, save, seal_headers};
+use super::endpoint::{open_headers, parse_secret, save, seal_headers};
 use super::error::{ApiError, ApiResult};
 use super::extract::{JsonBody, QueryMap, body_time};
 use super::message::MessageOut;
@@ -21,7 +21,7 @@ use super::{AppState, visible_endpoint};
 use crate::clock::{now_ms, to_rfc3339};
 use crate::ids::{MessageId, TaskId};
 use crate::ingest::Route;
-use crate::signing::SigningKey;
+use crate::signing::EndpointKey;
 use crate::store::{Endpoint, EndpointStats, IngestResult, Message, PreviousSecret, Requeue, Secrets};
 
 /// Headers whose values are never returned, only their names.
@@ -59,6 +59,11 @@ pub struct EndpointSecretRotateIn {
 
 type EndpointPath = Path<(String, String)>;
 
+/// The longest time range `recover` takes, as in Svix.
+const RECOVER_WINDOW: Duration = Duration::from_secs(14 * 24 * 3600);
+/// The longest time range endpoint `stats` covers, as in Svix.
+const STATS_WINDOW: Duration = Duration::from_secs(28 * 24 * 3600);
+
 #[utoipa::path(get, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}/secret", operation_id = "v1.endpoint.get-secret",
     tag = "Endpoint", params(("app_id" = String, Path), ("endpoint_id" = String, Path)),
     responses((status = 200, body = EndpointSecretOut)))]
@@ -68,7 +73,9 @@ pub async fn get_secret(
     Path((app_id, endpoint_id)): EndpointPath,
 ) -> ApiResult<Json<EndpointSecretOut>> {
     let (_, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
-    Ok(Json(EndpointSecretOut { key: open_secrets(&state, &endpoint)?.current }))
+    let key = EndpointKey::shown(&open_secrets(&state, &endpoint)?.current)
+        .map_err(|e| anyhow::anyhow!("the stored signing secret does not parse: {e}"))?;
+    Ok(Json(EndpointSecretOut { key }))
 }
 
 /// Replaces the signing secret; the previous one keeps signing for the grace period, so
@@ -84,12 +91,7 @@ pub async fn rotate_secret(
     body: JsonBody<EndpointSecretRotateIn>,
 ) -> ApiResult<Json<EndpointSecretOut>> {
     let (_, mut endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
-    let new_secret = match &body.value.key {
-        Some(given) => SigningKey::parse_endpoint_secret(given)
-            .map_err(|e| ApiError::invalid("key", e.to_string()))?
-            .to_secret_string(),
-        None => SigningKey::generate().to_secret_string(),
-    };
+    let new_secret = parse_secret("key", body.value.key.as_deref())?;
     let grace = match body.value.grace_period_seconds {
         None => state.settings.secret_rotation_overlap,
         Some(secs) if secs <= 7 * 24 * 3600 => Duration::from_secs(secs.into()),
@@ -202,7 +204,11 @@ pub async fn get_stats(
     query: QueryMap,
 ) -> ApiResult<Json<EndpointStats>> {
     let (_, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
-    Ok(Json(state.store.endpoint_stats(&endpoint.id, query.time("since")?, query.time("until")?).await?))
+    let (since, until) = (query.time("since")?, query.time("until")?);
+    if since.is_some_and(|since| until.unwrap_or_else(now_ms) - since > STATS_WINDOW.as_millis() as i64) {
+        return Err(ApiError::BadRequest("the stats window (since to until) must be at most 28 days".into()));
+    }
+    Ok(Json(state.store.endpoint_stats(&endpoint.id, since, until).await?))
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -237,7 +243,11 @@ pub async fn recover(
 ) -> ApiResult<(StatusCode, Json<RecoverOut>)> {
     let (_, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
     let since = body_time("since", Some(&body.value.since))?.unwrap_or_default();
-    let until = body_time("until", body.value.until.as_deref())?.unwrap_or(i64::MAX);
+    let until = body_time("until", body.value.until.as_deref())?;
+    if until.unwrap_or_else(now_ms) - since > RECOVER_WINDOW.as_millis() as i64 {
+        return Err(ApiError::invalid("since", "must be at most 14 days before until (or now)"));
+    }
+    let until = until.unwrap_or(i64::MAX);
     let recovered = state.store.requeue(Requeue::Recover { endpoint: endpoint.id.clone(), since, until }).await?;
     state.dispatcher.poke();
     let out = RecoverOut {
@@ -256,8 +266,11 @@ pub struct EventExampleIn {
     pub event_type: String,
 }
 
+/// Svix's test event: `send-example` with it delivers exactly `{"success": true}`.
+const PING_EVENT_TYPE: &str = "svix.ping";
+
 /// Sends one example message of an event type to this endpoint only. The payload is the
-/// event type's first schema example when it has one.
+/// event type's first schema example when it has one (`{"success": true}` for `svix.ping`).
 #[utoipa::path(post, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}/send-example", operation_id = "v1.endpoint.send-example",
     tag = "Endpoint", request_body = EventExampleIn, params(("app_id" = String, Path), ("endpoint_id" = String, Path)),
     responses((status = 200, body = MessageOut)))]
@@ -272,13 +285,17 @@ pub async fn send_example(
     let mut p = Problems::default();
     p.slug("eventType", &event_type, 256);
     p.finish()?;
-    let example = state
-        .store
-        .event_type(&event_type)
-        .await?
-        .and_then(|et| et.schemas)
-        .and_then(|schemas| first_example(&schemas))
-        .unwrap_or_else(|| serde_json::json!({"example": true, "eventType": event_type}));
+    let example = if event_type == PING_EVENT_TYPE {
+        serde_json::json!({"success": true})
+    } else {
+        state
+            .store
+            .event_type(&event_type)
+            .await?
+            .and_then(|et| et.schemas)
+            .and_then(|schemas| first_example(&schemas))
+            .unwrap_or_else(|| serde_json::json!({"example": true, "eventType": event_type}))
+    };
     let message = Message {
         id: MessageId::generate(),
         app_id: app.id.clone(),

@@ -117,7 +117,7 @@ impl IntoResponse for ApiError {
             Self::Validation(items) => {
                 return (status, Json(HttpValidationError { detail: items })).into_response();
             }
-            Self::Unauthorized => ("authentication_failed", "a valid bearer token is required".to_owned()),
+            Self::Unauthorized => ("authentication_failed", "Invalid token".to_owned()),
             Self::Forbidden(why) => ("forbidden", why.to_owned()),
             Self::NotFound(what) => ("not_found", format!("{what} not found")),
             Self::Conflict(why) => ("conflict", why),

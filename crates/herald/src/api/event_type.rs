@@ -9,7 +9,7 @@ use super::AppState;
 use super::auth::Principal;
 use super::error::{ApiError, ApiResult};
 use super::extract::{JsonBody, QueryMap};
-use super::list::{ListResponse, Page};
+use super::list::{Cursor, ListResponse, Order, Page};
 use super::routes::Routes;
 use super::validate::{Problems, double_option};
 use crate::clock::{Millis, now_ms, to_rfc3339};
@@ -122,7 +122,7 @@ pub async fn list_event_types(
     _principal: Principal,
     query: QueryMap,
 ) -> ApiResult<Json<ListResponse<EventTypeOut>>> {
-    let page = Page::from_query(&query, false)?;
+    let page = Page::from_query(&query, Order::OldestFirst, Cursor::Name)?;
     let with_content = query.flag("with_content", false)?;
     let found = state.store.list_event_types(&page.query(), query.flag("include_archived", false)?).await?;
     Ok(Json(page.finish(found, |et| et.name.clone(), |et| EventTypeOut::new(et, with_content))))

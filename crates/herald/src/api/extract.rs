@@ -5,7 +5,6 @@
 use std::collections::HashMap;
 use std::str::FromStr;
 
-use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
@@ -13,12 +12,11 @@ use serde_path_to_error::Segment;
 
 use super::AppState;
 use super::error::{ApiError, ValidationItem};
-use crate::clock::{Millis, parse_rfc3339};
+use crate::clock::{Millis, parse_time};
 
-/// A JSON body parsed into `T`, with the raw bytes kept (for idempotency fingerprints).
+/// A JSON body parsed into `T`, with Svix-shaped errors (depth cap, 413, 422 naming the field).
 pub struct JsonBody<T> {
     pub value: T,
-    pub raw: Bytes,
 }
 
 impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
@@ -29,14 +27,14 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
         let raw = axum::body::to_bytes(req.into_body(), limit)
             .await
             .map_err(|_| ApiError::PayloadTooLarge(format!("the request body exceeds {limit} bytes")))?;
-        let value = parse_json(&raw)?;
-        Ok(Self { value, raw })
+        Ok(Self { value: parse_json(&raw)? })
     }
 }
 
 /// An RFC 3339 time given in a body field, in milliseconds (422 naming the field otherwise).
 pub fn body_time(field: &str, raw: Option<&str>) -> Result<Option<Millis>, ApiError> {
-    raw.map(|r| parse_rfc3339(r).ok_or_else(|| ApiError::invalid(field, "is not an RFC 3339 time"))).transpose()
+    raw.map(|r| parse_time(r).ok_or_else(|| ApiError::invalid(field, "is not a valid timestamp (RFC 3339)")))
+        .transpose()
 }
 
 /// Deepest nesting of arrays and objects accepted in a request body.
@@ -144,8 +142,11 @@ impl QueryMap {
     pub fn time(&self, name: &str) -> Result<Option<Millis>, ApiError> {
         match self.raw(name) {
             None | Some("") => Ok(None),
-            Some(raw) => parse_rfc3339(raw).map(Some).ok_or_else(|| {
-                ApiError::Validation(vec![ValidationItem::query(name, format!("{raw:?} is not an RFC 3339 time"))])
+            Some(raw) => parse_time(raw).map(Some).ok_or_else(|| {
+                ApiError::Validation(vec![ValidationItem::query(
+                    name,
+                    format!("{raw:?} is not a valid timestamp (RFC 3339)"),
+                )])
             }),
         }
     }

@@ -1,5 +1,8 @@
-//! Svix list pagination: `limit`, `iterator`, `order` in; `data`, `iterator`, `done` out.
-//! Ids sort by creation time, so the iterator is just the last id of the page.
+//! Svix list pagination: `limit`, `iterator`, `order` in; `data`, `iterator`,
+//! `prevIterator`, `done` out. Ids sort by creation time, so an iterator is an item's id:
+//! `iterator` is the last item's, for the next page; `prevIterator` is the first item's
+//! with a `-`, for the page before, which keeps the display order. `done` says whether more
+//! items exist in the direction asked. A malformed iterator is a 422.
 
 use serde::Serialize;
 
@@ -19,41 +22,73 @@ pub struct ListResponse<T> {
     pub done: bool,
 }
 
+/// What a list's iterators are: ids with this prefix, or event type names.
+#[derive(Debug, Clone, Copy)]
+pub enum Cursor {
+    Id(&'static str),
+    Name,
+}
+
+impl Cursor {
+    fn accepts(self, value: &str) -> bool {
+        let slug = |s: &str| s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+        match self {
+            Self::Id(prefix) => value.strip_prefix(prefix).is_some_and(|body| {
+                body.len() == crate::ids::BODY_LEN && body.bytes().all(|b| b.is_ascii_alphanumeric())
+            }),
+            Self::Name => !value.is_empty() && value.len() <= 256 && slug(value),
+        }
+    }
+}
+
+/// The order a list is shown in unless `order` says otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    OldestFirst,
+    NewestFirst,
+}
+
 /// The page a request asks for.
 #[derive(Debug, Clone)]
 pub struct Page {
     limit: usize,
-    iterator: Option<String>,
+    /// The id (or name) the page starts after.
+    after: Option<String>,
+    /// The display order.
     descending: bool,
+    /// Asked with `iterator=-…`: the page before `after`.
+    backwards: bool,
 }
 
 impl Page {
-    /// Reads `limit`, `iterator` and (when the list supports it) `order`.
-    pub fn from_query(query: &QueryMap, newest_first: bool) -> ApiResult<Self> {
+    /// Reads `limit`, `iterator` and `order` (when the list supports it: `order` then
+    /// replaces `default`).
+    pub fn from_query(query: &QueryMap, default: Order, cursor: Cursor) -> ApiResult<Self> {
+        let invalid = |name: &str, msg: String| ApiError::Validation(vec![ValidationItem::query(name, msg)]);
         let limit = query.get::<usize>("limit")?.unwrap_or(DEFAULT_LIMIT);
         if !(1..=MAX_LIMIT).contains(&limit) {
-            return Err(ApiError::Validation(vec![ValidationItem::query(
-                "limit",
-                format!("must be between 1 and {MAX_LIMIT}"),
-            )]));
+            return Err(invalid("limit", format!("must be between 1 and {MAX_LIMIT}")));
         }
         let descending = match query.get::<String>("order")?.as_deref() {
-            None => newest_first,
+            None => default == Order::NewestFirst,
             Some("ascending") => false,
             Some("descending") => true,
-            Some(other) => {
-                return Err(ApiError::Validation(vec![ValidationItem::query(
-                    "order",
-                    format!("{other:?} is not ascending or descending"),
-                )]));
-            }
+            Some(other) => return Err(invalid("order", format!("{other:?} is not ascending or descending"))),
         };
-        Ok(Self { limit, iterator: query.get("iterator")?, descending })
+        let iterator = query.get::<String>("iterator")?;
+        let (backwards, after) =
+            match iterator.as_deref().map(|i| i.strip_prefix('-').map_or((false, i), |id| (true, id))) {
+                None => (false, None),
+                Some((backwards, id)) if cursor.accepts(id) => (backwards, Some(id.to_owned())),
+                Some(_) => return Err(invalid("iterator", "is not an iterator of this list".into())),
+            };
+        Ok(Self { limit, after, descending, backwards })
     }
 
-    /// The store query: one row more than the page, to know whether more follow.
+    /// The store query: one row more than the page, to know whether more follow; a page
+    /// backwards is read in the opposite order from its iterator.
     pub fn query(&self) -> PageQuery {
-        PageQuery { limit: self.limit + 1, iterator: self.iterator.clone(), descending: self.descending }
+        PageQuery { limit: self.limit + 1, iterator: self.after.clone(), descending: self.descending != self.backwards }
     }
 
     /// Trims the extra row and builds the response; `key` gives an item's iterator value.
@@ -65,7 +100,11 @@ impl Page {
     ) -> ListResponse<O> {
         let done = items.len() <= self.limit;
         items.truncate(self.limit);
+        if self.backwards {
+            items.reverse();
+        }
         let iterator = items.last().map(&key);
-        ListResponse { data: items.into_iter().map(render).collect(), iterator, prev_iterator: None, done }
+        let prev_iterator = items.first().map(|first| format!("-{}", key(first)));
+        ListResponse { data: items.into_iter().map(render).collect(), iterator, prev_iterator, done }
     }
 }

@@ -1,19 +1,20 @@
 //! `/api/v1/app/{app_id}/msg`: creating messages (durable ingest) and reading them back.
 
+use axum::Extension;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
-use sha2::{Digest, Sha256};
 
-use super::application::{ApplicationIn, create_app_from};
+use super::application::{ApplicationIn, app_for_inline};
 use super::auth::Principal;
 use super::error::{ApiError, ApiResult};
 use super::extract::{JsonBody, QueryMap};
-use super::list::{ListResponse, Page};
+use super::idempotency::Keyed;
+use super::list::{Cursor, ListResponse, Order, Page};
 use super::routes::Routes;
 use super::validate::Problems;
 use super::{AppState, require_admin_for, visible_app, visible_message};
@@ -21,7 +22,7 @@ use crate::clock::{now_ms, to_rfc3339};
 use crate::ids::MessageId;
 use crate::ingest::Route;
 use crate::redaction::Redactor;
-use crate::store::{IdempotencyRecord, IngestResult, Message, MessageFilter, StoredResponse};
+use crate::store::{IngestResult, Message, MessageFilter};
 
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -48,14 +49,21 @@ pub struct MessageOut {
     #[schema(value_type = Object)]
     pub payload: Box<RawValue>,
     pub timestamp: String,
-    /// Herald extension: the payload was expunged (it reads as `{}`).
+    /// Herald extension: the payload was expunged (it reads as `{"expired": true}`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub payload_expunged: bool,
 }
 
-/// The payload as JSON, or `{}` when left out or expunged.
+/// What an expunged payload reads as, as in Svix.
+const EXPUNGED_PAYLOAD: &str = r#"{"expired":true}"#;
+
+/// The payload as JSON: `{}` when left out, `{"expired": true}` once expunged.
 fn payload_json(m: &Message, with_content: bool) -> Box<RawValue> {
-    let text = m.payload.as_deref().filter(|_| with_content).unwrap_or("{}");
+    let text = match (with_content, m.payload.as_deref()) {
+        (false, _) => "{}",
+        (true, None) => EXPUNGED_PAYLOAD,
+        (true, Some(payload)) => payload,
+    };
     RawValue::from_string(text.to_owned()).unwrap_or_else(|_| RawValue::from_string("{}".into()).expect("valid JSON"))
 }
 
@@ -128,7 +136,7 @@ fn json_response(status: StatusCode, body: String) -> Response {
 
 /// Accepts a message: answers 202 only once the message and one delivery per matching
 /// endpoint are durably committed. A repeated `idempotency-key` returns the first
-/// response; a repeated `eventId` is a 409.
+/// response (the layer in `idempotency` replays it); a repeated `eventId` is a 409.
 #[utoipa::path(post, path = "/api/v1/app/{app_id}/msg", operation_id = "v1.message.create", tag = "Message",
     request_body = MessageIn, params(("app_id" = String, Path), ("with_content" = Option<bool>, Query),
         ("idempotency-key" = Option<String>, Header)),
@@ -139,20 +147,16 @@ pub async fn create_message(
     principal: Principal,
     Path(app_id): Path<String>,
     query: QueryMap,
-    headers: HeaderMap,
+    keyed: Option<Extension<Keyed>>,
     body: JsonBody<MessageIn>,
 ) -> ApiResult<Response> {
     require_admin_for(&state, &principal, &app_id, "messages are created by the operator's admin token").await?;
     if state.liveness.failure().is_some() {
         return Err(ApiError::Stopping);
     }
-    let JsonBody { value: mut input, raw } = body;
+    let mut input = body.value;
     check(&state, &input)?;
-    let app = match (state.catalog.app(&app_id).await?, input.application.take()) {
-        (Some(app), _) => app,
-        (None, Some(new_app)) => std::sync::Arc::new(create_app_from(&state, new_app, Some(&app_id)).await?),
-        (None, None) => return Err(ApiError::NotFound("application")),
-    };
+    let app = app_for_inline(&state, &app_id, input.application.take()).await?;
     let with_content = query.flag("with_content", true)?;
     let message = Message {
         id: MessageId::generate(),
@@ -164,43 +168,19 @@ pub async fn create_message(
         created_at: now_ms(),
     };
     let response_body = serde_json::to_string(&MessageOut::new(&message, with_content)).map_err(anyhow::Error::from)?;
-    let idempotency = match super::idempotency::key(&headers)? {
-        Some(key) => {
-            let scope = format!("msg:{}", app.id);
-            let fingerprint = format!("{:x}", Sha256::digest(&raw));
-            if let Some(stored) = state.store.idempotent_response(&scope, key).await? {
-                return replay(stored, &fingerprint);
-            }
-            let response = StoredResponse {
-                fingerprint,
-                status: StatusCode::ACCEPTED.as_u16(),
-                body: response_body.clone(),
-                created_at: message.created_at,
-            };
-            Some(IdempotencyRecord { scope, key: key.to_owned(), response })
-        }
-        None => None,
-    };
-    let fingerprint = idempotency.as_ref().map(|r| r.response.fingerprint.clone());
+    // The idempotency layer looked the key up already; the answer is kept in the same
+    // transaction as the message.
+    let idempotency = keyed.as_ref().map(|k| k.record(&state.keyring, StatusCode::ACCEPTED, response_body.as_bytes()));
     match state.ingestor.ingest(message, Route::Matching, idempotency).await? {
         IngestResult::Created { .. } => Ok(json_response(StatusCode::ACCEPTED, response_body)),
-        IngestResult::Replayed(stored) => replay(stored, &fingerprint.unwrap_or_default()),
+        // Another process took the key meanwhile: its answer is the answer.
+        IngestResult::Replayed(stored) => {
+            keyed.expect("a replay follows an idempotency key").replay(&state.keyring, stored)
+        }
         IngestResult::DuplicateEventId => {
             Err(ApiError::Conflict("a message with this eventId already exists in this application".into()))
         }
     }
-}
-
-/// The first response for an idempotency key, if the request is the same one.
-pub fn replay(stored: StoredResponse, fingerprint: &str) -> ApiResult<Response> {
-    if stored.fingerprint != fingerprint {
-        return Err(ApiError::invalid(
-            "",
-            "this idempotency-key was already used for a different request; use a new key",
-        ));
-    }
-    let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
-    Ok(json_response(status, stored.body))
 }
 
 #[utoipa::path(get, path = "/api/v1/app/{app_id}/msg", operation_id = "v1.message.list", tag = "Message",
@@ -215,7 +195,7 @@ pub async fn list_messages(
     query: QueryMap,
 ) -> ApiResult<Json<ListResponse<MessageOut>>> {
     let app = visible_app(&state, &principal, &app_id).await?;
-    let page = Page::from_query(&query, true)?;
+    let page = Page::from_query(&query, Order::NewestFirst, Cursor::Id(MessageId::PREFIX))?;
     let filter = message_filter(&query)?;
     let with_content = query.flag("with_content", true)?;
     let found = state.store.list_messages(&app.id, &filter, &page.query()).await?;

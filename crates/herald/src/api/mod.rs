@@ -17,6 +17,7 @@ mod idempotency;
 mod list;
 mod message;
 pub mod openapi;
+mod portal_access;
 mod rate_limit;
 mod routes;
 mod session;
@@ -109,7 +110,8 @@ fn api_routes() -> Routes {
         .merge(stats::routes())
         .merge(dead_letters::routes())
         .merge(session::routes())
-        .post("/api/v1/auth/app-portal-access/{app_id}", auth::app_portal_access)
+        .post("/api/v1/auth/app-portal-access/{app_id}", portal_access::app_portal_access)
+        .post("/api/v1/auth/dashboard-access/{app_id}", portal_access::dashboard_access)
         .post("/api/v1/auth/logout", auth::logout)
         .get("/api/v1/openapi.json", openapi::serve)
 }

@@ -1,7 +1,9 @@
 //! A router that remembers what it serves. Every route of the API and of the dashboard is
 //! registered through [`Routes`] with its method, so the table of (method, path) pairs is
 //! the router's own, not a copy kept beside it: the tests check it against the OpenAPI
-//! document and derive the tenant-isolation matrix from it.
+//! document and derive the tenant-isolation matrix from it. Like Svix, every route also
+//! answers with a trailing slash (`/api/v1/app/`): both forms are registered, the table
+//! lists the canonical one.
 
 use axum::Router;
 use axum::handler::Handler;
@@ -49,6 +51,9 @@ impl Routes {
     method!(delete, DELETE);
 
     fn add(mut self, method: Method, path: &str, route: MethodRouter<AppState>) -> Self {
+        if path != "/" {
+            self.router = self.router.route(&format!("{path}/"), route.clone());
+        }
         self.router = self.router.route(path, route);
         self.table.push(Route { method, path: path.to_owned() });
         self

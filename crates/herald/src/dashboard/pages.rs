@@ -10,7 +10,7 @@ use super::view::{self, Nav, csrf, live, ms, time};
 use super::{Page, Viewer};
 use crate::api::{AppState, Principal, visible_app, visible_message};
 use crate::breaker::BreakerState;
-use crate::clock::{Millis, now_ms, parse_rfc3339};
+use crate::clock::{Millis, now_ms, parse_time};
 use crate::dead_letters::{EndpointDeadLetters, analyse};
 use crate::health;
 use crate::latency::MIN_SAMPLES;
@@ -197,8 +197,8 @@ pub async fn app(
     let filter = MessageFilter {
         channel: q.channel.clone().filter(|c| !c.is_empty()),
         event_types: q.event_type.clone().filter(|t| !t.is_empty()).into_iter().collect(),
-        after: q.after.as_deref().and_then(parse_rfc3339),
-        before: q.before.as_deref().and_then(parse_rfc3339),
+        after: q.after.as_deref().and_then(parse_time),
+        before: q.before.as_deref().and_then(parse_time),
     };
     let messages = state.store.list_messages(&app.id, &filter, &page_of(50)).await.map_err(err)?;
     let dead = dead_letter_rows(&state, Some(&app.id)).await?;

@@ -18,22 +18,18 @@ use crate::postback::{BodyFormat, PostbackMethod, RenderError, Template, Values,
 use crate::signing::signature_header;
 use crate::store::Message;
 
-/// Header names endpoint headers cannot use: those Herald sets itself, hop-by-hop headers,
-/// and headers that name a host or route (they would let a receiver's settings steer
-/// proxies and virtual hosts).
-pub const RESERVED_HEADERS: &[&str] = &[
-    "webhook-id",
-    "webhook-timestamp",
-    "webhook-signature",
-    "svix-id",
-    "svix-timestamp",
-    "svix-signature",
-    "herald-attempt",
-    "herald-sequence",
-    "content-type",
-    "content-length",
+/// Header names endpoint headers cannot use: those Herald sets itself, hop-by-hop and
+/// framing headers, headers that name a host or route (they would let a receiver's settings
+/// steer proxies and virtual hosts), and the rest of the names Svix refuses (caching and
+/// content metadata).
+const RESERVED_HEADERS: &[&str] = &[
     "host",
     "user-agent",
+    "content-type",
+    "content-length",
+    "content-encoding",
+    "content-language",
+    "content-location",
     "transfer-encoding",
     "connection",
     "keep-alive",
@@ -42,8 +38,15 @@ pub const RESERVED_HEADERS: &[&str] = &[
     "proxy-authenticate",
     "te",
     "trailer",
+    "trailers",
     "upgrade",
     "expect",
+    "age",
+    "cache-control",
+    "clear-site-data",
+    "expires",
+    "pragma",
+    "warning",
     "forwarded",
     "x-forwarded-for",
     "x-forwarded-host",
@@ -51,8 +54,18 @@ pub const RESERVED_HEADERS: &[&str] = &[
     "x-real-ip",
     "x-host",
     "x-original-host",
-    "content-encoding",
 ];
+
+/// Prefixes endpoint headers cannot use: Herald's and Svix's own (`webhook-*`, `svix-*`,
+/// `herald-*`), and those cloud load balancers and CDNs reserve, as Svix refuses them.
+const RESERVED_PREFIXES: &[&str] = &[
+    "webhook-", "svix-", "x-svix-", "herald-", "x-amz-", "x-amzn-", "x-google", "x-goog-", "x-gfe", "x-azure-", "x-fd-",
+];
+
+/// Whether an endpoint may not set this header (name in lower case).
+pub fn is_reserved_header(name: &str) -> bool {
+    RESERVED_HEADERS.contains(&name) || RESERVED_PREFIXES.iter().any(|prefix| name.starts_with(prefix))
+}
 
 /// Everything needed to send one attempt.
 pub struct Outgoing<'a> {

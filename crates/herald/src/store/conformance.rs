@@ -384,12 +384,7 @@ pub async fn idempotency_keys_replay_and_expire(store: &dyn Store) {
     let record = IdempotencyRecord {
         scope: format!("msg:{}", app.id),
         key: "k1".into(),
-        response: StoredResponse {
-            fingerprint: "f".into(),
-            status: 202,
-            body: "{\"id\":1}".into(),
-            created_at: now_ms(),
-        },
+        response: StoredResponse { status: 202, body: "{\"id\":1}".into(), created_at: now_ms() },
     };
     let new = |m: Message| NewMessage {
         message: m,

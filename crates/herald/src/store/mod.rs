@@ -88,6 +88,9 @@ pub trait CatalogStore: Send + Sync {
     /// Finds an endpoint of `app` by id or by uid.
     async fn endpoint(&self, app: &AppId, id_or_uid: &str) -> StoreResult<Option<Endpoint>>;
     async fn endpoint_by_id(&self, id: &EndpointId) -> StoreResult<Option<Endpoint>>;
+    /// An endpoint deleted since, as it was (without secrets and headers): what a message's
+    /// attempted destinations still show.
+    async fn deleted_endpoint(&self, id: &EndpointId) -> StoreResult<Option<Endpoint>>;
     async fn list_endpoints(&self, app: &AppId, page: &PageQuery) -> StoreResult<Vec<Endpoint>>;
     /// Every endpoint of an application (for routing).
     async fn app_endpoints(&self, app: &AppId) -> StoreResult<Vec<Endpoint>>;

@@ -139,11 +139,9 @@ pub struct IdempotencyRecord {
     pub response: StoredResponse,
 }
 
-/// A response kept for an idempotency key.
+/// A response kept for an idempotency key: a repeated key gets it back, whatever its body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredResponse {
-    /// Hash of the request (method, path, body) that produced it.
-    pub fingerprint: String,
     pub status: u16,
     pub body: String,
     pub created_at: Millis,

@@ -38,6 +38,7 @@ async fn fan_out_honours_filters_and_every_request_is_signed() {
     let server = TestServer::start().await;
     let receiver = Receiver::ok().await;
     let app = server.create_app("shop").await;
+    server.post("/api/v1/event-type", json!({"name": "invoice.paid", "description": "paid"})).await;
     let all = server.create_endpoint(&app, &receiver.url("/all"), json!({"headers": {"X-Tenant": "shop"}})).await;
     let paid = server.create_endpoint(&app, &receiver.url("/paid"), json!({"eventTypes": ["invoice.paid"]})).await;
     let eu = server.create_endpoint(&app, &receiver.url("/eu"), json!({"channels": ["eu"]})).await;

@@ -185,7 +185,7 @@ fn body_for(op: &Operation, url: &str) -> Option<Value> {
         "v1.endpoint.rotate-secret" | "v1.authentication.app-portal-access" => json!({}),
         "v1.endpoint.update-headers" => json!({"headers": {"x-probe": "1"}}),
         "v1.endpoint.patch-headers" => json!({"headers": {"x-probe": "2"}}),
-        "v1.endpoint.recover" => json!({"since": "2000-01-01T00:00:00Z"}),
+        "v1.endpoint.recover" => json!({"since": (chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339()}),
         "herald.dead-letters.replay" => json!({"dryRun": true}),
         "v1.endpoint.send-example" => json!({"eventType": EVENT_TYPE}),
         "v1.message.create" => json!({"eventType": EVENT_TYPE, "payload": {"probe": true}}),

@@ -53,11 +53,11 @@ async fn expired_payloads_bodies_and_attempts_are_purged_but_nothing_undelivered
         let (message, attempts) = eventually("the payload and the response body purged", || async {
             let (_, m) = server.get(&format!("/api/v1/app/{app}/msg/{msg}")).await;
             let attempts = server.attempts(&app, msg).await;
-            (m["payloadExpunged"] == true && attempts.first().is_some_and(|a| a["response"] == ""))
+            (m["payloadExpunged"] == true && attempts.first().is_some_and(|a| a["response"] == "EXPUNGED"))
                 .then_some((m, attempts))
         })
         .await;
-        assert_eq!((message["eventType"].clone(), message["payload"].clone()), (json!("e"), json!({})));
+        assert_eq!((message["eventType"].clone(), message["payload"].clone()), (json!("e"), json!({"expired": true})));
         assert_eq!(attempts.len(), 1, "attempts stay (their retention is longer)");
         assert_eq!(attempts[0]["responseStatusCode"], 200, "the attempt's metadata stays");
     }
@@ -90,6 +90,10 @@ async fn expunge_content_removes_a_payload_and_a_response_body_on_demand() {
     let (status, _) = server.call(Method::DELETE, &format!("/api/v1/app/{app}/msg/{msg}/content"), None).await;
     assert!(status.is_success());
     let (_, message) = server.get(&format!("/api/v1/app/{app}/msg/{msg}")).await;
-    assert_eq!((message["payloadExpunged"].clone(), message["payload"].clone()), (json!(true), json!({})));
-    assert_eq!(server.attempts(&app, &msg).await[0]["response"], "");
+    assert_eq!(
+        (message["payloadExpunged"].clone(), message["payload"].clone()),
+        (json!(true), json!({"expired": true})),
+        "an expunged payload reads as Svix shows it"
+    );
+    assert_eq!(server.attempts(&app, &msg).await[0]["response"], "EXPUNGED");
 }

@@ -196,7 +196,7 @@ def main():
     svix.message_attempt.resend(app.id, msg.id, ep.id)
     wait_for(lambda: sum(1 for p, _, _ in RECEIVED if p == "/ok") >= 2, "the resent webhook")
     svix.message_attempt.expunge_content(app.id, msg.id, attempt.id)
-    assert svix.message_attempt.get(app.id, msg.id, attempt.id).response == ""
+    assert svix.message_attempt.get(app.id, msg.id, attempt.id).response == "EXPUNGED"
 
     since = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)
     eventually(lambda: svix.endpoint.get_stats(app.id, ep.id, EndpointGetStatsOptions(since=since)).success == 1,

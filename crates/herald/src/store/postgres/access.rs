@@ -107,26 +107,21 @@ impl AccessStore for PgStore {
         let client = self.client().await?;
         let row = client
             .query_opt(
-                "SELECT fingerprint, status, body, created_at FROM herald.idempotency WHERE scope = $1 AND key = $2",
+                "SELECT status, body, created_at FROM herald.idempotency WHERE scope = $1 AND key = $2",
                 &[&scope, &key],
             )
             .await
             .map_err(db_err)?;
-        Ok(row.map(|r| StoredResponse {
-            fingerprint: r.get(0),
-            status: r.get::<_, i32>(1) as u16,
-            body: r.get(2),
-            created_at: r.get(3),
-        }))
+        Ok(row.map(|r| StoredResponse { status: r.get::<_, i32>(0) as u16, body: r.get(1), created_at: r.get(2) }))
     }
 
     async fn save_idempotent_response(&self, scope: &str, key: &str, r: &StoredResponse) -> StoreResult<()> {
         let client = self.client().await?;
         client
             .execute(
-                "INSERT INTO herald.idempotency (scope, key, fingerprint, status, body, created_at)
-                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
-                &[&scope, &key, &r.fingerprint, &i32::from(r.status), &r.body, &r.created_at],
+                "INSERT INTO herald.idempotency (scope, key, status, body, created_at)
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+                &[&scope, &key, &i32::from(r.status), &r.body, &r.created_at],
             )
             .await
             .map_err(db_err)?;
@@ -142,8 +137,8 @@ impl AccessStore for PgStore {
                 "msg_",
             ),
             Purge::Responses => (
-                "UPDATE herald.attempt SET response = '' WHERE id IN
-                    (SELECT id FROM herald.attempt WHERE id < $1 AND response <> '' LIMIT $2)",
+                "UPDATE herald.attempt SET response = 'EXPUNGED' WHERE id IN
+                    (SELECT id FROM herald.attempt WHERE id < $1 AND response <> 'EXPUNGED' LIMIT $2)",
                 "atmpt_",
             ),
             Purge::Attempts => (

@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use tokio_postgres::types::{Json, ToSql};
 
-use super::rows::{self, APP_COLUMNS, ENDPOINT_COLUMNS, EVENT_TYPE_COLUMNS, Query};
+use super::rows::{self, APP_COLUMNS, ENDPOINT_COLUMNS, EVENT_TYPE_COLUMNS, KEPT_ENDPOINT_COLUMNS, Query};
 use super::{PgStore, db_err, pg_err};
 use crate::ids::{AppId, EndpointId};
 use crate::store::{App, CatalogStore, DeliveryState, Endpoint, EventType, PageQuery, StoreResult};
@@ -119,7 +119,7 @@ impl CatalogStore for PgStore {
     async fn delete_app(&self, id: &AppId) -> StoreResult<()> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db_err)?;
-        for table in ["attempt", "delivery", "message", "endpoint", "portal_token"] {
+        for table in ["attempt", "delivery", "message", "endpoint", "deleted_endpoint", "portal_token"] {
             tx.execute(&format!("DELETE FROM herald.{table} WHERE app_id = $1"), &[&id.as_str()])
                 .await
                 .map_err(db_err)?;
@@ -150,6 +150,13 @@ impl CatalogStore for PgStore {
     async fn endpoint_by_id(&self, id: &EndpointId) -> StoreResult<Option<Endpoint>> {
         let client = self.client().await?;
         let sql = format!("SELECT {ENDPOINT_COLUMNS} FROM herald.endpoint WHERE id = $1");
+        let row = client.query_opt(&sql, &[&id.as_str()]).await.map_err(db_err)?;
+        Ok(row.as_ref().map(rows::endpoint))
+    }
+
+    async fn deleted_endpoint(&self, id: &EndpointId) -> StoreResult<Option<Endpoint>> {
+        let client = self.client().await?;
+        let sql = format!("SELECT {ENDPOINT_COLUMNS} FROM herald.deleted_endpoint WHERE id = $1");
         let row = client.query_opt(&sql, &[&id.as_str()]).await.map_err(db_err)?;
         Ok(row.as_ref().map(rows::endpoint))
     }
@@ -204,6 +211,11 @@ impl CatalogStore for PgStore {
         )
         .await
         .map_err(db_err)?;
+        let keep = format!(
+            "INSERT INTO herald.deleted_endpoint ({ENDPOINT_COLUMNS}) SELECT {KEPT_ENDPOINT_COLUMNS}
+             FROM herald.endpoint WHERE app_id = $1 AND id = $2 ON CONFLICT (id) DO NOTHING"
+        );
+        tx.execute(&keep, &[&app.as_str(), &id.as_str()]).await.map_err(db_err)?;
         tx.execute("DELETE FROM herald.endpoint WHERE app_id = $1 AND id = $2", &[&app.as_str(), &id.as_str()])
             .await
             .map_err(db_err)?;

@@ -126,17 +126,16 @@ async fn claim_keys(
     }
     let scopes: Vec<&str> = keyed.iter().map(|(_, r)| r.scope.as_str()).collect();
     let keys: Vec<&str> = keyed.iter().map(|(_, r)| r.key.as_str()).collect();
-    let fps: Vec<&str> = keyed.iter().map(|(_, r)| r.response.fingerprint.as_str()).collect();
     let statuses: Vec<i32> = keyed.iter().map(|(_, r)| i32::from(r.response.status)).collect();
     let bodies: Vec<&str> = keyed.iter().map(|(_, r)| r.response.body.as_str()).collect();
     let ats: Vec<i64> = keyed.iter().map(|(_, r)| r.response.created_at).collect();
     let mut mine: HashSet<(String, String)> = tx
         .query(
-            "INSERT INTO herald.idempotency (scope, key, fingerprint, status, body, created_at)
-             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::int4[], $5::text[], $6::int8[])
+            "INSERT INTO herald.idempotency (scope, key, status, body, created_at)
+             SELECT * FROM UNNEST($1::text[], $2::text[], $3::int4[], $4::text[], $5::int8[])
              ON CONFLICT DO NOTHING
              RETURNING scope, key",
-            &[&scopes, &keys, &fps, &statuses, &bodies, &ats],
+            &[&scopes, &keys, &statuses, &bodies, &ats],
         )
         .await
         .map_err(db_err)?
@@ -154,7 +153,7 @@ async fn claim_keys(
     let keys: Vec<&str> = taken.iter().map(|(_, r)| r.key.as_str()).collect();
     let stored: HashMap<(String, String), StoredResponse> = tx
         .query(
-            "SELECT i.scope, i.key, i.fingerprint, i.status, i.body, i.created_at
+            "SELECT i.scope, i.key, i.status, i.body, i.created_at
              FROM herald.idempotency i JOIN UNNEST($1::text[], $2::text[]) AS k(scope, key)
                ON i.scope = k.scope AND i.key = k.key",
             &[&scopes, &keys],
@@ -163,12 +162,7 @@ async fn claim_keys(
         .map_err(db_err)?
         .iter()
         .map(|r| {
-            let response = StoredResponse {
-                fingerprint: r.get(2),
-                status: r.get::<_, i32>(3) as u16,
-                body: r.get(4),
-                created_at: r.get(5),
-            };
+            let response = StoredResponse { status: r.get::<_, i32>(2) as u16, body: r.get(3), created_at: r.get(4) };
             ((r.get(0), r.get(1)), response)
         })
         .collect();

@@ -92,11 +92,11 @@ impl MessageStore for PgStore {
         q.messages(&MessageFilter { before: None, after: None, ..filter.messages.clone() });
         if let Some(before) = filter.messages.before {
             let p = q.bind(before);
-            q.and(format!("a.created_at < {p}"));
+            q.and(format!("a.created_at <= {p}"));
         }
         if let Some(after) = filter.messages.after {
             let p = q.bind(after);
-            q.and(format!("a.created_at > {p}"));
+            q.and(format!("a.created_at >= {p}"));
         }
         let tail = q.page("a.id", page);
         let sql = format!("SELECT {ATTEMPT_COLUMNS} FROM herald.attempt a{join}{}{tail}", q.where_clause());
@@ -115,7 +115,7 @@ impl MessageStore for PgStore {
 
     async fn expunge_attempt(&self, app: &AppId, msg: &MessageId, id: &str) -> StoreResult<bool> {
         let client = self.client().await?;
-        let sql = "UPDATE herald.attempt SET response = '' WHERE id = $1 AND msg_id = $2 AND app_id = $3";
+        let sql = "UPDATE herald.attempt SET response = 'EXPUNGED' WHERE id = $1 AND msg_id = $2 AND app_id = $3";
         Ok(client.execute(sql, &[&id, &msg.as_str(), &app.as_str()]).await.map_err(db_err)? > 0)
     }
 

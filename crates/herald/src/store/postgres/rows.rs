@@ -30,6 +30,11 @@ pub fn app(row: &Row) -> App {
 pub const ENDPOINT_COLUMNS: &str = "id, app_id, uid, url, description, disabled, event_types, channels, metadata, \
      throttle_rate, headers, secrets, delivery, request, created_at, updated_at";
 
+/// `ENDPOINT_COLUMNS` of a row being deleted, as its tombstone keeps them: no headers, no
+/// secrets.
+pub const KEPT_ENDPOINT_COLUMNS: &str = "id, app_id, uid, url, description, disabled, event_types, channels, \
+     metadata, throttle_rate, '', '', delivery, request, created_at, updated_at";
+
 pub fn endpoint(row: &Row) -> Endpoint {
     Endpoint {
         id: EndpointId::from_trusted(row.get(0)),
@@ -156,11 +161,11 @@ impl Query {
         }
         if let Some(before) = filter.before {
             let p = self.bind(before);
-            self.and(format!("m.created_at < {p}"));
+            self.and(format!("m.created_at <= {p}"));
         }
         if let Some(after) = filter.after {
             let p = self.bind(after);
-            self.and(format!("m.created_at > {p}"));
+            self.and(format!("m.created_at >= {p}"));
         }
     }
 

@@ -9,6 +9,10 @@ ALTER TABLE herald.delivery ADD COLUMN resend boolean NOT NULL DEFAULT false;
 -- `v1.<key id>.<…>`; rows written before are sealed at the first start (see the catalog).
 ALTER TABLE herald.endpoint ALTER COLUMN headers TYPE text USING headers::text;
 
+-- A repeated idempotency key replays the first answer whatever the new body is (as Svix
+-- does): the request's fingerprint is no longer kept.
+ALTER TABLE herald.idempotency DROP COLUMN fingerprint;
+
 -- Dashboard sessions. The cookie holds a random session secret; only its hash is stored.
 CREATE TABLE herald.session (
     hash          text PRIMARY KEY,  -- SHA-256 (hex) of the cookie's secret
@@ -19,3 +23,25 @@ CREATE TABLE herald.session (
     expires_at    bigint NOT NULL
 );
 CREATE INDEX session_expires ON herald.session (expires_at);
+
+-- Endpoints deleted since, as a message's attempted destinations still show them (as Svix
+-- does): the endpoint's row without its secrets and headers.
+CREATE TABLE herald.deleted_endpoint (
+    id            text PRIMARY KEY,
+    app_id        text NOT NULL,
+    uid           text,
+    url           text NOT NULL,
+    description   text NOT NULL,
+    disabled      boolean NOT NULL,
+    event_types   text[],
+    channels      text[],
+    metadata      jsonb NOT NULL,
+    throttle_rate integer,
+    headers       text NOT NULL,  -- always empty
+    secrets       text NOT NULL,  -- always empty
+    delivery      jsonb NOT NULL,
+    request       jsonb,
+    created_at    bigint NOT NULL,
+    updated_at    bigint NOT NULL
+);
+CREATE INDEX deleted_endpoint_app ON herald.deleted_endpoint (app_id);

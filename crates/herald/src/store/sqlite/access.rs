@@ -147,8 +147,8 @@ impl AccessStore for SqliteStore {
                 "msg_",
             ),
             Purge::Responses => (
-                "UPDATE attempt SET response = '' WHERE id IN
-                    (SELECT id FROM attempt WHERE id < ?1 AND response <> '' LIMIT ?2)",
+                "UPDATE attempt SET response = 'EXPUNGED' WHERE id IN
+                    (SELECT id FROM attempt WHERE id < ?1 AND response <> 'EXPUNGED' LIMIT ?2)",
                 "atmpt_",
             ),
             Purge::Attempts => (

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use rusqlite::types::Value;
 use rusqlite::{OptionalExtension, params, params_from_iter};
 
-use super::rows::{self, APP_COLUMNS, ENDPOINT_COLUMNS, EVENT_TYPE_COLUMNS, Query, to_json};
+use super::rows::{self, APP_COLUMNS, ENDPOINT_COLUMNS, EVENT_TYPE_COLUMNS, KEPT_ENDPOINT_COLUMNS, Query, to_json};
 use super::{SqliteStore, is_unique_violation};
 use crate::ids::{AppId, EndpointId};
 use crate::store::{App, CatalogStore, DeliveryState, Endpoint, EventType, PageQuery, StoreError, StoreResult};
@@ -100,7 +100,7 @@ impl CatalogStore for SqliteStore {
         let id = id.clone();
         self.writer
             .write(move |conn| {
-                for table in ["attempt", "delivery", "message", "endpoint", "portal_token"] {
+                for table in ["attempt", "delivery", "message", "endpoint", "deleted_endpoint", "portal_token"] {
                     conn.execute(&format!("DELETE FROM {table} WHERE app_id = ?"), [id.as_str()])?;
                 }
                 conn.execute("DELETE FROM app WHERE id = ?", [id.as_str()])?;
@@ -143,6 +143,18 @@ impl CatalogStore for SqliteStore {
             .read(move |conn| {
                 Ok(conn
                     .prepare_cached(&format!("SELECT {ENDPOINT_COLUMNS} FROM endpoint WHERE id = ?"))?
+                    .query_row([id.as_str()], rows::endpoint)
+                    .optional()?)
+            })
+            .await
+    }
+
+    async fn deleted_endpoint(&self, id: &EndpointId) -> StoreResult<Option<Endpoint>> {
+        let id = id.clone();
+        self.readers
+            .read(move |conn| {
+                Ok(conn
+                    .prepare_cached(&format!("SELECT {ENDPOINT_COLUMNS} FROM deleted_endpoint WHERE id = ?"))?
                     .query_row([id.as_str()], rows::endpoint)
                     .optional()?)
             })
@@ -213,6 +225,11 @@ impl CatalogStore for SqliteStore {
                     "UPDATE delivery SET state = ?, owner = NULL WHERE endpoint_id = ? AND state = ?",
                     params![DeliveryState::Canceled.code(), id.as_str(), DeliveryState::Pending.code()],
                 )?;
+                let keep = format!(
+                    "INSERT OR REPLACE INTO deleted_endpoint ({ENDPOINT_COLUMNS})
+                     SELECT {KEPT_ENDPOINT_COLUMNS} FROM endpoint WHERE app_id = ? AND id = ?"
+                );
+                conn.execute(&keep, [app.as_str(), id.as_str()])?;
                 conn.execute("DELETE FROM endpoint WHERE app_id = ? AND id = ?", [app.as_str(), id.as_str()])?;
                 Ok(())
             })

@@ -90,7 +90,7 @@ impl MessageStore for SqliteStore {
         self.writer
             .write(move |conn| {
                 let changed = conn.execute(
-                    "UPDATE attempt SET response = '' WHERE id = ? AND msg_id = ? AND app_id = ?",
+                    "UPDATE attempt SET response = 'EXPUNGED' WHERE id = ? AND msg_id = ? AND app_id = ?",
                     [id.as_str(), msg.as_str(), app.as_str()],
                 )?;
                 Ok(changed > 0)
@@ -235,23 +235,18 @@ fn ingest(conn: &Connection, new: &NewMessage) -> StoreResult<IngestResult> {
 
 pub(super) fn stored_response(conn: &Connection, scope: &str, key: &str) -> StoreResult<Option<StoredResponse>> {
     Ok(conn
-        .prepare_cached("SELECT fingerprint, status, body, created_at FROM idempotency WHERE scope = ? AND key = ?")?
+        .prepare_cached("SELECT status, body, created_at FROM idempotency WHERE scope = ? AND key = ?")?
         .query_row([scope, key], |row| {
-            Ok(StoredResponse {
-                fingerprint: row.get(0)?,
-                status: row.get(1)?,
-                body: row.get(2)?,
-                created_at: row.get(3)?,
-            })
+            Ok(StoredResponse { status: row.get(0)?, body: row.get(1)?, created_at: row.get(2)? })
         })
         .optional()?)
 }
 
 pub(super) fn save_response(conn: &Connection, scope: &str, key: &str, r: &StoredResponse) -> StoreResult<()> {
     conn.prepare_cached(
-        "INSERT OR IGNORE INTO idempotency (scope, key, fingerprint, status, body, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+        "INSERT OR IGNORE INTO idempotency (scope, key, status, body, created_at) VALUES (?, ?, ?, ?, ?)",
     )?
-    .execute(params![scope, key, r.fingerprint, r.status, r.body, r.created_at])?;
+    .execute(params![scope, key, r.status, r.body, r.created_at])?;
     Ok(())
 }
 
@@ -295,10 +290,10 @@ fn list_attempts(conn: &Connection, filter: &AttemptFilter, page: &PageQuery) ->
     };
     q.messages(&MessageFilter { before: None, after: None, ..filter.messages.clone() });
     if let Some(before) = filter.messages.before {
-        q.and("a.created_at < ?", [Value::Integer(before)]);
+        q.and("a.created_at <= ?", [Value::Integer(before)]);
     }
     if let Some(after) = filter.messages.after {
-        q.and("a.created_at > ?", [Value::Integer(after)]);
+        q.and("a.created_at >= ?", [Value::Integer(after)]);
     }
     let tail = q.page("a.id", page);
     let sql = format!("SELECT {ATTEMPT_COLUMNS} FROM attempt a{join}{}{tail}", q.where_clause());

@@ -56,6 +56,11 @@ pub fn app(row: &Row<'_>) -> rusqlite::Result<App> {
 pub const ENDPOINT_COLUMNS: &str = "id, app_id, uid, url, description, disabled, event_types, channels, metadata, \
      throttle_rate, headers, secrets, delivery, request, created_at, updated_at";
 
+/// `ENDPOINT_COLUMNS` of a row being deleted, as its tombstone keeps them: no headers, no
+/// secrets.
+pub const KEPT_ENDPOINT_COLUMNS: &str = "id, app_id, uid, url, description, disabled, event_types, channels, \
+     metadata, throttle_rate, '', '', delivery, request, created_at, updated_at";
+
 pub fn endpoint(row: &Row<'_>) -> rusqlite::Result<Endpoint> {
     Ok(Endpoint {
         id: EndpointId::from_trusted(row.get(0)?),
@@ -200,10 +205,10 @@ impl Query {
             self.and(format!("m.event_type IN ({marks})"), filter.event_types.iter().map(|t| Value::Text(t.clone())));
         }
         if let Some(before) = filter.before {
-            self.and("m.created_at < ?", [Value::Integer(before)]);
+            self.and("m.created_at <= ?", [Value::Integer(before)]);
         }
         if let Some(after) = filter.after {
-            self.and("m.created_at > ?", [Value::Integer(after)]);
+            self.and("m.created_at >= ?", [Value::Integer(after)]);
         }
     }
 

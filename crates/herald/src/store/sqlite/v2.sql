@@ -8,6 +8,10 @@ ALTER TABLE delivery ADD COLUMN resend INTEGER NOT NULL DEFAULT 0;
 -- Endpoint headers are sealed like secrets from this version on: the column holds
 -- `v1.<key id>.<…>`; rows written before are sealed at the first start (see the catalog).
 
+-- A repeated idempotency key replays the first answer whatever the new body is (as Svix
+-- does): the request's fingerprint is no longer kept.
+ALTER TABLE idempotency DROP COLUMN fingerprint;
+
 -- Dashboard sessions. The cookie holds a random session secret; only its hash is stored.
 CREATE TABLE session (
     hash          TEXT PRIMARY KEY,  -- SHA-256 (hex) of the cookie's secret
@@ -18,3 +22,25 @@ CREATE TABLE session (
     expires_at    INTEGER NOT NULL
 ) STRICT, WITHOUT ROWID;
 CREATE INDEX session_expires ON session(expires_at);
+
+-- Endpoints deleted since, as a message's attempted destinations still show them (as Svix
+-- does): the endpoint's row without its secrets and headers.
+CREATE TABLE deleted_endpoint (
+    id            TEXT PRIMARY KEY,
+    app_id        TEXT NOT NULL,
+    uid           TEXT,
+    url           TEXT NOT NULL,
+    description   TEXT NOT NULL,
+    disabled      INTEGER NOT NULL,
+    event_types   TEXT,
+    channels      TEXT,
+    metadata      TEXT NOT NULL,
+    throttle_rate INTEGER,
+    headers       TEXT NOT NULL,  -- always empty
+    secrets       TEXT NOT NULL,  -- always empty
+    delivery      TEXT NOT NULL,
+    request       TEXT,
+    created_at    INTEGER NOT NULL,
+    updated_at    INTEGER NOT NULL
+) STRICT;
+CREATE INDEX deleted_endpoint_app ON deleted_endpoint(app_id);

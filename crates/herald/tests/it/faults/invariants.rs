@@ -418,7 +418,7 @@ async fn recorded_attempts(
     let mut attempts: Vec<RecordedAttempt> = rows
         .iter()
         .filter_map(|a| {
-            let ended = herald::clock::parse_rfc3339(a["timestamp"].as_str()?)?;
+            let ended = herald::clock::parse_time(a["timestamp"].as_str()?)?;
             let code = a["responseStatusCode"].as_i64()?;
             let outcome = a["errorClass"].as_str().map_or(code.to_string(), str::to_owned);
             Some(RecordedAttempt {

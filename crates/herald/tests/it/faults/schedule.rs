@@ -26,7 +26,8 @@ pub enum Fault {
     ExclusiveLock,
     /// Receivers flap between 500s and answers slower than the attempt timeout.
     Flap,
-    /// 50 concurrent creations with one idempotency key, then one with another body.
+    /// 50 concurrent creations with one idempotency key, then one with another body (which
+    /// gets the first answer).
     IdempotencyStorm,
     /// The proxy between Herald and the receivers adds latency, resets, or swallows.
     Proxy(Mode),

@@ -1,0 +1,94 @@
+//! Issuing app-portal tokens: `POST /api/v1/auth/app-portal-access/{app_id}`, and the
+//! deprecated `POST /api/v1/auth/dashboard-access/{app_id}` that Svix still serves (no body
+//! needed). Only the admin token issues them. The token is stored only as a hash; the link
+//! carries it in the URL fragment, which never reaches a server log.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use serde::{Deserialize, Serialize};
+
+use super::AppState;
+use super::application::{ApplicationIn, app_for_inline};
+use super::auth::{PORTAL_TOKEN_PREFIX, Principal, token_hash};
+use super::error::{ApiError, ApiResult};
+use super::extract::{JsonBody, parse_json};
+use crate::clock::now_ms;
+use crate::ids::random_token;
+use crate::store::{App, PortalToken};
+
+#[derive(Deserialize, Default, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AppPortalAccessIn {
+    /// Creates the application if it does not exist yet (its `uid` must be the path's).
+    pub application: Option<ApplicationIn>,
+    /// Token lifetime in seconds (1 hour to 7 days; default: `auth.portal_token_ttl_secs`).
+    pub expiry: Option<u64>,
+    /// Herald extension: the token may read payload fields configured as sensitive
+    /// (`redaction` settings); without it they are masked. Default false.
+    #[serde(default)]
+    pub sensitive: bool,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct AppPortalAccessOut {
+    pub url: String,
+    pub token: String,
+}
+
+/// Why only the admin token issues portal access.
+const OPERATOR_ISSUES: &str = "portal access is issued by the operator's admin token";
+
+/// Issues an app-portal token for one application.
+#[utoipa::path(post, path = "/api/v1/auth/app-portal-access/{app_id}", operation_id = "v1.authentication.app-portal-access",
+    tag = "Authentication", request_body = AppPortalAccessIn,
+    params(("app_id" = String, Path, description = "Application id or uid")),
+    responses((status = 200, body = AppPortalAccessOut), (status = 404, body = super::error::HttpErrorOut)))]
+pub async fn app_portal_access(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(app_id): Path<String>,
+    body: JsonBody<AppPortalAccessIn>,
+) -> ApiResult<Json<AppPortalAccessOut>> {
+    super::require_admin_for(&state, &principal, &app_id, OPERATOR_ISSUES).await?;
+    issue(&state, &app_id, body.value).await.map(Json)
+}
+
+/// Svix's deprecated name for the same: a portal link and token (the body is optional).
+#[utoipa::path(post, path = "/api/v1/auth/dashboard-access/{app_id}", operation_id = "v1.authentication.dashboard-access",
+    tag = "Authentication", params(("app_id" = String, Path, description = "Application id or uid")),
+    responses((status = 200, body = AppPortalAccessOut), (status = 404, body = super::error::HttpErrorOut)))]
+pub async fn dashboard_access(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(app_id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<AppPortalAccessOut>> {
+    super::require_admin_for(&state, &principal, &app_id, OPERATOR_ISSUES).await?;
+    let input =
+        if body.iter().all(u8::is_ascii_whitespace) { AppPortalAccessIn::default() } else { parse_json(&body)? };
+    issue(&state, &app_id, input).await.map(Json)
+}
+
+async fn issue(state: &AppState, app_id: &str, input: AppPortalAccessIn) -> ApiResult<AppPortalAccessOut> {
+    let app: Arc<App> = app_for_inline(state, app_id, input.application).await?;
+    let ttl_secs = match input.expiry {
+        None => state.settings.portal_token_ttl.as_secs(),
+        Some(secs) if (3600..=7 * 24 * 3600).contains(&secs) => secs,
+        Some(_) => return Err(ApiError::invalid("expiry", "must be between 3600 and 604800 seconds")),
+    };
+    let token = format!("{PORTAL_TOKEN_PREFIX}{}", random_token(32));
+    let now = now_ms();
+    let record = PortalToken {
+        hash: token_hash(&token),
+        app_id: app.id.clone(),
+        expires_at: now + (ttl_secs as i64) * 1000,
+        created_at: now,
+        sensitive: input.sensitive,
+    };
+    state.store.insert_token(&record).await?;
+    let url = format!("{}/portal#token={token}", state.settings.public_url.trim_end_matches('/'));
+    Ok(AppPortalAccessOut { url, token })
+}
