@@ -64,7 +64,11 @@ impl Server {
         let local = listener.local_addr()?;
         let public_host =
             config.server.public_url.as_deref().and_then(|u| url::Url::parse(u).ok()?.host_str().map(str::to_owned));
-        let guard = Arc::new(Guard::new(config.delivery.allowed_networks.clone()).with_own(local, public_host));
+        let guard = Arc::new(
+            Guard::new(config.delivery.allowed_networks.clone())
+                .with_any_port(config.delivery.any_port)
+                .with_own(local, public_host),
+        );
         let defaults = Defaults { timeout: config.delivery.timeout, retry: config.delivery.default_retry.clone() };
         let catalog = Arc::new(Catalog::new(store.clone(), defaults, keyring.clone()));
         let deliverer = Deliverer::new(

@@ -11,9 +11,11 @@ use url::{Host, Url};
 /// Longest endpoint URL accepted.
 pub const MAX_URL_LEN: usize = 2048;
 
-/// Host names that are refused whatever they resolve to (compared lowercase, without a
-/// trailing dot).
-const DENIED_NAMES: &[&str] = &["localhost", "metadata.google.internal"];
+/// The addresses of `localhost` and `*.localhost` (RFC 6761): never asked of DNS.
+const LOOPBACK: [IpAddr; 2] = [IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V6(Ipv6Addr::LOCALHOST)];
+/// The cloud metadata service's name and address.
+const METADATA_NAME: &str = "metadata.google.internal";
+const METADATA: [IpAddr; 1] = [IpAddr::V4(Ipv4Addr::new(169, 254, 169, 254))];
 
 /// The judge of destinations: special-purpose ranges are closed, the networks the operator
 /// opened up (`HERALD_ALLOWED_NETWORKS`) are the only way back in, and Herald itself (its
@@ -23,6 +25,8 @@ pub struct Guard {
     allowed: Vec<IpNet>,
     own_addr: Option<SocketAddr>,
     own_host: Option<String>,
+    /// Any port may be registered (`delivery.any_port`); otherwise 80, 443 and 1024 up.
+    any_port: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -39,7 +43,7 @@ pub enum UrlProblem {
     Userinfo,
     #[error("URL has no host")]
     NoHost,
-    #[error("port {0} is not allowed (use 80, 443 or a port of 1024 or above)")]
+    #[error("port {0} is not allowed (use 80, 443 or a port of 1024 or above; delivery.any_port lifts this)")]
     Port(u16),
     #[error("destination {0} is not allowed (private, loopback or special-purpose)")]
     Blocked(String),
@@ -49,7 +53,13 @@ pub enum UrlProblem {
 
 impl Guard {
     pub fn new(allowed: Vec<IpNet>) -> Self {
-        Self { allowed, own_addr: None, own_host: None }
+        Self { allowed, own_addr: None, own_host: None, any_port: false }
+    }
+
+    /// Accepts URLs with any port (Svix does).
+    pub fn with_any_port(mut self, any_port: bool) -> Self {
+        self.any_port = any_port;
+        self
     }
 
     /// Marks Herald's own listening address and public host name as forbidden.
@@ -94,14 +104,18 @@ impl Guard {
         if !url.username().is_empty() || url.password().is_some() {
             return Err(UrlProblem::Userinfo);
         }
+        let host = url.host().ok_or(UrlProblem::NoHost)?;
+        // The port rule is the operator's; a destination the operator opened up (an address,
+        // or `localhost`, in an allowed network) takes any port, as in Svix.
         if let Some(port) = url.port()
             && port < 1024
             && port != 80
             && port != 443
+            && !self.any_port
+            && !self.opened_up(&host)
         {
             return Err(UrlProblem::Port(port));
         }
-        let host = url.host().ok_or(UrlProblem::NoHost)?;
         // The HTTP stack parses the URL again (`http::Uri`); it must see the same host and
         // port, or the guard would have judged a different destination than the one dialed.
         let uri: http::Uri =
@@ -125,30 +139,47 @@ impl Guard {
         Ok(url)
     }
 
-    /// Judges a parsed host: IP literals by address, names against the deny list.
+    /// Judges a parsed host: IP literals by address, `localhost` and the metadata name by
+    /// their fixed addresses; other names only when they are resolved, at every connection.
     pub fn check_host(&self, host: Host<&str>) -> Result<(), UrlProblem> {
         match host {
             Host::Ipv4(ip) => self.check_ip(IpAddr::V4(ip)),
             Host::Ipv6(ip) => self.check_ip(IpAddr::V6(ip)),
-            Host::Domain(name) => {
-                if name_denied(name) {
-                    Err(UrlProblem::Blocked(name.to_owned()))
-                } else {
-                    Ok(())
-                }
-            }
+            Host::Domain(name) => match self.special_name(name) {
+                Some(addrs) if addrs.is_empty() => Err(UrlProblem::Blocked(name.to_owned())),
+                _ => Ok(()),
+            },
+        }
+    }
+
+    /// For `localhost`, `*.localhost` and the cloud metadata name: the addresses they stand
+    /// for that Herald may reach (none unless the operator allowed them); `None` for any
+    /// other name, which only DNS answers.
+    pub fn special_name(&self, name: &str) -> Option<Vec<IpAddr>> {
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        let addrs: &[IpAddr] = if name == "localhost" || name.ends_with(".localhost") {
+            &LOOPBACK
+        } else if name == METADATA_NAME {
+            &METADATA
+        } else {
+            return None;
+        };
+        Some(addrs.iter().copied().filter(|ip| self.ip_allowed(*ip)).collect())
+    }
+
+    /// Whether `host` is a destination only the operator's allowed networks make reachable.
+    fn opened_up(&self, host: &Host<&str>) -> bool {
+        let in_allowed = |ip: IpAddr| self.allowed.iter().any(|net| net.contains(&canonical(ip)));
+        match host {
+            Host::Ipv4(ip) => in_allowed(IpAddr::V4(*ip)),
+            Host::Ipv6(ip) => in_allowed(IpAddr::V6(*ip)),
+            Host::Domain(name) => self.special_name(name).is_some_and(|addrs| !addrs.is_empty()),
         }
     }
 
     pub fn check_ip(&self, ip: IpAddr) -> Result<(), UrlProblem> {
         if self.ip_allowed(ip) { Ok(()) } else { Err(UrlProblem::Blocked(ip.to_string())) }
     }
-}
-
-/// `localhost`, `*.localhost` and cloud metadata names, however they are spelled.
-pub fn name_denied(name: &str) -> bool {
-    let name = name.trim_end_matches('.').to_ascii_lowercase();
-    DENIED_NAMES.contains(&name.as_str()) || name.ends_with(".localhost")
 }
 
 /// Unwraps IPv4-mapped IPv6 (`::ffff:a.b.c.d`) so it is judged as the IPv4 it reaches.
@@ -307,6 +338,24 @@ mod tests {
             assert_eq!(forbidden(IpAddr::V6(v4.to_ipv6_mapped())), expected, "{v4} mapped");
             assert_eq!(forbidden(IpAddr::V6(nat64)), expected, "{v4} nat64");
         }
+    }
+
+    #[test]
+    fn registration_takes_localhost_and_any_port_inside_allowed_networks_only() {
+        let closed = Guard::default();
+        assert_eq!(closed.check_url("http://localhost:8080/"), Err(UrlProblem::Blocked("localhost".into())));
+        assert_eq!(closed.check_url("http://hooks.example.com:22/"), Err(UrlProblem::Port(22)));
+        assert!(closed.clone().with_any_port(true).check_url("http://hooks.example.com:22/").is_ok());
+        let loopback = Guard::new(vec!["127.0.0.0/8".parse().unwrap()]);
+        for url in ["http://localhost:8080/", "http://localhost:22/", "http://127.0.0.1:25/", "http://app.localhost/"] {
+            assert!(loopback.check_url(url).is_ok(), "{url}");
+        }
+        assert_eq!(
+            loopback.check_url("http://hooks.example.com:22/"),
+            Err(UrlProblem::Port(22)),
+            "public names keep the rule"
+        );
+        assert!(loopback.check_url("http://metadata.google.internal/").is_err());
     }
 
     #[test]

@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 
 use super::auth::Principal;
-use super::error::{ApiError, ApiResult};
+use super::error::{ApiError, ApiResult, ValidationItem};
 use super::extract::{JsonBody, QueryMap};
 use super::list::{Cursor, ListResponse, Order, Page};
 use super::routes::Routes;
@@ -61,6 +61,9 @@ pub struct ApplicationOut {
     pub name: String,
     pub metadata: Metadata,
     pub throttle_rate: Option<u16>,
+    /// Deprecated in Svix, still returned when set: `throttleRate`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<u16>,
     /// Attempts in flight at most (Herald extension; absent: 16).
     pub max_concurrency: Option<u32>,
     /// Share of contended delivery capacity (Herald extension; absent: 1).
@@ -77,6 +80,7 @@ impl From<&App> for ApplicationOut {
             name: app.name.clone(),
             metadata: app.metadata.clone(),
             throttle_rate: app.throttle_rate,
+            rate_limit: app.throttle_rate,
             max_concurrency: app.max_concurrency,
             weight: app.weight,
             created_at: to_rfc3339(app.created_at),
@@ -146,10 +150,14 @@ pub async fn app_for_inline(state: &AppState, id_or_uid: &str, inline: Option<Ap
         return Ok(app);
     }
     let Some(input) = inline else { return Err(ApiError::NotFound("application")) };
+    let refused = |msg: &str, kind: &str| {
+        let loc = ["body", "application", "uid"].map(str::to_owned).to_vec();
+        ApiError::Validation(vec![ValidationItem { loc, msg: msg.into(), kind: kind.into() }])
+    };
     match input.uid.as_deref() {
         Some(uid) if uid == id_or_uid => Ok(Arc::new(create_app_from(state, input, None).await?)),
-        Some(_) => Err(ApiError::invalid("application.uid", "must be the application uid given in the path")),
-        None => Err(ApiError::invalid("application.uid", "is required to create the application named in the path")),
+        Some(_) => Err(refused("Application UID in the path and body must match", "application_uid_mismatch")),
+        None => Err(refused("Application UID not set in body", "application_uid_missing")),
     }
 }
 

@@ -143,8 +143,12 @@ pub fn check_endpoint(state: &AppState, e: &Endpoint) -> ApiResult<()> {
     if let Some(uid) = &e.uid {
         p.uid("uid", uid, EndpointId::PREFIX);
     }
-    if let Some(types) = &e.event_types {
-        p.slug_list("eventTypes", types, 256, 1000);
+    match &e.event_types {
+        Some(types) if types.is_empty() => {
+            p.push("eventTypes", "filterTypes can't be empty, it must have at least one item.");
+        }
+        Some(types) => p.slug_list("eventTypes", types, 256, 1000),
+        None => {}
     }
     if let Some(channels) = &e.channels {
         p.slug_list("channels", channels, 128, 10);
@@ -169,16 +173,18 @@ pub fn check_endpoint(state: &AppState, e: &Endpoint) -> ApiResult<()> {
     p.finish()
 }
 
-/// Every event type an endpoint filters on must exist, as in Svix (422 naming each unknown
-/// one); run when the filter is given, not on every save.
+/// Every event type an endpoint filters on must exist and not be archived, as in Svix (a
+/// 422 naming the missing ones); checked when the filter is given, not on every save.
 async fn check_event_types_exist(state: &AppState, types: Option<&Vec<String>>) -> ApiResult<()> {
     let Some(types) = types else { return Ok(()) };
-    let mut p = Problems::default();
-    for (i, name) in types.iter().enumerate() {
-        if state.store.event_type(name).await?.is_none() {
-            p.push(&format!("eventTypes.{i}"), format!("the event type {name:?} does not exist"));
+    let mut missing = Vec::new();
+    for name in types {
+        if !state.store.event_type(name).await?.is_some_and(|et| !et.archived) {
+            missing.push(name.as_str());
         }
     }
+    let mut p = Problems::default();
+    p.check(missing.is_empty(), "eventTypes", format!("The following event types don't exist: {}", missing.join(", ")));
     p.finish()
 }
 

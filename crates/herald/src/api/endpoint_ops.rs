@@ -59,10 +59,15 @@ pub struct EndpointSecretRotateIn {
 
 type EndpointPath = Path<(String, String)>;
 
+/// Previous secrets still signing at most: the next rotation waits for one to expire.
+const MAX_PREVIOUS_SECRETS: usize = 10;
+
 /// The longest time range `recover` takes, as in Svix.
 const RECOVER_WINDOW: Duration = Duration::from_secs(14 * 24 * 3600);
 /// The longest time range endpoint `stats` covers, as in Svix.
 const STATS_WINDOW: Duration = Duration::from_secs(28 * 24 * 3600);
+/// The slack Svix gives both windows (and a clock's `until` "now").
+const SLACK_MS: i64 = 5 * 60 * 1000;
 
 #[utoipa::path(get, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}/secret", operation_id = "v1.endpoint.get-secret",
     tag = "Endpoint", params(("app_id" = String, Path), ("endpoint_id" = String, Path)),
@@ -79,8 +84,10 @@ pub async fn get_secret(
 }
 
 /// Replaces the signing secret; the previous one keeps signing for the grace period, so
-/// receivers see two signatures until they switch. Answers 200 with the new secret: the
-/// current Svix SDKs read it (older ones, which expected 204, ignore the body).
+/// receivers see two signatures until they switch. At most 10 previous secrets sign at
+/// once (a 400 `limit_reached` otherwise). Answers 200 with the new secret, where the Svix
+/// server answers 204: the official Python SDK reads the body (and fails on a 204); the
+/// JavaScript one ignores it.
 #[utoipa::path(post, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}/secret/rotate", operation_id = "v1.endpoint.rotate-secret",
     tag = "Endpoint", request_body = EndpointSecretRotateIn, params(("app_id" = String, Path), ("endpoint_id" = String, Path)),
     responses((status = 200, body = EndpointSecretOut)))]
@@ -101,13 +108,26 @@ pub async fn rotate_secret(
     };
     let now = now_ms();
     let mut secrets = open_secrets(&state, &endpoint)?;
-    let old = std::mem::replace(&mut secrets.current, new_secret);
     secrets.previous.retain(|p| p.expires_at > now);
+    if secrets.previous.len() >= MAX_PREVIOUS_SECRETS {
+        let next = secrets.previous.iter().map(|p| p.expires_at).min().unwrap_or(now);
+        return Err(ApiError::Refused(
+            "limit_reached",
+            format!(
+                "You can only rotate a key {MAX_PREVIOUS_SECRETS} times; please wait for old keys to expire. \
+                 Your next key expires at {}.",
+                to_rfc3339(next)
+            ),
+        ));
+    }
+    let old = std::mem::replace(&mut secrets.current, new_secret);
     secrets.previous.push(PreviousSecret { key: old, expires_at: now + grace.as_millis() as i64 });
     endpoint.secrets = state.catalog.keyring().seal_secrets(&secrets, &endpoint.id);
     endpoint.updated_at = now;
     save(&state, &endpoint).await?;
-    Ok(Json(EndpointSecretOut { key: secrets.current }))
+    // As `GET …/secret` shows it: an asymmetric key's public half.
+    let key = EndpointKey::shown(&secrets.current).map_err(|e| anyhow::anyhow!("a secret just parsed: {e}"))?;
+    Ok(Json(EndpointSecretOut { key }))
 }
 
 /// The endpoint's secrets in the clear; a row the server key cannot open is a server-side
@@ -204,11 +224,21 @@ pub async fn get_stats(
     query: QueryMap,
 ) -> ApiResult<Json<EndpointStats>> {
     let (_, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
-    let (since, until) = (query.time("since")?, query.time("until")?);
-    if since.is_some_and(|since| until.unwrap_or_else(now_ms) - since > STATS_WINDOW.as_millis() as i64) {
-        return Err(ApiError::BadRequest("the stats window (since to until) must be at most 28 days".into()));
+    let now = now_ms();
+    let until = query.time("until")?.unwrap_or(now);
+    if until > now + SLACK_MS {
+        return Err(ApiError::Refused("invalid_range", "'until' cannot be in the future".into()));
     }
-    Ok(Json(state.store.endpoint_stats(&endpoint.id, since, until).await?))
+    let window = STATS_WINDOW.as_millis() as i64;
+    let since = query.time("since")?.unwrap_or(until - window);
+    if until - since > window + SLACK_MS {
+        let until = chrono::DateTime::<chrono::Utc>::from_timestamp_millis(until).unwrap_or_default();
+        return Err(ApiError::Refused(
+            "invalid_range",
+            format!("'since' cannot be more than 28 days prior to {until}"),
+        ));
+    }
+    Ok(Json(state.store.endpoint_stats(&endpoint.id, Some(since), Some(until)).await?))
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -243,11 +273,10 @@ pub async fn recover(
 ) -> ApiResult<(StatusCode, Json<RecoverOut>)> {
     let (_, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
     let since = body_time("since", Some(&body.value.since))?.unwrap_or_default();
-    let until = body_time("until", body.value.until.as_deref())?;
-    if until.unwrap_or_else(now_ms) - since > RECOVER_WINDOW.as_millis() as i64 {
-        return Err(ApiError::invalid("since", "must be at most 14 days before until (or now)"));
+    if since < now_ms() - RECOVER_WINDOW.as_millis() as i64 - SLACK_MS {
+        return Err(ApiError::invalid("since", "Cannot recover messages more than 14 days old."));
     }
-    let until = until.unwrap_or(i64::MAX);
+    let until = body_time("until", body.value.until.as_deref())?.unwrap_or(i64::MAX);
     let recovered = state.store.requeue(Requeue::Recover { endpoint: endpoint.id.clone(), since, until }).await?;
     state.dispatcher.poke();
     let out = RecoverOut {
@@ -269,8 +298,9 @@ pub struct EventExampleIn {
 /// Svix's test event: `send-example` with it delivers exactly `{"success": true}`.
 const PING_EVENT_TYPE: &str = "svix.ping";
 
-/// Sends one example message of an event type to this endpoint only. The payload is the
-/// event type's first schema example when it has one (`{"success": true}` for `svix.ping`).
+/// Sends one example message of an event type to this endpoint only (admin token, as in
+/// Svix). The payload is the event type's first schema example (`{"success": true}` for
+/// `svix.ping`); an event type without one is a 400.
 #[utoipa::path(post, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}/send-example", operation_id = "v1.endpoint.send-example",
     tag = "Endpoint", request_body = EventExampleIn, params(("app_id" = String, Path), ("endpoint_id" = String, Path)),
     responses((status = 200, body = MessageOut)))]
@@ -281,6 +311,7 @@ pub async fn send_example(
     body: JsonBody<EventExampleIn>,
 ) -> ApiResult<Json<MessageOut>> {
     let (app, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
+    principal.require_admin_because("examples are sent with the operator's admin token")?;
     let event_type = body.value.event_type;
     let mut p = Problems::default();
     p.slug("eventType", &event_type, 256);
@@ -288,13 +319,10 @@ pub async fn send_example(
     let example = if event_type == PING_EVENT_TYPE {
         serde_json::json!({"success": true})
     } else {
-        state
-            .store
-            .event_type(&event_type)
-            .await?
-            .and_then(|et| et.schemas)
-            .and_then(|schemas| first_example(&schemas))
-            .unwrap_or_else(|| serde_json::json!({"example": true, "eventType": event_type}))
+        let found = state.store.event_type(&event_type).await?.ok_or(ApiError::NotFound("event type"))?;
+        found.schemas.as_ref().and_then(first_example).ok_or_else(|| {
+            ApiError::Refused("invalid_scheme", "Unable to generate example message from event-type schema".into())
+        })?
     };
     let message = Message {
         id: MessageId::generate(),

@@ -46,6 +46,12 @@ pub enum ApiError {
     Validation(Vec<ValidationItem>),
     #[error("bad request: {0}")]
     BadRequest(String),
+    /// A request Svix answers with 400 `generic_error` (a query string that does not parse).
+    #[error("bad request: {0}")]
+    GenericError(String),
+    /// A 400 with Svix's own code (`invalid_range`, `limit_reached`, `invalid_scheme`, …).
+    #[error("{0}: {1}")]
+    Refused(&'static str, String),
     #[error("payload too large: {0}")]
     PayloadTooLarge(String),
     #[error("service unavailable: {0}")]
@@ -84,7 +90,7 @@ impl ApiError {
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::Conflict(_) => StatusCode::CONFLICT,
             Self::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::BadRequest(_) | Self::GenericError(_) | Self::Refused(..) => StatusCode::BAD_REQUEST,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Unavailable(_) | Self::Stopping => StatusCode::SERVICE_UNAVAILABLE,
             Self::RateLimited(_) | Self::TooManyFailedAuthentications(_) => StatusCode::TOO_MANY_REQUESTS,
@@ -122,6 +128,8 @@ impl IntoResponse for ApiError {
             Self::NotFound(what) => ("not_found", format!("{what} not found")),
             Self::Conflict(why) => ("conflict", why),
             Self::BadRequest(why) => ("bad_request", why),
+            Self::GenericError(why) => ("generic_error", why),
+            Self::Refused(code, why) => (code, why),
             Self::PayloadTooLarge(why) => ("payload_too_large", why),
             Self::RateLimited(_) => ("rate_limited", "this token sent too many requests; retry after the delay".into()),
             Self::TooManyFailedAuthentications(_) => {

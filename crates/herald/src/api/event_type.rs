@@ -109,7 +109,19 @@ fn check(et: &EventType) -> ApiResult<()> {
     if let Some(flag) = &et.feature_flag {
         p.slug("featureFlag", flag, 256);
     }
-    p.check(et.schemas.as_ref().is_none_or(|s| s.is_object()), "schemas", "must be an object keyed by version");
+    match &et.schemas {
+        None => {}
+        Some(serde_json::Value::Object(versions)) => {
+            // Each version must be a JSON Schema (draft 7, as Svix checks) that compiles:
+            // valid keywords, references that resolve.
+            for (version, schema) in versions {
+                if let Err(e) = jsonschema::options().with_draft(jsonschema::Draft::Draft7).build(schema) {
+                    p.push("schemas", format!("version {version} is not a valid JSON Schema: {e}"));
+                }
+            }
+        }
+        Some(_) => p.push("schemas", "must be an object keyed by version"),
+    }
     p.finish()
 }
 
@@ -122,7 +134,7 @@ pub async fn list_event_types(
     _principal: Principal,
     query: QueryMap,
 ) -> ApiResult<Json<ListResponse<EventTypeOut>>> {
-    let page = Page::from_query(&query, Order::OldestFirst, Cursor::Name)?;
+    let page = Page::from_query(&query, Order::AlwaysOldestFirst, Cursor::Name)?;
     let with_content = query.flag("with_content", false)?;
     let found = state.store.list_event_types(&page.query(), query.flag("include_archived", false)?).await?;
     Ok(Json(page.finish(found, |et| et.name.clone(), |et| EventTypeOut::new(et, with_content))))

@@ -123,14 +123,14 @@ impl QueryMap {
         self.0.get(name).and_then(|values| values.last()).map(String::as_str)
     }
 
-    /// A parameter parsed with `FromStr`.
+    /// A parameter parsed with `FromStr`. One that does not parse is a 400 (Svix's
+    /// `generic_error`: its query strings are deserialized as a whole).
     pub fn get<T: FromStr>(&self, name: &str) -> Result<Option<T>, ApiError> {
         match self.raw(name) {
             None | Some("") => Ok(None),
-            Some(raw) => raw
-                .parse()
-                .map(Some)
-                .map_err(|_| ApiError::Validation(vec![ValidationItem::query(name, format!("invalid value {raw:?}"))])),
+            Some(raw) => raw.parse().map(Some).map_err(|_| {
+                ApiError::GenericError(format!("Failed to deserialize query string: {name}: invalid value {raw:?}"))
+            }),
         }
     }
 
@@ -138,15 +138,15 @@ impl QueryMap {
         Ok(self.get(name)?.unwrap_or(default))
     }
 
-    /// An RFC 3339 timestamp, in milliseconds.
+    /// A timestamp (RFC 3339, or Svix's other forms: see `clock::parse_time`), in
+    /// milliseconds; one that does not parse is a 400, as in Svix.
     pub fn time(&self, name: &str) -> Result<Option<Millis>, ApiError> {
         match self.raw(name) {
             None | Some("") => Ok(None),
             Some(raw) => parse_time(raw).map(Some).ok_or_else(|| {
-                ApiError::Validation(vec![ValidationItem::query(
-                    name,
-                    format!("{raw:?} is not a valid timestamp (RFC 3339)"),
-                )])
+                ApiError::GenericError(format!(
+                    "Failed to deserialize query string: {name}: {raw:?} is not a timestamp"
+                ))
             }),
         }
     }

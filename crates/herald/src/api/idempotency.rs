@@ -59,7 +59,11 @@ impl Keyed {
             Principal::Admin => "admin".to_owned(),
             Principal::App { token_hash, .. } => format!("token:{token_hash}"),
         };
-        Self { scope: format!("{caller}\n{method} {uri}"), key: key.to_owned() }
+        // A trailing slash names the same route, so the same request (as Svix trims it).
+        let path = uri.path();
+        let path = if path.len() > 1 { path.trim_end_matches('/') } else { path };
+        let query = uri.query().map(|q| format!("?{q}")).unwrap_or_default();
+        Self { scope: format!("{caller}\n{method} {path}{query}"), key: key.to_owned() }
     }
 
     /// What a stored body is bound to: this caller, request and key.

@@ -18,6 +18,8 @@ pub const MAX_LIMIT: usize = 250;
 pub struct ListResponse<T> {
     pub data: Vec<T>,
     pub iterator: Option<String>,
+    /// Left out of an empty page, as Svix does.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub prev_iterator: Option<String>,
     pub done: bool,
 }
@@ -41,11 +43,21 @@ impl Cursor {
     }
 }
 
-/// The order a list is shown in unless `order` says otherwise.
+/// The order a list is shown in: applications and endpoints take `order` (their default
+/// given here); messages, attempts and event types have one order, as in Svix, and ignore it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Order {
     OldestFirst,
     NewestFirst,
+    /// Always oldest (or first by name) first.
+    AlwaysOldestFirst,
+    AlwaysNewestFirst,
+}
+
+/// A 422 about a query parameter, in Svix's shape (`loc` under `query`).
+fn invalid(loc: &[&str], msg: &str) -> ApiError {
+    let loc = std::iter::once("query").chain(loc.iter().copied()).map(str::to_owned).collect();
+    ApiError::Validation(vec![ValidationItem { loc, msg: msg.to_owned(), kind: "value_error".into() }])
 }
 
 /// The page a request asks for.
@@ -64,24 +76,31 @@ impl Page {
     /// Reads `limit`, `iterator` and `order` (when the list supports it: `order` then
     /// replaces `default`).
     pub fn from_query(query: &QueryMap, default: Order, cursor: Cursor) -> ApiResult<Self> {
-        let invalid = |name: &str, msg: String| ApiError::Validation(vec![ValidationItem::query(name, msg)]);
         let limit = query.get::<usize>("limit")?.unwrap_or(DEFAULT_LIMIT);
-        if !(1..=MAX_LIMIT).contains(&limit) {
-            return Err(invalid("limit", format!("must be between 1 and {MAX_LIMIT}")));
+        if limit > MAX_LIMIT {
+            return Err(invalid(&["limit"], "Given limit must not exceed 250"));
         }
-        let descending = match query.get::<String>("order")?.as_deref() {
-            None => default == Order::NewestFirst,
-            Some("ascending") => false,
-            Some("descending") => true,
-            Some(other) => return Err(invalid("order", format!("{other:?} is not ascending or descending"))),
+        if limit == 0 {
+            return Err(invalid(&["limit"], "Given limit must be at least 1"));
+        }
+        let descending = match (default, query.get::<String>("order")?.as_deref()) {
+            (Order::AlwaysOldestFirst, _) => false,
+            (Order::AlwaysNewestFirst, _) => true,
+            (_, Some("ascending")) => false,
+            (_, Some("descending")) => true,
+            (_, None) => default == Order::NewestFirst,
+            (_, Some(_)) => return Err(invalid(&["order"], "must be ascending or descending")),
         };
-        let iterator = query.get::<String>("iterator")?;
-        let (backwards, after) =
-            match iterator.as_deref().map(|i| i.strip_prefix('-').map_or((false, i), |id| (true, id))) {
-                None => (false, None),
-                Some((backwards, id)) if cursor.accepts(id) => (backwards, Some(id.to_owned())),
-                Some(_) => return Err(invalid("iterator", "is not an iterator of this list".into())),
-            };
+        let (backwards, after) = match query.get::<String>("iterator")? {
+            None => (false, None),
+            Some(iterator) => {
+                let (backwards, id) = iterator.strip_prefix('-').map_or((false, iterator.as_str()), |id| (true, id));
+                if !cursor.accepts(id) {
+                    return Err(invalid(&["iterator", "__all__"], "Invalid id. Expected different prefix"));
+                }
+                (backwards, Some(id.to_owned()))
+            }
+        };
         Ok(Self { limit, after, descending, backwards })
     }
 

@@ -37,6 +37,26 @@ pub struct MessageIn {
     pub payload_retention_period: Option<i64>,
     /// Creates the application (with the path as its uid) if it does not exist yet.
     pub application: Option<ApplicationIn>,
+    /// `rawPayload`: a string sent (and signed) as the request body instead of `payload`.
+    pub transformations_params: Option<TransformationsParams>,
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TransformationsParams {
+    /// Sent byte for byte as the body of every request, instead of `payload` (which is still
+    /// required). Reads show it as JSON when it is JSON, else as `{"expired": true}`.
+    pub raw_payload: Option<String>,
+}
+
+impl MessageIn {
+    /// What is stored, signed and sent: `rawPayload` if given, else the payload as given.
+    fn body(&self) -> &str {
+        match self.transformations_params.as_ref().and_then(|t| t.raw_payload.as_deref()) {
+            Some(raw) => raw,
+            None => self.payload.get(),
+        }
+    }
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -57,14 +77,17 @@ pub struct MessageOut {
 /// What an expunged payload reads as, as in Svix.
 const EXPUNGED_PAYLOAD: &str = r#"{"expired":true}"#;
 
-/// The payload as JSON: `{}` when left out, `{"expired": true}` once expunged.
+/// The payload as JSON: `{}` when left out, `{"expired": true}` once expunged (or when a
+/// `rawPayload` was not JSON).
 fn payload_json(m: &Message, with_content: bool) -> Box<RawValue> {
     let text = match (with_content, m.payload.as_deref()) {
         (false, _) => "{}",
         (true, None) => EXPUNGED_PAYLOAD,
         (true, Some(payload)) => payload,
     };
-    RawValue::from_string(text.to_owned()).unwrap_or_else(|_| RawValue::from_string("{}".into()).expect("valid JSON"))
+    // A `rawPayload` that is not JSON reads as Svix shows it.
+    RawValue::from_string(text.to_owned())
+        .unwrap_or_else(|_| RawValue::from_string(EXPUNGED_PAYLOAD.into()).expect("valid JSON"))
 }
 
 impl MessageOut {
@@ -105,10 +128,10 @@ pub fn routes() -> Routes {
 fn check(state: &AppState, input: &MessageIn) -> ApiResult<()> {
     let payload = input.payload.get();
     let limit = state.limits.max_payload_bytes;
-    if payload.len() > limit {
+    if input.body().len() > limit {
         return Err(ApiError::PayloadTooLarge(format!(
             "the message payload is {} bytes; the limit is {limit} bytes (server.max_payload_bytes)",
-            payload.len()
+            input.body().len()
         )));
     }
     let mut p = Problems::default();
@@ -158,13 +181,14 @@ pub async fn create_message(
     check(&state, &input)?;
     let app = app_for_inline(&state, &app_id, input.application.take()).await?;
     let with_content = query.flag("with_content", true)?;
+    let payload = Some(input.body().into());
     let message = Message {
         id: MessageId::generate(),
         app_id: app.id.clone(),
         event_type: input.event_type,
         event_id: input.event_id,
         channels: input.channels,
-        payload: Some(input.payload.get().into()),
+        payload,
         created_at: now_ms(),
     };
     let response_body = serde_json::to_string(&MessageOut::new(&message, with_content)).map_err(anyhow::Error::from)?;
@@ -195,7 +219,7 @@ pub async fn list_messages(
     query: QueryMap,
 ) -> ApiResult<Json<ListResponse<MessageOut>>> {
     let app = visible_app(&state, &principal, &app_id).await?;
-    let page = Page::from_query(&query, Order::NewestFirst, Cursor::Id(MessageId::PREFIX))?;
+    let page = Page::from_query(&query, Order::AlwaysNewestFirst, Cursor::Id(MessageId::PREFIX))?;
     let filter = message_filter(&query)?;
     let with_content = query.flag("with_content", true)?;
     let found = state.store.list_messages(&app.id, &filter, &page.query()).await?;

@@ -12,7 +12,7 @@ use hickory_resolver::name_server::TokioConnectionProvider;
 use hickory_resolver::proto::rr::RData;
 use hickory_resolver::{ResolveError as DnsError, TokioResolver};
 
-use crate::ssrf::{Guard, name_denied};
+use crate::ssrf::Guard;
 
 /// Why a destination could not be resolved to allowed addresses.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -63,8 +63,12 @@ impl Resolver {
         if let Ok(ip) = bare.parse::<IpAddr>() {
             return self.judge(host, vec![ip]);
         }
-        if name_denied(bare) {
-            return Err(ResolveError::Blocked(bare.to_owned()));
+        // `localhost` and the metadata name stand for fixed addresses (never asked of
+        // DNS): those the operator allowed, or none.
+        match self.guard.special_name(bare) {
+            Some(addrs) if addrs.is_empty() => return Err(ResolveError::Blocked(bare.to_owned())),
+            Some(addrs) => return Ok(addrs),
+            None => {}
         }
         let lookup = match tokio::time::timeout(self.budget, self.dns.lookup_ip(bare)).await {
             Err(_) => return Err(ResolveError::Temporary(bare.to_owned(), "the DNS budget ran out".into())),
@@ -73,7 +77,7 @@ impl Resolver {
         };
         for record in lookup.as_lookup().records() {
             if let RData::CNAME(target) = record.data()
-                && name_denied(&target.0.to_ascii())
+                && self.guard.special_name(&target.0.to_ascii()).is_some()
             {
                 return Err(ResolveError::Blocked(format!("{bare} (alias of {})", target.0)));
             }
@@ -115,6 +119,14 @@ mod tests {
         let resolver = resolver(Guard::default());
         assert!(matches!(resolver.resolve("localhost").await, Err(ResolveError::Blocked(_))));
         assert!(matches!(resolver.resolve("api.localhost.").await, Err(ResolveError::Blocked(_))));
+    }
+
+    #[tokio::test]
+    async fn loopback_names_reach_loopback_only_when_the_operator_allowed_it() {
+        let open = resolver(Guard::new(vec!["127.0.0.0/8".parse().unwrap()]));
+        assert_eq!(open.resolve("localhost").await.unwrap(), vec!["127.0.0.1".parse::<IpAddr>().unwrap()]);
+        assert_eq!(open.resolve("hooks.localhost").await.unwrap(), vec!["127.0.0.1".parse::<IpAddr>().unwrap()]);
+        assert!(matches!(open.resolve("metadata.google.internal").await, Err(ResolveError::Blocked(_))));
     }
 
     #[tokio::test]

@@ -187,7 +187,7 @@ fn body_for(op: &Operation, url: &str) -> Option<Value> {
         "v1.endpoint.patch-headers" => json!({"headers": {"x-probe": "2"}}),
         "v1.endpoint.recover" => json!({"since": (chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339()}),
         "herald.dead-letters.replay" => json!({"dryRun": true}),
-        "v1.endpoint.send-example" => json!({"eventType": EVENT_TYPE}),
+        "v1.endpoint.send-example" => json!({"eventType": "svix.ping"}),
         "v1.message.create" => json!({"eventType": EVENT_TYPE, "payload": {"probe": true}}),
         "v1.event-type.create" => json!({"name": "probe.created", "description": "probe"}),
         "v1.event-type.update" | "patch_event_type" => json!({"description": "probe"}),
