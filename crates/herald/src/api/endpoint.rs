@@ -179,7 +179,7 @@ async fn check_event_types_exist(state: &AppState, types: Option<&Vec<String>>) 
     let Some(types) = types else { return Ok(()) };
     let mut missing = Vec::new();
     for name in types {
-        if !state.store.event_type(name).await?.is_some_and(|et| !et.archived) {
+        if state.store.event_type(name).await?.is_none_or(|et| et.archived) {
             missing.push(name.as_str());
         }
     }
