@@ -170,7 +170,7 @@ pub async fn list_apps(
     principal: Principal,
     query: QueryMap,
 ) -> ApiResult<Json<ListResponse<ApplicationOut>>> {
-    let page = Page::from_query(&query, Order::OldestFirst, Cursor::Id(AppId::PREFIX))?;
+    let page = Page::from_query(&query, Order::Ascending, Cursor::Id(AppId::PREFIX))?;
     let apps = match &principal {
         Principal::Admin => state.store.list_apps(&page.query()).await?,
         Principal::App { app_id, .. } => state.store.app(app_id.as_str()).await?.into_iter().collect(),

@@ -148,7 +148,7 @@ pub async fn list_by_endpoint(
     query: QueryMap,
 ) -> ApiResult<Attempts> {
     let (app, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
-    let page = Page::from_query(&query, Order::AlwaysNewestFirst, Cursor::Id(AttemptId::PREFIX))?;
+    let page = Page::from_query(&query, Order::AlwaysDescending, Cursor::Id(AttemptId::PREFIX))?;
     let filter = AttemptFilter { endpoint: Some(endpoint.id), ..attempt_filter(&query, &app.id)? };
     let found = state.store.list_attempts(&filter, &page.query()).await?;
     Ok(Json(page.finish(found, |a| a.id.to_string(), MessageAttemptOut::from)))
@@ -167,7 +167,7 @@ pub async fn list_by_msg(
     query: QueryMap,
 ) -> ApiResult<Attempts> {
     let (app, message) = visible_message(&state, &principal, &app_id, &msg_id).await?;
-    let page = Page::from_query(&query, Order::AlwaysNewestFirst, Cursor::Id(AttemptId::PREFIX))?;
+    let page = Page::from_query(&query, Order::AlwaysDescending, Cursor::Id(AttemptId::PREFIX))?;
     let endpoint = match query.get::<String>("endpoint_id")? {
         Some(id) => Some(visible_endpoint(&state, &principal, app.id.as_str(), &id).await?.1.id),
         None => None,
@@ -190,7 +190,7 @@ pub async fn list_attempted_messages(
     query: QueryMap,
 ) -> ApiResult<Json<ListResponse<EndpointMessageOut>>> {
     let (_, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
-    let page = Page::from_query(&query, Order::AlwaysNewestFirst, Cursor::Id(MessageId::PREFIX))?;
+    let page = Page::from_query(&query, Order::AlwaysDescending, Cursor::Id(MessageId::PREFIX))?;
     let with_content = query.flag("with_content", true)?;
     let found = state
         .store
@@ -215,7 +215,7 @@ pub async fn list_attempted_destinations(
     query: QueryMap,
 ) -> ApiResult<Json<ListResponse<MessageEndpointOut>>> {
     let (_, message) = visible_message(&state, &principal, &app_id, &msg_id).await?;
-    let page = Page::from_query(&query, Order::AlwaysOldestFirst, Cursor::Id(EndpointId::PREFIX))?;
+    let page = Page::from_query(&query, Order::AlwaysAscending, Cursor::Id(EndpointId::PREFIX))?;
     let deliveries = state.store.message_deliveries(&message.id, &page.query()).await?;
     let mut rows = Vec::with_capacity(deliveries.len());
     for d in deliveries {

@@ -313,7 +313,7 @@ pub async fn list_endpoints(
     query: QueryMap,
 ) -> ApiResult<Json<ListResponse<EndpointOut>>> {
     let app = visible_app(&state, &principal, &app_id).await?;
-    let page = Page::from_query(&query, Order::NewestFirst, Cursor::Id(EndpointId::PREFIX))?;
+    let page = Page::from_query(&query, Order::Descending, Cursor::Id(EndpointId::PREFIX))?;
     let found = state.store.list_endpoints(&app.id, &page.query()).await?;
     Ok(Json(page.finish(found, |e| e.id.to_string(), |e| EndpointOut::new(&e, &state))))
 }

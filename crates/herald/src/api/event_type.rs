@@ -134,7 +134,7 @@ pub async fn list_event_types(
     _principal: Principal,
     query: QueryMap,
 ) -> ApiResult<Json<ListResponse<EventTypeOut>>> {
-    let page = Page::from_query(&query, Order::AlwaysOldestFirst, Cursor::Name)?;
+    let page = Page::from_query(&query, Order::AlwaysAscending, Cursor::Name)?;
     let with_content = query.flag("with_content", false)?;
     let found = state.store.list_event_types(&page.query(), query.flag("include_archived", false)?).await?;
     Ok(Json(page.finish(found, |et| et.name.clone(), |et| EventTypeOut::new(et, with_content))))

@@ -47,11 +47,12 @@ impl Cursor {
 /// given here); messages, attempts and event types have one order, as in Svix, and ignore it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Order {
-    OldestFirst,
-    NewestFirst,
-    /// Always oldest (or first by name) first.
-    AlwaysOldestFirst,
-    AlwaysNewestFirst,
+    /// Oldest first (by id, i.e. creation).
+    Ascending,
+    Descending,
+    /// Always ascending (event types: by name).
+    AlwaysAscending,
+    AlwaysDescending,
 }
 
 /// A 422 about a query parameter, in Svix's shape (`loc` under `query`).
@@ -84,11 +85,11 @@ impl Page {
             return Err(invalid(&["limit"], "Given limit must be at least 1"));
         }
         let descending = match (default, query.get::<String>("order")?.as_deref()) {
-            (Order::AlwaysOldestFirst, _) => false,
-            (Order::AlwaysNewestFirst, _) => true,
+            (Order::AlwaysAscending, _) => false,
+            (Order::AlwaysDescending, _) => true,
             (_, Some("ascending")) => false,
             (_, Some("descending")) => true,
-            (_, None) => default == Order::NewestFirst,
+            (_, None) => default == Order::Descending,
             (_, Some(_)) => return Err(invalid(&["order"], "must be ascending or descending")),
         };
         let (backwards, after) = match query.get::<String>("iterator")? {

@@ -219,7 +219,7 @@ pub async fn list_messages(
     query: QueryMap,
 ) -> ApiResult<Json<ListResponse<MessageOut>>> {
     let app = visible_app(&state, &principal, &app_id).await?;
-    let page = Page::from_query(&query, Order::AlwaysNewestFirst, Cursor::Id(MessageId::PREFIX))?;
+    let page = Page::from_query(&query, Order::AlwaysDescending, Cursor::Id(MessageId::PREFIX))?;
     let filter = message_filter(&query)?;
     let with_content = query.flag("with_content", true)?;
     let found = state.store.list_messages(&app.id, &filter, &page.query()).await?;
