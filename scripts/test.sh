@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Runs Herald's whole test suite: unit tests (the store conformance suite on SQLite and on
 # PostgreSQL), integration tests against real servers, receivers and databases, the crash
-# tests, the Svix Python SDK compatibility test, and then the HTTP integration suite once
-# more with PostgreSQL as the store.
+# tests, the Svix SDK compatibility tests (Python, and the JavaScript kitchen sink), and then
+# the HTTP integration suite once more with PostgreSQL as the store.
 #
 # It prepares what the tests need: a Python virtual environment with the pinned SDK
-# packages (tests/sdk/requirements.txt), kept in ~/.cache/herald so later runs reuse it.
+# packages (tests/sdk/requirements.txt) and the pinned Svix npm package
+# (tests/sdk/js/package-lock.json), kept in ~/.cache/herald so later runs reuse them.
 # PostgreSQL clusters are started by the tests themselves (initdb + postgres from the server
 # binaries on this machine, on free ports, in temporary directories). The dashboard tests
 # drive a headless Chromium: the Debian packages chromium and chromium-driver are installed
@@ -28,6 +29,18 @@ if ! cmp -s "$requirements" "$stamp" 2>/dev/null; then
     cp "$requirements" "$stamp"
 fi
 export HERALD_TEST_PYTHON="$venv/bin/python"
+
+node_sdk="$cache/node-sdk"
+js=crates/herald/tests/sdk/js
+if ! cmp -s "$js/package-lock.json" "$node_sdk/package-lock.json" 2>/dev/null; then
+    command -v npm >/dev/null 2>&1 || { echo "node and npm are needed for the JavaScript SDK test" >&2; exit 1; }
+    echo "==> installing the Svix JavaScript SDK for the kitchen-sink test ($node_sdk)"
+    rm -rf "$node_sdk"
+    mkdir -p "$node_sdk"
+    cp "$js/package.json" "$js/package-lock.json" "$node_sdk/"
+    (cd "$node_sdk" && npm ci --silent --no-audit --no-fund)
+fi
+export HERALD_TEST_NODE_MODULES="$node_sdk/node_modules"
 
 if ! command -v chromedriver >/dev/null 2>&1 || ! command -v chromium >/dev/null 2>&1; then
     echo "==> installing chromium and chromium-driver (Debian packages) for the dashboard tests"

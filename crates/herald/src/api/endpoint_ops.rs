@@ -85,18 +85,17 @@ pub async fn get_secret(
 
 /// Replaces the signing secret; the previous one keeps signing for the grace period, so
 /// receivers see two signatures until they switch. At most 10 previous secrets sign at
-/// once (a 400 `limit_reached` otherwise). Answers 200 with the new secret, where the Svix
-/// server answers 204: the official Python SDK reads the body (and fails on a 204); the
-/// JavaScript one ignores it.
+/// once (a 400 `limit_reached` otherwise). Answers 204 with no body, as the Svix server
+/// does: the new key is read with `GET …/secret`.
 #[utoipa::path(post, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}/secret/rotate", operation_id = "v1.endpoint.rotate-secret",
     tag = "Endpoint", request_body = EndpointSecretRotateIn, params(("app_id" = String, Path), ("endpoint_id" = String, Path)),
-    responses((status = 200, body = EndpointSecretOut)))]
+    responses((status = 204)))]
 pub async fn rotate_secret(
     State(state): State<AppState>,
     principal: Principal,
     Path((app_id, endpoint_id)): EndpointPath,
     body: JsonBody<EndpointSecretRotateIn>,
-) -> ApiResult<Json<EndpointSecretOut>> {
+) -> ApiResult<StatusCode> {
     let (_, mut endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
     let new_secret = parse_secret("key", body.value.key.as_deref())?;
     let grace = match body.value.grace_period_seconds {
@@ -125,9 +124,7 @@ pub async fn rotate_secret(
     endpoint.secrets = state.catalog.keyring().seal_secrets(&secrets, &endpoint.id);
     endpoint.updated_at = now;
     save(&state, &endpoint).await?;
-    // As `GET …/secret` shows it: an asymmetric key's public half.
-    let key = EndpointKey::shown(&secrets.current).map_err(|e| anyhow::anyhow!("a secret just parsed: {e}"))?;
-    Ok(Json(EndpointSecretOut { key }))
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// The endpoint's secrets in the clear; a row the server key cannot open is a server-side

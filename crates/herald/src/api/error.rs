@@ -40,6 +40,9 @@ pub enum ApiError {
     Forbidden(&'static str),
     #[error("{0} not found")]
     NotFound(&'static str),
+    /// A route that exists, asked with a method it does not serve.
+    #[error("method not allowed")]
+    MethodNotAllowed,
     #[error("conflict: {0}")]
     Conflict(String),
     #[error("invalid request")]
@@ -88,6 +91,7 @@ impl ApiError {
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Conflict(_) => StatusCode::CONFLICT,
             Self::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::BadRequest(_) | Self::GenericError(_) | Self::Refused(..) => StatusCode::BAD_REQUEST,
@@ -126,6 +130,7 @@ impl IntoResponse for ApiError {
             Self::Unauthorized => ("authentication_failed", "Invalid token".to_owned()),
             Self::Forbidden(why) => ("forbidden", why.to_owned()),
             Self::NotFound(what) => ("not_found", format!("{what} not found")),
+            Self::MethodNotAllowed => ("method_not_allowed", "this route does not serve this method".into()),
             Self::Conflict(why) => ("conflict", why),
             Self::BadRequest(why) => ("bad_request", why),
             Self::GenericError(why) => ("generic_error", why),

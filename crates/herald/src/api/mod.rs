@@ -122,6 +122,7 @@ pub fn router(state: AppState) -> Router {
     let api = api_routes().into_router().layer(from_fn_with_state(state.clone(), idempotency::layer));
     api.merge(crate::dashboard::routes().into_router())
         .fallback(|| async { ApiError::NotFound("route") })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)
 }
 

@@ -265,7 +265,7 @@ async fn a_rotated_secret_signs_alongside_the_old_one_during_the_overlap() {
     let old = server.secret(&app, ep).await;
     let new = SigningKey::generate().to_secret_string();
     let (status, _) = server.post(&format!("/api/v1/app/{app}/endpoint/{ep}/secret/rotate"), json!({"key": new})).await;
-    assert_eq!(status, StatusCode::OK);
+    assert_eq!(status, StatusCode::NO_CONTENT);
     assert_eq!(server.secret(&app, ep).await, new);
     server.send(&app, json!({"eventType": "a", "payload": {}})).await;
     let got = receiver.wait_for(None, 1).await;
@@ -275,7 +275,7 @@ async fn a_rotated_secret_signs_alongside_the_old_one_during_the_overlap() {
     // With no overlap the old secret stops signing at once.
     let (status, _) =
         server.post(&format!("/api/v1/app/{app}/endpoint/{ep}/secret/rotate"), json!({"gracePeriodSeconds": 0})).await;
-    assert_eq!(status, StatusCode::OK);
+    assert_eq!(status, StatusCode::NO_CONTENT);
     let newest = server.secret(&app, ep).await;
     server.send(&app, json!({"eventType": "a", "payload": {}})).await;
     let got = receiver.wait_for(None, 2).await;

@@ -4,6 +4,7 @@
 mod alerts;
 mod api;
 mod bench;
+mod compat;
 mod dashboard;
 mod dead_letters;
 mod delivery;
