@@ -56,6 +56,39 @@ async fn every_route_answers_with_and_without_a_trailing_slash() {
     assert_eq!(health.status(), StatusCode::NO_CONTENT);
 }
 
+/// Every write route is routed with a trailing slash too: whatever it answers (the bodies
+/// sent are empty, so often a 422), it is never "route not found" nor a 405.
+#[tokio::test]
+async fn every_write_route_is_routed_with_a_trailing_slash() {
+    let server = TestServer::start().await;
+    event_type(&server, "invoice.paid").await;
+    let app = server.create_app("a").await;
+    let endpoint = server.create_endpoint(&app, "https://hooks.example.com/", json!({})).await;
+    let ep = endpoint["id"].as_str().unwrap().to_owned();
+    let msg = server.send(&app, json!({"eventType": "invoice.paid", "payload": {}})).await;
+    let fill = |path: &str| {
+        path.replace("{app_id}", &app)
+            .replace("{endpoint_id}", &ep)
+            .replace("{msg_id}", &msg)
+            .replace("{attempt_id}", "atmpt_none")
+            .replace("{event_type_name}", "invoice.paid")
+            .replace("{session_id}", "ses_none")
+    };
+    let mut writes: Vec<_> = herald::api::route_table()
+        .into_iter()
+        .filter(|r| r.path.starts_with("/api/") && r.method != Method::GET && r.method != Method::HEAD)
+        .collect();
+    // Deletions last, so that the ids stay valid for the rest.
+    writes.sort_by_key(|r| r.method == Method::DELETE);
+    assert!(writes.len() > 20, "{} write routes", writes.len());
+    for route in writes {
+        let path = format!("{}/", fill(&route.path));
+        let (status, body) = call(&server, ADMIN, route.method.clone(), &path, Some(json!({}))).await;
+        assert_ne!(status, StatusCode::METHOD_NOT_ALLOWED, "{} {path}", route.method);
+        assert_ne!(body["detail"], "route not found", "{} {path}: {status}", route.method);
+    }
+}
+
 #[tokio::test]
 async fn endpoints_carry_and_accept_the_deprecated_fields() {
     let server = TestServer::start().await;
