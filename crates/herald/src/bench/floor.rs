@@ -39,8 +39,12 @@ pub struct FloorReport {
 /// Runs the floor measurement at `--rate` for `--duration` and prints its report.
 pub async fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let receiver = Receiver::start().await?;
-    let api =
-        Api { client: http_client(args.concurrency), base: receiver.url(Behaviour::Fast, 0), token: String::new() };
+    let api = Api {
+        client: http_client(args.concurrency),
+        base: receiver.url(Behaviour::Fast, 0),
+        token: String::new(),
+        idempotency_keys: false,
+    };
     let stream = Stream {
         apps: vec![0],
         rate: args.rate,

@@ -172,11 +172,13 @@ fn timed_from(due: Instant, waited: bool, now: Instant) -> Instant {
 /// Posts one message; returns its id when accepted (202).
 async fn send(api: &Api, app_id: &str, body: Bytes) -> Option<Box<str>> {
     // Like the Svix SDKs, ask for the answer without the payload echoed back.
-    let request = http::Request::post(format!("{}/api/v1/app/{app_id}/msg?with_content=false", api.base))
+    let mut request = http::Request::post(format!("{}/api/v1/app/{app_id}/msg?with_content=false", api.base))
         .header("authorization", format!("Bearer {}", api.token))
-        .header("content-type", "application/json")
-        .body(Full::new(body))
-        .ok()?;
+        .header("content-type", "application/json");
+    if api.idempotency_keys {
+        request = request.header("idempotency-key", format!("auto_{}", crate::ids::random_token(16)));
+    }
+    let request = request.body(Full::new(body)).ok()?;
     let response = api.client.request(request).await.ok()?;
     let accepted = response.status().as_u16() == 202;
     let bytes = response.into_body().collect().await.ok()?.to_bytes();

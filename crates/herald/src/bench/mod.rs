@@ -90,6 +90,9 @@ pub struct BenchArgs {
     /// Give up draining after this many seconds without a delivery.
     #[arg(long, default_value_t = 30.0)]
     pub drain_stall: f64,
+    /// Send a fresh `idempotency-key` with every message, as the Svix SDKs do on every POST.
+    #[arg(long)]
+    pub idempotency_keys: bool,
 }
 
 /// The database a spawned Herald runs on, if any.

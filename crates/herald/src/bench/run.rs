@@ -16,7 +16,7 @@ use super::load::{self, Body, Outcome, Producer, Progress, Stream};
 use super::probe::{self, ProcessSample};
 use super::receiver::{Behaviour, Receiver};
 use super::report::{AckLatency, GroupLatency, LedgerCounts, Percentiles, Report};
-use super::target::Target;
+use super::target::{Api, Target};
 
 /// An application to create: its endpoints' behaviours and optional delivery settings.
 #[derive(Debug, Clone)]
@@ -74,7 +74,7 @@ impl<'a> Run<'a> {
             target.data_dir.as_deref().and_then(|dir| probe::fsync_per_second(dir, Duration::from_secs(1)).ok());
         Ok(Self {
             args,
-            producer: Producer::Api(Box::new(target.api.clone())),
+            producer: Producer::Api(Box::new(Api { idempotency_keys: args.idempotency_keys, ..target.api.clone() })),
             target,
             receiver: Receiver::start().await?,
             apps: vec![],

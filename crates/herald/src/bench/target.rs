@@ -33,6 +33,8 @@ pub struct Api {
     pub client: HttpClient,
     pub base: String,
     pub token: String,
+    /// Messages carry a fresh `idempotency-key` (see `BenchArgs::idempotency_keys`).
+    pub idempotency_keys: bool,
 }
 
 impl Api {
@@ -133,7 +135,12 @@ impl Target {
             }
         });
         Ok(Self {
-            api: Api { client: http_client(options.connections), base: format!("http://{addr}"), token },
+            api: Api {
+                client: http_client(options.connections),
+                base: format!("http://{addr}"),
+                token,
+                idempotency_keys: false,
+            },
             pid: Some(child.id()),
             database: options.database,
             data_dir: Some(scratch.clone()),
@@ -149,6 +156,7 @@ impl Target {
                 client: http_client(connections),
                 base: url.trim_end_matches('/').to_owned(),
                 token: token.into(),
+                idempotency_keys: false,
             },
             pid,
             database: None,
