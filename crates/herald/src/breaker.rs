@@ -146,6 +146,16 @@ impl Breaker {
         }
     }
 
+    /// "Retry now": an open breaker lets its probe through at once instead of at the end of
+    /// its cooldown. Returns whether it was open.
+    pub fn probe_now(&mut self, now: Millis) -> bool {
+        if self.state != BreakerState::Open {
+            return false;
+        }
+        self.opened_at = Some(now.saturating_sub(self.cooldown_ms as i64));
+        true
+    }
+
     /// The probe was not sent after all (the delivery left memory): let another go.
     pub fn abandon_probe(&mut self) {
         self.probe_out = false;
@@ -194,6 +204,18 @@ mod tests {
 
     fn settings() -> BreakerSettings {
         BreakerSettings { failure_threshold: 4, cooldown_ms: 1000, max_cooldown_ms: 3500 }
+    }
+
+    #[test]
+    fn retry_now_lets_the_probe_of_an_open_breaker_through_at_once() {
+        let mut b = Breaker::new(&settings());
+        assert!(!b.probe_now(0), "a closed breaker has nothing to retry");
+        fail(&mut b, 4, 0);
+        assert_eq!(b.admit(10), Admission::Wait { until: 1000 });
+        assert!(b.probe_now(10));
+        assert_eq!(b.admit(10), Admission::Probe);
+        assert!(!b.probe_now(11), "half-open: the probe is already out");
+        assert_eq!(b.record(true, false, 12, &settings()), Some(Transition::Closed));
     }
 
     fn fail(b: &mut Breaker, n: u32, now: Millis) -> Vec<Option<Transition>> {

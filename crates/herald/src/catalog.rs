@@ -113,6 +113,21 @@ impl Target {
         self.keys.iter().filter(move |(_, until)| until.is_none_or(|t| t > now)).map(|(key, _)| key)
     }
 
+    /// A fingerprint of how the endpoint is reached: its URL and request settings, its own
+    /// headers (where receivers' credentials live) and whether it is enabled. A circuit
+    /// breaker's verdict holds only for the way it judged (see `Lanes::reach_changed`).
+    pub fn reach(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.endpoint.url.hash(&mut h);
+        self.endpoint.disabled.hash(&mut h);
+        serde_json::to_string(&self.endpoint.request).unwrap_or_default().hash(&mut h);
+        for (name, value) in self.headers.iter().flatten() {
+            (name.as_str(), value.as_bytes()).hash(&mut h);
+        }
+        h.finish()
+    }
+
     /// Whether a message with this event type and these channels goes to this endpoint.
     pub fn accepts(&self, event_type: &str, channels: Option<&[String]>) -> bool {
         routes_to(&self.endpoint, event_type, channels)
@@ -325,6 +340,7 @@ impl Catalog {
                 Ok(CatalogChange::App(app)) => self.invalidate_app_id(&app),
                 Ok(CatalogChange::Endpoint(app, endpoint)) => self.invalidate_endpoint(&app, &endpoint),
                 Ok(CatalogChange::All) | Err(broadcast::error::RecvError::Lagged(_)) => self.clear(),
+                Ok(CatalogChange::RetryNow(..)) => {}
                 Err(broadcast::error::RecvError::Closed) => return,
             }
         }

@@ -159,6 +159,10 @@ impl Server {
             .then(|| spawn_loop(live, "the dispatcher", stop.clone(), self.dispatcher.clone().run(stop.clone())));
         let follow = self.catalog.clone().follow(self.store.signals().catalog.subscribe(), stop.clone());
         spawn_loop(live, "the catalog follower", stop.clone(), follow);
+        if delivers {
+            let resume = self.dispatcher.clone().follow(self.store.signals().catalog.subscribe(), stop.clone());
+            spawn_loop(live, "the breaker follower", stop.clone(), resume);
+        }
         spawn_task(live, "the start-up reseal", reseal(self.catalog.clone()));
         if delivers {
             spawn_loop(live, "the alert evaluator", stop.clone(), self.alerts.clone().run(stop.clone()));

@@ -295,11 +295,13 @@ async fn insert(state: &AppState, endpoint: &Endpoint) -> ApiResult<()> {
     Ok(())
 }
 
-/// Validates and stores a changed endpoint, and drops the cached copy.
+/// Validates and stores a changed endpoint and drops the cached copy; an endpoint now
+/// reached differently (URL, headers, enabled again) gets its circuit breaker closed.
 pub async fn save(state: &AppState, endpoint: &Endpoint) -> ApiResult<()> {
     check_endpoint(state, endpoint)?;
     state.store.update_endpoint(endpoint).await?;
     state.catalog.invalidate_endpoint(&endpoint.app_id, &endpoint.id);
+    state.dispatcher.endpoint_changed(&endpoint.id).await;
     Ok(())
 }
 

@@ -27,7 +27,7 @@ use super::{
         event_type::list_event_types, event_type::create_event_type, event_type::get_event_type,
         event_type::upsert_event_type, event_type::patch_event_type, event_type::delete_event_type,
         health::health, health::health_head, health::ping, health::ping_head,
-        stats::endpoint_health, stats::slow_endpoints, stats::summary,
+        stats::endpoint_health, stats::retry_now, stats::slow_endpoints, stats::summary,
         dead_letters::dead_letter_stats, dead_letters::replay, dead_letters::replay_progress,
     ),
     modifiers(&BearerAuth)

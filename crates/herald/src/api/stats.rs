@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use axum::Json;
 use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 use serde::Serialize;
@@ -25,6 +26,7 @@ use crate::metrics::Gauges;
 pub fn routes() -> Routes {
     Routes::new()
         .get("/api/v1/app/{app_id}/endpoint/{endpoint_id}/health", endpoint_health)
+        .post("/api/v1/app/{app_id}/endpoint/{endpoint_id}/health/retry", retry_now)
         .get("/api/v1/stats/slow-endpoints", slow_endpoints)
         .get("/api/v1/stats/summary", summary)
         .get("/metrics", metrics)
@@ -60,12 +62,34 @@ pub async fn endpoint_health(
     Path((app_id, endpoint_id)): Path<(String, String)>,
 ) -> ApiResult<Json<EndpointHealthOut>> {
     let (_, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
+    Ok(Json(health_of(&state, &endpoint).await?))
+}
+
+/// "Retry now": the endpoint's open circuit breaker lets its probe go at once, in every
+/// process, instead of at the end of its cooldown; answers the health as it stands.
+#[utoipa::path(post, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}/health/retry",
+    operation_id = "herald.endpoint.retry-now", tag = "Endpoint",
+    params(("app_id" = String, Path), ("endpoint_id" = String, Path)),
+    responses((status = 202, body = EndpointHealthOut), (status = 404, body = super::error::HttpErrorOut)))]
+pub async fn retry_now(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path((app_id, endpoint_id)): Path<(String, String)>,
+) -> ApiResult<(StatusCode, Json<EndpointHealthOut>)> {
+    let (app, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
+    state.dispatcher.retry_now(&app.id, &endpoint.id);
+    state.store.announce_retry_now(&app.id, &endpoint.id).await?;
+    Ok((StatusCode::ACCEPTED, Json(health_of(&state, &endpoint).await?)))
+}
+
+/// An endpoint's breaker (this process's, else the saved one) and its latency.
+pub async fn health_of(state: &AppState, endpoint: &crate::store::Endpoint) -> ApiResult<EndpointHealthOut> {
     let now = now_ms();
     let settings = endpoint.delivery.circuit_breaker.unwrap_or_default();
-    let breaker = breakers(&state, Some(&endpoint.id)).await?.remove(&endpoint.id);
+    let breaker = breakers(state, Some(&endpoint.id)).await?.remove(&endpoint.id);
     let breaker = breaker.unwrap_or_else(|| Breaker::new(&settings));
-    let latency = latency(&state, Some(&endpoint.id), now).await?.remove(&endpoint.id).unwrap_or_default().summary();
-    Ok(Json(EndpointHealthOut {
+    let latency = latency(state, Some(&endpoint.id), now).await?.remove(&endpoint.id).unwrap_or_default().summary();
+    Ok(EndpointHealthOut {
         state: breaker.state,
         consecutive_failures: breaker.consecutive_failures,
         opened_at: breaker.opened_at.filter(|_| breaker.state != BreakerState::Closed).map(to_rfc3339),
@@ -75,7 +99,7 @@ pub async fn endpoint_health(
         p99_ms: latency.p99_ms,
         sample_count: latency.sample_count,
         slow: latency.slow,
-    }))
+    })
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]

@@ -111,7 +111,7 @@ impl Dispatcher {
     /// Reports a breaker transition and saves the breaker's state. Saves of one endpoint
     /// may race (two attempts finishing together); each save re-checks afterwards and
     /// saves again if the state moved meanwhile, so the last state is the one stored.
-    async fn breaker_changed(&self, endpoint: &EndpointId, transition: Transition) {
+    pub(super) async fn breaker_changed(&self, endpoint: &EndpointId, transition: Transition) {
         let kind = match transition {
             Transition::Opened => "open",
             Transition::Reopened => "reopen",

@@ -96,6 +96,9 @@ struct Gate {
     breaker: Breaker,
     settings: BreakerSettings,
     bucket: Option<TokenBucket>,
+    /// How the endpoint was reached when the breaker last judged it ([`Target::reach`]);
+    /// `None` until a job of it arrives (a breaker restored after a restart).
+    reach: Option<u64>,
 }
 
 struct Lane {
@@ -246,18 +249,53 @@ impl Lanes {
             breaker: Breaker::new(&settings),
             settings,
             bucket: None,
+            reach: None,
         });
         gate.settings = settings;
+        gate.reach.get_or_insert_with(|| target.reach());
         gate.bucket = rebucket(gate.bucket.take(), target.endpoint.throttle_rate, now);
         let lane = self.lanes.entry(target.endpoint.app_id.clone()).or_insert_with(|| Lane::new(target.app));
         lane.limits = target.app;
         lane.bucket = rebucket(lane.bucket.take(), target.app.throttle_rate, now);
     }
 
-    /// Restores a breaker saved before a restart.
-    pub fn restore_breaker(&mut self, endpoint: EndpointId, breaker: Breaker) {
+    /// Restores a breaker saved before a restart; `reach` is how the endpoint is reached now.
+    pub fn restore_breaker(&mut self, endpoint: EndpointId, breaker: Breaker, reach: Option<u64>) {
         let settings = BreakerSettings { cooldown_ms: breaker.cooldown_ms, ..BreakerSettings::default() };
-        self.gates.insert(endpoint, Gate { breaker, settings, bucket: None });
+        self.gates.insert(endpoint, Gate { breaker, settings, bucket: None, reach });
+    }
+
+    /// The endpoint is now reached differently (a new URL or headers, or enabled again): the
+    /// breaker's verdict was about the old way, so it closes, and the endpoint's parked
+    /// deliveries come forward at once (still through fairness and rate limits). Returns
+    /// `Closed` if the breaker was not closed already.
+    pub fn reach_changed(&mut self, target: &Target) -> Option<Transition> {
+        let reach = target.reach();
+        let gate = self.gates.get_mut(&target.endpoint.id)?;
+        if gate.reach.replace(reach).is_none_or(|before| before == reach) {
+            return None;
+        }
+        let was = gate.breaker.state;
+        gate.settings = target.settings.circuit_breaker;
+        gate.breaker = Breaker::new(&gate.settings);
+        self.wake(&target.endpoint.app_id, Some(&target.endpoint.id));
+        (was != crate::breaker::BreakerState::Closed).then_some(Transition::Closed)
+    }
+
+    /// "Retry now": an open breaker lets one probe through at once. Returns whether it was
+    /// open.
+    pub fn probe_now(&mut self, app: &AppId, endpoint: &EndpointId, now: Millis) -> bool {
+        let Some(gate) = self.gates.get_mut(endpoint) else { return false };
+        if !gate.breaker.probe_now(now) {
+            return false;
+        }
+        self.wake(app, Some(endpoint));
+        true
+    }
+
+    /// Every endpoint this process keeps a gate for.
+    pub fn gated_endpoints(&self) -> Vec<EndpointId> {
+        self.gates.keys().cloned().collect()
     }
 
     pub fn breaker(&self, endpoint: &EndpointId) -> Option<&Breaker> {
@@ -668,6 +706,51 @@ mod tests {
         lanes.finished(probe.app());
         assert_eq!(lanes.record(&app, &ep, true, false, 1020), Some(Transition::Closed));
         assert_eq!(drain_apps(&mut lanes, 1020).len(), 2, "closed again: the rest flows");
+    }
+
+    #[test]
+    fn an_endpoint_reached_differently_closes_its_breaker_and_its_parked_jobs_flow_at_once() {
+        let (mut lanes, mut fx) = (Lanes::new(100), Fixture::new());
+        let breaker = BreakerSettings { failure_threshold: 1, cooldown_ms: 300_000, max_cooldown_ms: 300_000 };
+        let e = fx.target("a", "1", limits(100, 1), |e| e.delivery.circuit_breaker = Some(breaker));
+        add(&mut lanes, &mut fx, &e, 4);
+        let (app, ep) = (e.endpoint.app_id.clone(), e.endpoint.id.clone());
+        lanes.pop(0).unwrap();
+        lanes.finished(&app);
+        assert_eq!(lanes.record(&app, &ep, false, false, 10), Some(Transition::Opened));
+        assert!(lanes.pop(10).is_none(), "parked for five minutes");
+        let described = fx.target("a", "described", limits(100, 1), |x| {
+            x.id = ep.clone();
+            x.description = "only the description changed".into();
+            x.delivery.circuit_breaker = Some(breaker);
+        });
+        assert_eq!(lanes.reach_changed(&described), None, "the same way in: the verdict stands");
+        assert!(lanes.pop(20).is_none());
+        let moved = fx.target("a", "moved", limits(100, 1), |x| {
+            x.id = ep.clone();
+            x.url = "https://example.com/fixed".into();
+            x.delivery.circuit_breaker = Some(breaker);
+        });
+        assert_eq!(lanes.reach_changed(&moved), Some(Transition::Closed));
+        assert_eq!(drain_apps(&mut lanes, 20).len(), 3, "every parked job, long before the cooldown");
+        assert_eq!(lanes.reach_changed(&moved), None, "already closed");
+    }
+
+    #[test]
+    fn retry_now_lets_one_probe_of_an_open_breaker_go_at_once() {
+        let (mut lanes, mut fx) = (Lanes::new(100), Fixture::new());
+        let breaker = BreakerSettings { failure_threshold: 1, cooldown_ms: 300_000, max_cooldown_ms: 300_000 };
+        let e = fx.target("a", "1", limits(100, 1), |e| e.delivery.circuit_breaker = Some(breaker));
+        add(&mut lanes, &mut fx, &e, 3);
+        let (app, ep) = (e.endpoint.app_id.clone(), e.endpoint.id.clone());
+        assert!(!lanes.probe_now(&app, &ep, 0), "closed: nothing to retry");
+        lanes.pop(0).unwrap();
+        lanes.finished(&app);
+        lanes.record(&app, &ep, false, false, 10);
+        assert!(lanes.pop(10).is_none());
+        assert!(lanes.probe_now(&app, &ep, 20));
+        assert!(lanes.pop(20).is_some(), "the probe");
+        assert!(lanes.pop(20).is_none(), "one probe only");
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod latency;
 mod lease;
 mod loader;
 mod outcomes;
+mod resume;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -250,9 +251,14 @@ impl Dispatcher {
     async fn restore(&self) {
         match self.store.breakers().await {
             Ok(saved) => {
-                let mut lanes = self.lanes();
+                let mut restored = Vec::new();
                 for (endpoint, breaker) in saved {
-                    lanes.restore_breaker(endpoint, breaker);
+                    let reach = self.catalog.target(&endpoint).await.ok().flatten().map(|t| t.reach());
+                    restored.push((endpoint, breaker, reach));
+                }
+                let mut lanes = self.lanes();
+                for (endpoint, breaker, reach) in restored {
+                    lanes.restore_breaker(endpoint, breaker, reach);
                 }
             }
             Err(e) => tracing::warn!(error = %e, "loading circuit breakers failed; they start closed"),

@@ -224,14 +224,20 @@ pub trait HealthStore: Send + Sync {
     async fn summary(&self, now: Millis) -> StoreResult<SummaryCounts>;
     /// Drops latency hours and summary minutes older than `before`.
     async fn prune_health(&self, before: Millis) -> StoreResult<u64>;
+    /// Tells the other processes sharing the store to let the probe of the endpoint's open
+    /// breaker go now ("retry now"); nothing to do for a store of one process.
+    async fn announce_retry_now(&self, app: &AppId, endpoint: &EndpointId) -> StoreResult<()>;
 }
 
 /// A change another process made to applications or endpoints, announced through the
-/// database so every process's catalog forgets its stale copy.
+/// database so every process's catalog forgets its stale copy (and its dispatcher looks
+/// at the endpoint's circuit breaker again).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CatalogChange {
     App(AppId),
     Endpoint(AppId, EndpointId),
+    /// "Retry now" on the endpoint's open circuit breaker.
+    RetryNow(AppId, EndpointId),
     /// Announcements may have been missed (a reconnect): forget everything.
     All,
 }

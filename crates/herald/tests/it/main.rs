@@ -17,6 +17,7 @@ mod lifecycle;
 mod postbacks;
 mod postgres;
 mod redaction;
+mod resume;
 mod retention;
 mod sdk;
 mod sessions;

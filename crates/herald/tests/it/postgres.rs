@@ -325,3 +325,62 @@ async fn processes_starting_together_apply_each_migration_once() {
     let versions: Vec<i32> = rows.iter().map(|r| r.get(0)).collect();
     assert_eq!(versions, [1, 2], "each version recorded once");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fix_or_retry_through_one_process_resumes_the_endpoint_in_another() {
+    let healed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = healed.clone();
+    let receiver = Receiver::start(move |r, _| match r.path.as_str() {
+        "/good" => Reply::ok(),
+        "/flaky" if flag.load(std::sync::atomic::Ordering::SeqCst) => Reply::ok(),
+        _ => Reply::status(500),
+    })
+    .await;
+    let storage = Storage::postgres().await;
+    let api = Process::start_with(&storage, &[("HERALD_ROLE", "api")]);
+    let worker = Process::start_with(&storage, &[("HERALD_ROLE", "worker")]);
+    let app: Value = post(&api.base, "/api/v1/app", json!({"name": "pg"})).await.json().await.unwrap();
+    let app = app["id"].as_str().unwrap().to_owned();
+    let parking = json!({
+        "retry": {"strategy": "schedule", "delaysMs": vec![10; 20], "jitterPercent": 0},
+        "circuitBreaker": {"failureThreshold": 3, "cooldownMs": 300_000},
+    });
+    let client = reqwest::Client::new();
+    let health = |ep: String| {
+        let request =
+            client.get(format!("{}/api/v1/app/{app}/endpoint/{ep}/health", api.base)).bearer_auth(ADMIN_TOKEN);
+        async move { request.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    for (path, fix) in [("/broken", "url"), ("/flaky", "retry")] {
+        let body = json!({"url": receiver.url(path), "delivery": parking});
+        let ep: Value = post(&api.base, &format!("/api/v1/app/{app}/endpoint"), body).await.json().await.unwrap();
+        let ep = ep["id"].as_str().unwrap().to_owned();
+        let msg = json!({"eventType": "t", "payload": {}});
+        post(&api.base, &format!("/api/v1/app/{app}/msg"), msg.clone()).await;
+        // The worker's breaker opens (and is saved, which is what the API process shows).
+        eventually("the breaker to open", || async { (health(ep.clone()).await["state"] == "open").then_some(()) })
+            .await;
+        for _ in 0..5 {
+            post(&api.base, &format!("/api/v1/app/{app}/msg"), msg.clone()).await;
+        }
+        let endpoint = format!("{}/api/v1/app/{app}/endpoint/{ep}", api.base);
+        if fix == "url" {
+            let patch = client.patch(&endpoint).bearer_auth(ADMIN_TOKEN).json(&json!({"url": receiver.url("/good")}));
+            assert_eq!(patch.send().await.unwrap().status(), StatusCode::OK);
+            receiver.wait_for(Some("/good"), 6).await;
+        } else {
+            healed.store(true, std::sync::atomic::Ordering::SeqCst);
+            assert_eq!(
+                post(&api.base, &format!("/api/v1/app/{app}/endpoint/{ep}/health/retry"), json!({})).await.status(),
+                StatusCode::ACCEPTED
+            );
+            receiver.wait_for(Some("/flaky"), 3 + 6).await;
+        }
+        eventually("the saved breaker to be closed", || async {
+            (health(ep.clone()).await["state"] == "closed").then_some(())
+        })
+        .await;
+    }
+    api.kill();
+    worker.kill();
+}

@@ -6,7 +6,7 @@ use tokio_postgres::types::Json;
 use super::{PgStore, db_err};
 use crate::breaker::Breaker;
 use crate::clock::{Millis, now_ms};
-use crate::ids::EndpointId;
+use crate::ids::{AppId, EndpointId};
 use crate::latency::Histogram;
 use crate::store::{HealthStore, StoreResult, SummaryCounts};
 
@@ -25,6 +25,13 @@ impl HealthStore for PgStore {
             None => client.execute("DELETE FROM herald.endpoint_health WHERE endpoint_id = $1", &[&endpoint.as_str()]).await,
         }
         .map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn announce_retry_now(&self, app: &AppId, endpoint: &EndpointId) -> StoreResult<()> {
+        let client = self.client().await?;
+        let change = format!("retry:{app}:{endpoint}");
+        client.execute("SELECT pg_notify('herald_catalog', $1)", &[&change]).await.map_err(db_err)?;
         Ok(())
     }
 

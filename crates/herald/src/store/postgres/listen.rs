@@ -63,13 +63,17 @@ async fn listen(config: &tokio_postgres::Config, signals: &Signals) -> Result<()
     Ok(())
 }
 
-/// Reads `app:{app}` or `endpoint:{app}:{endpoint}`; anything else flushes everything.
+/// Reads `app:{app}`, `endpoint:{app}:{endpoint}` or `retry:{app}:{endpoint}`; anything
+/// else flushes everything.
 fn parse_change(payload: &str) -> CatalogChange {
     let mut parts = payload.split(':');
     match (parts.next(), parts.next(), parts.next()) {
         (Some("app"), Some(app), None) => CatalogChange::App(AppId::from_trusted(app.to_owned())),
         (Some("endpoint"), Some(app), Some(endpoint)) => {
             CatalogChange::Endpoint(AppId::from_trusted(app.to_owned()), EndpointId::from_trusted(endpoint.to_owned()))
+        }
+        (Some("retry"), Some(app), Some(endpoint)) => {
+            CatalogChange::RetryNow(AppId::from_trusted(app.to_owned()), EndpointId::from_trusted(endpoint.to_owned()))
         }
         _ => CatalogChange::All,
     }

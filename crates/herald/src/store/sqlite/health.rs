@@ -7,7 +7,7 @@ use super::SqliteStore;
 use super::rows::to_json;
 use crate::breaker::Breaker;
 use crate::clock::{Millis, now_ms};
-use crate::ids::EndpointId;
+use crate::ids::{AppId, EndpointId};
 use crate::latency::Histogram;
 use crate::store::{HealthStore, StoreError, StoreResult, SummaryCounts};
 
@@ -17,6 +17,10 @@ fn json_err(e: serde_json::Error) -> StoreError {
 
 #[async_trait]
 impl HealthStore for SqliteStore {
+    async fn announce_retry_now(&self, _app: &AppId, _endpoint: &EndpointId) -> StoreResult<()> {
+        Ok(()) // one process: the API has told its own dispatcher already
+    }
+
     async fn save_breaker(&self, endpoint: &EndpointId, breaker: Option<&Breaker>) -> StoreResult<()> {
         let (endpoint, breaker) = (endpoint.clone(), breaker.map(to_json));
         self.writer

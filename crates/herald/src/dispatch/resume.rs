@@ -1,0 +1,77 @@
+//! Bringing a parked endpoint back: when its owner fixes how it is reached (a new URL or
+//! headers, or enabled again) its circuit breaker closes at once, and "retry now" lets the
+//! probe of an open breaker go without waiting out the cooldown. Either way the endpoint's
+//! parked deliveries come forward through the normal fairness and rate limits.
+//!
+//! The process that serves the API call acts at once; the others hear of it through the
+//! store's catalog announcements ([`Dispatcher::follow`]).
+
+use std::sync::Arc;
+
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use super::Dispatcher;
+use crate::clock::now_ms;
+use crate::ids::{AppId, EndpointId};
+use crate::store::CatalogChange;
+
+impl Dispatcher {
+    /// The endpoint changed: if it is now reached differently from how its breaker judged
+    /// it, the breaker closes and its parked deliveries come forward.
+    pub async fn endpoint_changed(&self, endpoint: &EndpointId) {
+        let target = match self.catalog.target(endpoint).await {
+            Ok(Some(target)) => target,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, %endpoint, "loading a changed endpoint failed");
+                return;
+            }
+        };
+        let transition = self.lanes().reach_changed(&target);
+        if let Some(transition) = transition {
+            tracing::info!(%endpoint, "the endpoint is reached differently now: its circuit breaker closes");
+            self.wake_pump.notify_one();
+            self.poke();
+            self.breaker_changed(endpoint, transition).await;
+        }
+    }
+
+    /// "Retry now": an open breaker of this process lets its probe go at once. Returns
+    /// whether this process had it open.
+    pub fn retry_now(&self, app: &AppId, endpoint: &EndpointId) -> bool {
+        let opened = self.lanes().probe_now(app, endpoint, now_ms());
+        if opened {
+            self.wake_pump.notify_one();
+        }
+        opened
+    }
+
+    /// Applies what other processes announce (endpoint changes, "retry now") until `stop`.
+    pub async fn follow(self: Arc<Self>, mut changes: broadcast::Receiver<CatalogChange>, stop: CancellationToken) {
+        loop {
+            let change = tokio::select! {
+                change = changes.recv() => change,
+                _ = stop.cancelled() => return,
+            };
+            match change {
+                Ok(CatalogChange::Endpoint(app, endpoint)) => {
+                    // The catalog's own follower may not have dropped its copy yet.
+                    self.catalog.invalidate_endpoint(&app, &endpoint);
+                    self.endpoint_changed(&endpoint).await;
+                }
+                Ok(CatalogChange::RetryNow(app, endpoint)) => {
+                    self.retry_now(&app, &endpoint);
+                }
+                Ok(CatalogChange::All) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                    let gated = self.lanes().gated_endpoints();
+                    for endpoint in gated {
+                        self.endpoint_changed(&endpoint).await;
+                    }
+                }
+                Ok(CatalogChange::App(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    }
+}
