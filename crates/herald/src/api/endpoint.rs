@@ -134,6 +134,18 @@ pub fn routes() -> Routes {
         .delete("/api/v1/app/{app_id}/endpoint/{endpoint_id}", delete_endpoint)
 }
 
+/// A customer (portal token) may slow its endpoint down, never past the rate limit the
+/// operator gave its application.
+fn check_rate_bound(principal: &Principal, app: &App, rate: Option<u16>) -> ApiResult<()> {
+    match (principal, app.throttle_rate, rate) {
+        (Principal::App { .. }, Some(limit), Some(rate)) if rate > limit => Err(ApiError::invalid(
+            "throttleRate",
+            format!("must be at most {limit}, the rate limit of the application"),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Checks every field of an endpoint about to be stored.
 pub fn check_endpoint(state: &AppState, e: &Endpoint) -> ApiResult<()> {
     let mut p = Problems::default();
@@ -332,6 +344,7 @@ pub async fn create_endpoint(
     let app = visible_app(&state, &principal, &app_id).await?;
     check_event_types_exist(&state, body.value.event_types.as_ref()).await?;
     let endpoint = new_endpoint(&state, &app, body.value, None)?;
+    check_rate_bound(&principal, &app, endpoint.throttle_rate)?;
     insert(&state, &endpoint).await?;
     Ok((StatusCode::CREATED, Json(EndpointOut::new(&endpoint, &state))))
 }
@@ -362,10 +375,12 @@ pub async fn upsert_endpoint(
     check_event_types_exist(&state, input.event_types.as_ref()).await?;
     let Some(existing) = state.store.endpoint(&app.id, &endpoint_id).await? else {
         let endpoint = new_endpoint(&state, &app, input, Some(&endpoint_id))?;
+        check_rate_bound(&principal, &app, endpoint.throttle_rate)?;
         insert(&state, &endpoint).await?;
         return Ok((StatusCode::CREATED, Json(EndpointOut::new(&endpoint, &state))));
     };
     let endpoint = replace_fields(&state, existing, input)?;
+    check_rate_bound(&principal, &app, endpoint.throttle_rate)?;
     save(&state, &endpoint).await?;
     Ok((StatusCode::OK, Json(EndpointOut::new(&endpoint, &state))))
 }
@@ -379,7 +394,7 @@ pub async fn patch_endpoint(
     Path((app_id, endpoint_id)): Path<(String, String)>,
     body: JsonBody<EndpointPatch>,
 ) -> ApiResult<Json<EndpointOut>> {
-    let (_, mut e) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
+    let (app, mut e) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
     let patch = body.value;
     check_event_types_exist(&state, patch.event_types.as_ref().and_then(Option::as_ref)).await?;
     if let Some(url) = patch.url {
@@ -413,6 +428,7 @@ pub async fn patch_endpoint(
         e.delivery = delivery.unwrap_or_default();
     }
     e.updated_at = now_ms();
+    check_rate_bound(&principal, &app, e.throttle_rate)?;
     save(&state, &e).await?;
     Ok(Json(EndpointOut::new(&e, &state)))
 }

@@ -78,9 +78,18 @@ pub async fn get_secret(
     Path((app_id, endpoint_id)): EndpointPath,
 ) -> ApiResult<Json<EndpointSecretOut>> {
     let (_, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
-    let key = EndpointKey::shown(&open_secrets(&state, &endpoint)?.current)
-        .map_err(|e| anyhow::anyhow!("the stored signing secret does not parse: {e}"))?;
-    Ok(Json(EndpointSecretOut { key }))
+    Ok(Json(EndpointSecretOut { key: shown_secret(&state, &endpoint)? }))
+}
+
+/// The signing secret as `GET …/secret` shows it (`whsec_…`, or `whpk_…` for a key pair).
+pub fn shown_secret(state: &AppState, endpoint: &Endpoint) -> ApiResult<String> {
+    Ok(EndpointKey::shown(&open_secrets(state, endpoint)?.current)
+        .map_err(|e| anyhow::anyhow!("the stored signing secret does not parse: {e}"))?)
+}
+
+/// The names of the endpoint's own headers (their values are write-only in the portal).
+pub fn header_names(state: &AppState, endpoint: &Endpoint) -> ApiResult<Vec<String>> {
+    Ok(open_headers(state, endpoint)?.into_keys().collect())
 }
 
 /// Replaces the signing secret; the previous one keeps signing for the grace period, so
@@ -295,9 +304,11 @@ pub struct EventExampleIn {
 /// Svix's test event: `send-example` with it delivers exactly `{"success": true}`.
 const PING_EVENT_TYPE: &str = "svix.ping";
 
-/// Sends one example message of an event type to this endpoint only (admin token, as in
-/// Svix). The payload is the event type's first schema example (`{"success": true}` for
-/// `svix.ping`); an event type without one is a 400.
+/// Sends one example message of an event type to this endpoint only. The payload is the
+/// event type's first schema example (`{"success": true}` for `svix.ping`); an event type
+/// without one is a 400. The endpoint's owner may send it too (Svix allows the admin token
+/// only): the payload is the operator's own example and reaches that endpoint alone, which
+/// is what the portal's "send a test event" needs.
 #[utoipa::path(post, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}/send-example", operation_id = "v1.endpoint.send-example",
     tag = "Endpoint", request_body = EventExampleIn, params(("app_id" = String, Path), ("endpoint_id" = String, Path)),
     responses((status = 200, body = MessageOut)))]
@@ -308,7 +319,6 @@ pub async fn send_example(
     body: JsonBody<EventExampleIn>,
 ) -> ApiResult<Json<MessageOut>> {
     let (app, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
-    principal.require_admin_because("examples are sent with the operator's admin token")?;
     let event_type = body.value.event_type;
     let mut p = Problems::default();
     p.slug("eventType", &event_type, 256);
@@ -337,6 +347,6 @@ pub async fn send_example(
 }
 
 /// The first `examples[0]` found in an event type's schemas (keyed by version).
-fn first_example(schemas: &serde_json::Value) -> Option<serde_json::Value> {
+pub fn first_example(schemas: &serde_json::Value) -> Option<serde_json::Value> {
     schemas.as_object()?.values().find_map(|schema| schema.get("examples")?.get(0).cloned())
 }

@@ -5,6 +5,10 @@
 //! sees what its token may see through the API, with sensitive fields masked.
 
 mod actions;
+mod catalog;
+mod endpoint_forms;
+mod endpoints;
+mod form;
 mod pages;
 mod session;
 mod view;
@@ -32,6 +36,17 @@ pub fn routes() -> Routes {
         .get("/apps", pages::apps)
         .get("/dead-letters", pages::dead_letters)
         .get("/app/{app_id}", pages::app)
+        .get("/app/{app_id}/event-types", catalog::page)
+        .get("/app/{app_id}/endpoint/new", endpoints::new_form)
+        .post("/app/{app_id}/endpoint/new", endpoint_forms::create)
+        .get("/app/{app_id}/endpoint/{endpoint_id}", endpoints::detail)
+        .post("/app/{app_id}/endpoint/{endpoint_id}/settings", endpoint_forms::update)
+        .post("/app/{app_id}/endpoint/{endpoint_id}/enabled", endpoint_forms::enabled)
+        .post("/app/{app_id}/endpoint/{endpoint_id}/delete", endpoint_forms::delete)
+        .post("/app/{app_id}/endpoint/{endpoint_id}/headers", endpoint_forms::headers)
+        .post("/app/{app_id}/endpoint/{endpoint_id}/secret/rotate", endpoint_forms::rotate)
+        .post("/app/{app_id}/endpoint/{endpoint_id}/test", endpoint_forms::test_event)
+        .post("/app/{app_id}/endpoint/{endpoint_id}/retry", endpoint_forms::retry)
         .get("/app/{app_id}/msg/{msg_id}", pages::message)
         .get("/app/{app_id}/replay/{task_id}", pages::replay_progress)
         .post("/app/{app_id}/msg/{msg_id}/endpoint/{endpoint_id}/resend", actions::resend)
@@ -46,12 +61,25 @@ pub struct Viewer {
     pub csrf: String,
 }
 
-/// Not signed in (or no longer): back to the login page.
-pub struct SignIn;
+/// Why a page is not served: not signed in (or no longer), back to the login page; or the
+/// session's token is over its request budget, a 429 that says when to come back.
+pub enum SignIn {
+    Needed,
+    Busy(std::time::Duration),
+}
 
 impl IntoResponse for SignIn {
     fn into_response(self) -> Response {
-        Redirect::to("/login").into_response()
+        match self {
+            SignIn::Needed => Redirect::to("/login").into_response(),
+            SignIn::Busy(wait) => {
+                let page = Page::error(StatusCode::TOO_MANY_REQUESTS, "Too many requests at once; wait a moment.");
+                let mut response = page.into_response();
+                let secs = wait.as_secs().max(1).to_string();
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_str(&secs).expect("digits"));
+                response
+            }
+        }
     }
 }
 
@@ -59,8 +87,8 @@ impl FromRequestParts<AppState> for Viewer {
     type Rejection = SignIn;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, SignIn> {
-        let secret = session::cookie(&parts.headers, session::COOKIE).ok_or(SignIn)?;
-        let principal = session::resolve(state, &secret).await.ok_or(SignIn)?;
+        let secret = session::cookie(&parts.headers, session::COOKIE).ok_or(SignIn::Needed)?;
+        let principal = session::resolve(state, &secret).await.ok_or(SignIn::Needed)?.map_err(SignIn::Busy)?;
         Ok(Self { principal, csrf: session::csrf_token(&secret) })
     }
 }
@@ -87,6 +115,10 @@ impl Page {
         Self { status: StatusCode::OK, html: html.into_string() }
     }
 
+    pub fn with_status(self, status: StatusCode) -> Self {
+        Self { status, ..self }
+    }
+
     pub fn error(status: StatusCode, message: &str) -> Self {
         Self { status, html: view::layout("Error", None, view::error(status, message)).into_string() }
     }
@@ -105,6 +137,8 @@ impl IntoResponse for Page {
             ),
         );
         headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+        // Pages show payloads and, when revealed, signing secrets: never kept by a cache.
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         // Nothing leaves for other sites; same-origin posts keep their `Origin` (under
         // `no-referrer` a browser sends `Origin: null`, which the sign-in refuses).
         headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));

@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::view::{self, Nav, csrf, live, ms, time};
+use super::view::{self, Nav, csrf, live, ms, time, when};
 use super::{Page, Viewer};
 use crate::api::{AppState, Principal, visible_app, visible_message};
 use crate::breaker::BreakerState;
@@ -32,7 +32,7 @@ fn page(viewer: &Viewer, title: &str, body: Markup) -> Page {
     Page::ok(view::layout(title, Some(nav_for(viewer)), body))
 }
 
-fn page_of(limit: usize) -> PageQuery {
+pub(super) fn page_of(limit: usize) -> PageQuery {
     PageQuery { limit, iterator: None, descending: true }
 }
 
@@ -124,8 +124,8 @@ fn dead_letter_table(rows: &[EndpointDeadLetters], app: Option<&str>, csrf_token
                         td { strong { (format!("{:?}", row.pattern)) } br; span.hint { (row.hint) } }
                         td { (row.primary_error) @if let Some(m) = &row.primary_error_message { br; span.muted { (m) } } }
                         td { (row.primary_status_code.map(|c| c.to_string()).unwrap_or_default()) }
-                        td { (time(Some(row.first_dead_at))) }
-                        td { (time(Some(row.last_dead_at))) }
+                        td { (when(Some(row.first_dead_at))) }
+                        td { (when(Some(row.last_dead_at))) }
                         td { (format!("{:.1}", row.avg_attempts)) }
                         td {
                             @if let Some(app) = app {
@@ -150,7 +150,7 @@ pub async fn apps(State(state): State<AppState>, viewer: Viewer) -> Result<Page,
         table { tr { th { "Application" } th { "Name" } th { "uid" } th { "Created" } }
             @for app in &apps {
                 tr { td { a href={ "/app/" (app.id) } { (app.id) } } td { (app.name) }
-                     td { (app.uid.clone().unwrap_or_default()) } td { (time(Some(app.created_at))) } }
+                     td { (app.uid.clone().unwrap_or_default()) } td { (when(Some(app.created_at))) } }
             }
         }
     };
@@ -206,11 +206,19 @@ pub async fn app(
     let body = html! {
         p.muted { (app.id) @if let Some(uid) = &app.uid { " · uid " (uid) } }
         h2 { "Endpoints" }
+        p { a.button #add-endpoint href={ (base) "/endpoint/new" } { "Add an endpoint" } " "
+            a href={ (base) "/event-types" } { "Event catalog" } }
         table.endpoints {
             tr { th { "Endpoint" } th { "URL" } th { "Circuit" } th { "p50" } th { "p95" } th { "p99" } th { "Success" } }
             @for (endpoint, circuit, lat, rate) in &rows {
                 tr {
-                    td { (endpoint.id) @if endpoint.disabled { br; span.error { "disabled" } } }
+                    td {
+                        a href={ (base) "/endpoint/" (endpoint.id) } {
+                            @if endpoint.description.is_empty() { "Endpoint" } @else { (endpoint.description) }
+                        }
+                        br; span.id { (endpoint.id) }
+                        @if endpoint.disabled { br; span.error { "disabled" } }
+                    }
                     td { (endpoint.url) }
                     td { span class={ "state-" (format!("{circuit:?}").to_lowercase().replace("halfopen", "halfOpen")) } {
                         (format!("{circuit:?}")) } }
@@ -244,7 +252,7 @@ pub async fn app(
             tr { th { "Message" } th { "Event type" } th { "Channels" } th { "Accepted" } }
             @for m in &messages {
                 tr { td { a href={ (base) "/msg/" (m.id) } { (m.id) } } td { (m.event_type) }
-                     td { (m.channels.clone().unwrap_or_default().join(", ")) } td { (time(Some(m.created_at))) } }
+                     td { (m.channels.clone().unwrap_or_default().join(", ")) } td { (when(Some(m.created_at))) } }
             }
         }
     };
@@ -278,7 +286,7 @@ pub async fn message(
     let attempts = state.store.list_attempts(&filter, &page_of(250)).await.map_err(err)?;
     let base = format!("/app/{}/msg/{}", app.id, message.id);
     let body = html! {
-        p.muted { (message.event_type) " · accepted " (time(Some(message.created_at)))
+        p.muted { (message.event_type) " · accepted " (when(Some(message.created_at)))
                   @if let Some(e) = &message.event_id { " · eventId " (e) } }
         h2 { "Payload" }
         @match &payload { Some(p) => pre.payload { (p) }, None => p.muted { "Expunged." } }
@@ -290,7 +298,7 @@ pub async fn message(
                     td { (d.endpoint_id) }
                     td.status { (d.status().text()) }
                     td { (d.attempts) }
-                    td { (time(d.next_at)) }
+                    td { (when(d.next_at)) }
                     td {
                         form.inline method="post" action={ (base) "/endpoint/" (d.endpoint_id) "/resend" } {
                             (csrf(&viewer.csrf))
@@ -305,7 +313,7 @@ pub async fn message(
             tr { th { "When" } th { "Endpoint" } th { "Status code" } th { "Duration" } th { "Error" } th { "Trigger" } th { "Response" } }
             @for a in &attempts {
                 tr class={ @if a.delivered { "delivered" } @else { "failed" } } {
-                    td { (time(Some(a.created_at))) }
+                    td { (when(Some(a.created_at))) }
                     td { (a.endpoint_id) }
                     td.code { (a.status_code) }
                     td { (a.duration_ms) " ms" }

@@ -56,8 +56,8 @@ pub async fn open(state: &AppState, principal: &Principal, token: &str) -> Store
 }
 
 /// Who the session with this cookie secret belongs to, if it is still valid; charged to the
-/// principal's request budget like an API call.
-pub async fn resolve(state: &AppState, secret: &str) -> Option<Principal> {
+/// principal's request budget like an API call (`Err`: over it, wait this long).
+pub async fn resolve(state: &AppState, secret: &str) -> Option<Result<Principal, std::time::Duration>> {
     let session = state.store.session(&token_hash(secret)).await.ok()??;
     let now = now_ms();
     if session.expires_at <= now {
@@ -78,8 +78,8 @@ pub async fn resolve(state: &AppState, secret: &str) -> Option<Principal> {
         Principal::Admin => ("admin", true),
         Principal::App { token_hash, .. } => (token_hash.as_str(), false),
     };
-    state.rate_limiter.admit(bucket, admin).ok()?;
-    Some(principal)
+    // Over its request budget the session stays signed in; the page says to wait.
+    Some(state.rate_limiter.admit(bucket, admin).map(|()| principal))
 }
 
 /// A cookie's value from the request, if present and not empty.

@@ -39,6 +39,7 @@ pub fn layout(title: &str, nav: Option<Nav<'_>>, body: Markup) -> Markup {
                                 a href="/dead-letters" { "Dead letters" }
                             } @else if let Some(app) = nav.app {
                                 a href={ "/app/" (app) } { "My application" }
+                                a href={ "/app/" (app) "/event-types" } { "Event catalog" }
                             }
                             form.inline method="post" action="/logout" {
                                 input type="hidden" name="csrf" value=(nav.csrf);
@@ -88,6 +89,31 @@ pub fn time(at: Option<Millis>) -> String {
     at.map(to_rfc3339).unwrap_or_else(|| "—".into())
 }
 
+/// A time as people read it ("3 min ago"), the exact time on hover and in `datetime`.
+pub fn when(at: Option<Millis>) -> Markup {
+    when_from(at, crate::clock::now_ms())
+}
+
+fn when_from(at: Option<Millis>, now: Millis) -> Markup {
+    let Some(at) = at else { return html! { "—" } };
+    let exact = to_rfc3339(at);
+    html! { time datetime=(exact) title=(exact) { (relative(now - at)) } }
+}
+
+/// `ago_ms` as the largest whole unit: "just now", "5 s ago", "3 min ago", "2 h ago",
+/// "4 days ago"; a time ahead reads "in 3 min".
+fn relative(ago_ms: i64) -> String {
+    let secs = ago_ms.abs() / 1000;
+    let amount = match secs {
+        0..=1 => return "just now".into(),
+        2..=59 => format!("{secs} s"),
+        60..=3599 => format!("{} min", secs / 60),
+        3600..=86_399 => format!("{} h", secs / 3600),
+        _ => format!("{} days", secs / 86_400),
+    };
+    if ago_ms < 0 { format!("in {amount}") } else { format!("{amount} ago") }
+}
+
 pub fn ms(value: Option<f64>) -> String {
     value.map(|v| format!("{v:.0} ms")).unwrap_or_else(|| "—".into())
 }
@@ -100,4 +126,22 @@ pub fn csrf(token: &str) -> Markup {
 /// Makes a page reload itself every few seconds (summary, running replays).
 pub fn live() -> Markup {
     html! { meta http-equiv="refresh" content="3"; }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_read_relative_with_the_exact_time_on_hover() {
+        let html = when_from(Some(0), 185_000).into_string();
+        assert_eq!(
+            html,
+            r#"<time datetime="1970-01-01T00:00:00.000Z" title="1970-01-01T00:00:00.000Z">3 min ago</time>"#
+        );
+        assert_eq!(relative(500), "just now");
+        assert_eq!(relative(-7_200_000), "in 2 h");
+        assert_eq!(relative(3 * 86_400_000 + 5), "3 days ago");
+        assert_eq!(when_from(None, 0).into_string(), "—");
+    }
 }

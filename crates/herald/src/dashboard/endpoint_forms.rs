@@ -1,0 +1,206 @@
+//! The endpoint forms of the portal. Each checks the session's CSRF token, turns the form
+//! into the JSON body of the API call it stands for and calls that API handler with the
+//! viewer's principal: the tenant rules, the destination guard and every validation are
+//! the API's. A refused settings form comes back with the API's reasons next to its fields.
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
+use maud::html;
+use serde_json::{Value, json};
+
+use super::catalog;
+use super::endpoints::{Draft, endpoint_page, new_page};
+use super::form::{Fields, body, problems};
+use super::pages::nav_for;
+use super::{Page, Viewer, view};
+use crate::api::{ApiError, AppState, endpoint, endpoint_ops, stats, visible_app, visible_endpoint};
+
+type EndpointPath = Path<(String, String)>;
+
+/// The settings a form carries, as typed (for showing them again after a refusal).
+fn draft(fields: &Fields, problems: Vec<(Option<String>, String)>) -> Draft {
+    Draft {
+        url: fields.get("url").unwrap_or_default().trim().to_owned(),
+        description: fields.get("description").unwrap_or_default().to_owned(),
+        event_types: fields.all("event_types"),
+        channels: fields.get("channels").unwrap_or_default().to_owned(),
+        throttle_rate: fields.get("throttle_rate").unwrap_or_default().to_owned(),
+        problems,
+    }
+}
+
+/// The settings form as an API body; an empty subscription, channel list or rate limit
+/// is `null` (none), which a PATCH needs to clear them.
+fn settings_json(fields: &Fields) -> Result<Value, ApiError> {
+    let types = fields.all("event_types");
+    let rate = match fields.given("throttle_rate") {
+        Some(rate) => Some(rate.parse::<u16>().map_err(|_| ApiError::invalid("throttleRate", "must be a number"))?),
+        None => None,
+    };
+    Ok(json!({
+        "url": fields.get("url").unwrap_or_default().trim(),
+        "description": fields.get("description").unwrap_or_default(),
+        "filterTypes": (!types.is_empty()).then_some(types),
+        "channels": fields.list("channels"),
+        "throttleRate": rate,
+    }))
+}
+
+fn to_endpoint(app: &str, endpoint: &str) -> Response {
+    Redirect::to(&format!("/app/{app}/endpoint/{endpoint}")).into_response()
+}
+
+/// Adds an endpoint (`POST /api/v1/app/{app}/endpoint`).
+pub async fn create(
+    State(state): State<AppState>,
+    viewer: Viewer,
+    Path(app_id): Path<String>,
+    form: Bytes,
+) -> Result<Response, Page> {
+    let fields = Fields::checked(&viewer, &form)?;
+    let app = visible_app(&state, &viewer.principal, &app_id).await?;
+    let call = async {
+        let input = body(settings_json(&fields)?)?;
+        endpoint::create_endpoint(State(state.clone()), viewer.principal.clone(), Path(app_id.clone()), input).await
+    };
+    match call.await {
+        Ok((_, created)) => Ok(to_endpoint(app.id.as_str(), &created.0.id)),
+        Err(e) if !problems(&e).is_empty() => {
+            let types = catalog::load(&state).await?;
+            let draft = draft(&fields, problems(&e));
+            Ok(new_page(&viewer, &app, &draft, &types, StatusCode::UNPROCESSABLE_ENTITY).into_response())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Changes an endpoint's settings (`PATCH …/endpoint/{ep}`).
+pub async fn update(
+    State(state): State<AppState>,
+    viewer: Viewer,
+    Path((app_id, endpoint_id)): EndpointPath,
+    form: Bytes,
+) -> Result<Response, Page> {
+    let fields = Fields::checked(&viewer, &form)?;
+    let (app, existing) = visible_endpoint(&state, &viewer.principal, &app_id, &endpoint_id).await?;
+    let call = async {
+        let input = body(settings_json(&fields)?)?;
+        let path = Path((app_id.clone(), endpoint_id.clone()));
+        endpoint::patch_endpoint(State(state.clone()), viewer.principal.clone(), path, input).await
+    };
+    match call.await {
+        Ok(_) => Ok(to_endpoint(app.id.as_str(), existing.id.as_str())),
+        Err(e) if !problems(&e).is_empty() => {
+            let draft = draft(&fields, problems(&e));
+            let status = StatusCode::UNPROCESSABLE_ENTITY;
+            Ok(endpoint_page(&state, &viewer, &app, &existing, &draft, None, status).await?.into_response())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Disables or enables an endpoint (`PATCH …/endpoint/{ep}` with `disabled`).
+pub async fn enabled(
+    State(state): State<AppState>,
+    viewer: Viewer,
+    Path((app_id, endpoint_id)): EndpointPath,
+    form: Bytes,
+) -> Result<Response, Page> {
+    let fields = Fields::checked(&viewer, &form)?;
+    let disabled = fields.get("enabled") != Some("true");
+    let path = Path((app_id.clone(), endpoint_id.clone()));
+    let input = body(json!({ "disabled": disabled }))?;
+    let done = endpoint::patch_endpoint(State(state), viewer.principal.clone(), path, input).await?;
+    Ok(to_endpoint(&app_id, &done.0.id))
+}
+
+/// Deletes an endpoint after a confirmation page (`DELETE …/endpoint/{ep}`).
+pub async fn delete(
+    State(state): State<AppState>,
+    viewer: Viewer,
+    Path((app_id, endpoint_id)): EndpointPath,
+    form: Bytes,
+) -> Result<Response, Page> {
+    let fields = Fields::checked(&viewer, &form)?;
+    let (app, existing) = visible_endpoint(&state, &viewer.principal, &app_id, &endpoint_id).await?;
+    if fields.get("confirmed") != Some("true") {
+        let body = html! {
+            p #confirm-delete { "Delete the endpoint " code { (existing.url) } "? Messages not yet delivered to it "
+                "will not be, and its attempts stay in the log." }
+            form.inline method="post" action={ "/app/" (app.id) "/endpoint/" (existing.id) "/delete" } {
+                (view::csrf(&viewer.csrf))
+                input type="hidden" name="confirmed" value="true";
+                button.danger #confirm type="submit" { "Delete it" }
+            }
+            p { a href={ "/app/" (app.id) "/endpoint/" (existing.id) } { "Cancel" } }
+        };
+        return Ok(Page::ok(view::layout("Delete the endpoint?", Some(nav_for(&viewer)), body)).into_response());
+    }
+    let path = Path((app_id, endpoint_id));
+    endpoint::delete_endpoint(State(state), viewer.principal.clone(), path).await?;
+    Ok(Redirect::to(&format!("/app/{}", app.id)).into_response())
+}
+
+/// Sets or removes one custom header (`PATCH …/headers`).
+pub async fn headers(
+    State(state): State<AppState>,
+    viewer: Viewer,
+    Path((app_id, endpoint_id)): EndpointPath,
+    form: Bytes,
+) -> Result<Response, Page> {
+    let fields = Fields::checked(&viewer, &form)?;
+    visible_endpoint(&state, &viewer.principal, &app_id, &endpoint_id).await?;
+    let name = fields.given("name").ok_or_else(|| ApiError::invalid("headers", "a header needs a name"))?;
+    let value = match fields.get("remove") {
+        Some("true") => Value::Null,
+        _ => Value::String(fields.get("value").unwrap_or_default().to_owned()),
+    };
+    let input = body(json!({ "headers": { name: value } }))?;
+    let path = Path((app_id.clone(), endpoint_id.clone()));
+    endpoint_ops::patch_headers(State(state), viewer.principal.clone(), path, input).await?;
+    Ok(to_endpoint(&app_id, &endpoint_id))
+}
+
+/// Rotates the signing secret (`POST …/secret/rotate`); the old one keeps signing for the
+/// configured overlap.
+pub async fn rotate(
+    State(state): State<AppState>,
+    viewer: Viewer,
+    Path((app_id, endpoint_id)): EndpointPath,
+    form: Bytes,
+) -> Result<Response, Page> {
+    Fields::checked(&viewer, &form)?;
+    let path = Path((app_id.clone(), endpoint_id.clone()));
+    endpoint_ops::rotate_secret(State(state), viewer.principal.clone(), path, body(json!({}))?).await?;
+    Ok(to_endpoint(&app_id, &endpoint_id))
+}
+
+/// Sends a test event of a catalogued type (`POST …/send-example`) and shows its outcome.
+pub async fn test_event(
+    State(state): State<AppState>,
+    viewer: Viewer,
+    Path((app_id, endpoint_id)): EndpointPath,
+    form: Bytes,
+) -> Result<Response, Page> {
+    let fields = Fields::checked(&viewer, &form)?;
+    let event_type = fields.given("event_type").unwrap_or("svix.ping");
+    let path = Path((app_id.clone(), endpoint_id.clone()));
+    let input = body(json!({ "eventType": event_type }))?;
+    let sent = endpoint_ops::send_example(State(state), viewer.principal.clone(), path, input).await?;
+    Ok(Redirect::to(&format!("/app/{app_id}/endpoint/{endpoint_id}?test={}", sent.0.id)).into_response())
+}
+
+/// "Retry now" on an open circuit breaker (`POST …/health/retry`).
+pub async fn retry(
+    State(state): State<AppState>,
+    viewer: Viewer,
+    Path((app_id, endpoint_id)): EndpointPath,
+    form: Bytes,
+) -> Result<Response, Page> {
+    Fields::checked(&viewer, &form)?;
+    let path = Path((app_id.clone(), endpoint_id.clone()));
+    let _health = stats::retry_now(State(state), viewer.principal.clone(), path).await?;
+    Ok(to_endpoint(&app_id, &endpoint_id))
+}
