@@ -1,6 +1,6 @@
 //! Periodic upkeep that is not on any request's path: forgetting idempotency keys once
-//! their window has passed, expired dashboard sessions, latency hours and summary minutes older than the 24-hour
-//! health window, and the retention purges of payloads, response bodies and attempts —
+//! their window has passed, expired dashboard sessions, the health history (latency hours,
+//! endpoint hours and summary minutes) older than the charts' seven days, and the retention purges of payloads, response bodies and attempts —
 //! all in small batches, so the writer is never held for long and delivery goes on.
 
 use std::sync::Arc;
@@ -14,8 +14,8 @@ use crate::store::{EndSessions, Purge, Store};
 
 /// Records deleted per transaction.
 const BATCH: usize = 1000;
-/// Latency and summary history kept (the rolling window, plus an hour of slack).
-const HEALTH_HISTORY: Duration = Duration::from_secs(25 * 3600);
+/// Health history kept: the charts' seven days, plus an hour of slack.
+const HEALTH_HISTORY: Duration = Duration::from_secs((7 * 24 + 1) * 3600);
 
 pub async fn run(store: Arc<dyn Store>, idempotency_ttl: Duration, every: Duration, shutdown: CancellationToken) {
     loop {

@@ -5,8 +5,10 @@
 use std::sync::Arc;
 
 use crate::catalog::{Catalog, Target};
+use crate::clock::now_ms;
 use crate::dispatch::{Dispatcher, Job};
 use crate::endpoint_settings::Ordering;
+use crate::history::Recorder;
 use crate::ids::EndpointId;
 use crate::store::{
     IdempotencyRecord, IngestResult, Message, NewDelivery, NewMessage, Store, StoreError, StoreResult, Trigger,
@@ -19,6 +21,8 @@ pub struct Ingestor {
     dispatcher: Arc<Dispatcher>,
     /// Whether this process delivers what it accepts (false for an API-only process).
     delivers: bool,
+    /// Counts what is accepted, for the charts.
+    history: Arc<Recorder>,
 }
 
 /// Which endpoints a message goes to.
@@ -30,8 +34,14 @@ pub enum Route<'a> {
 }
 
 impl Ingestor {
-    pub fn new(store: Arc<dyn Store>, catalog: Arc<Catalog>, dispatcher: Arc<Dispatcher>, delivers: bool) -> Self {
-        Self { store, catalog, dispatcher, delivers }
+    pub fn new(
+        store: Arc<dyn Store>,
+        catalog: Arc<Catalog>,
+        dispatcher: Arc<Dispatcher>,
+        delivers: bool,
+        history: Arc<Recorder>,
+    ) -> Self {
+        Self { store, catalog, dispatcher, delivers, history }
     }
 
     /// Commits `message` and its deliveries; returns once the commit is durable.
@@ -70,11 +80,12 @@ impl Ingestor {
         // The commit and the hand-off run in their own task: if the caller goes away (the
         // client hung up mid-request), a committed message must still reach the dispatcher,
         // or its deliveries would stay claimed by this process with nobody working on them.
-        let (store, dispatcher) = (self.store.clone(), self.dispatcher.clone());
+        let (store, dispatcher, history) = (self.store.clone(), self.dispatcher.clone(), self.history.clone());
         let committing = tokio::spawn(async move {
             let result = store.ingest(new).await;
             match &result {
                 Ok(IngestResult::Created { deliveries }) => {
+                    history.accepted(now_ms());
                     if in_memory {
                         let jobs =
                             deliveries.iter().zip(&chosen).filter(|(_, t)| t.settings.ordering != Ordering::Strict);

@@ -20,6 +20,7 @@ pub mod deliver;
 pub mod dispatch;
 pub mod endpoint_settings;
 pub mod health;
+pub mod history;
 pub mod housekeeping;
 pub mod ids;
 pub mod ingest;

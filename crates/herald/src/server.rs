@@ -20,6 +20,7 @@ use crate::data_dir::DataDir;
 use crate::deliver::{Deliverer, DelivererConfig};
 use crate::dispatch::{DispatchConfig, Dispatcher};
 use crate::endpoint_settings::Defaults;
+use crate::history::Recorder;
 use crate::housekeeping;
 use crate::ids::random_token;
 use crate::ingest::Ingestor;
@@ -42,6 +43,7 @@ pub struct Server {
     listener: TcpListener,
     router: axum::Router,
     dispatcher: Arc<Dispatcher>,
+    history: Arc<Recorder>,
     store: Arc<dyn Store>,
     catalog: Arc<Catalog>,
     alerts: Arc<Alerts>,
@@ -100,7 +102,9 @@ impl Server {
         );
         // An API-only process never claims: what it accepts is left for the workers.
         let delivers = config.server.role != Role::Api;
-        let ingestor = Arc::new(Ingestor::new(store.clone(), catalog.clone(), dispatcher.clone(), delivers));
+        let history = Arc::new(Recorder::default());
+        let ingestor =
+            Arc::new(Ingestor::new(store.clone(), catalog.clone(), dispatcher.clone(), delivers, history.clone()));
 
         let state = AppState {
             store: store.clone(),
@@ -143,7 +147,18 @@ impl Server {
             metrics,
             alert_sender(&config)?,
         ));
-        Ok(Self { listener, router, dispatcher, store, catalog, alerts, config, liveness, _data_dir: data_dir })
+        Ok(Self {
+            listener,
+            router,
+            dispatcher,
+            history,
+            store,
+            catalog,
+            alerts,
+            config,
+            liveness,
+            _data_dir: data_dir,
+        })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -163,6 +178,8 @@ impl Server {
             let resume = self.dispatcher.clone().follow(self.store.signals().catalog.subscribe(), stop.clone());
             spawn_loop(live, "the breaker follower", stop.clone(), resume);
         }
+        let history = self.history.clone().run(self.store.clone(), stop.clone());
+        spawn_loop(live, "the history recorder", stop.clone(), history);
         spawn_task(live, "the start-up reseal", reseal(self.catalog.clone()));
         if delivers {
             spawn_loop(live, "the alert evaluator", stop.clone(), self.alerts.clone().run(stop.clone()));

@@ -77,7 +77,7 @@ pub async fn retry_now(
     Path((app_id, endpoint_id)): Path<(String, String)>,
 ) -> ApiResult<(StatusCode, Json<EndpointHealthOut>)> {
     let (app, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
-    state.dispatcher.retry_now(&app.id, &endpoint.id);
+    state.dispatcher.retry_now(&app.id, &endpoint.id).await;
     state.store.announce_retry_now(&app.id, &endpoint.id).await?;
     Ok((StatusCode::ACCEPTED, Json(health_of(&state, &endpoint).await?)))
 }

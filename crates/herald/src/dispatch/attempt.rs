@@ -16,7 +16,7 @@ use crate::clock::now_ms;
 use crate::deliver::{Outgoing, Sent};
 use crate::ids::{AttemptId, EndpointId};
 use crate::outcome::{AttemptResult, Decision, Failure, OutcomeClass, classify, decide, error_class};
-use crate::store::{Attempt, NextState, OutcomeRecord};
+use crate::store::{Attempt, BreakerEvent, BreakerEventKind, NextState, OutcomeRecord};
 
 /// Saves of one breaker transition at most (each later one only if the state moved again).
 const BREAKER_SAVE_TRIES: usize = 3;
@@ -40,7 +40,7 @@ impl Dispatcher {
         self.wake_pump.notify_one();
         if let Some(transition) = transition {
             // Saved before the attempt task ends, so a graceful stop never loses it.
-            self.breaker_changed(&job.endpoint_id, transition).await;
+            self.breaker_changed(&job.endpoint_id, transition, false).await;
         }
 
         let (next, attempt) = match (target, sent) {
@@ -108,20 +108,24 @@ impl Dispatcher {
         self.lanes().record(job.app(), &job.endpoint_id, delivered, slow, now)
     }
 
-    /// Reports a breaker transition and saves the breaker's state. Saves of one endpoint
-    /// may race (two attempts finishing together); each save re-checks afterwards and
-    /// saves again if the state moved meanwhile, so the last state is the one stored.
-    pub(super) async fn breaker_changed(&self, endpoint: &EndpointId, transition: Transition) {
-        let kind = match transition {
-            Transition::Opened => "open",
-            Transition::Reopened => "reopen",
-            Transition::Closed => "closed",
+    /// Reports a breaker transition, logs it and saves the breaker's state. Saves of one
+    /// endpoint may race (two attempts finishing together); each save re-checks afterwards
+    /// and saves again if the state moved meanwhile, so the last state is the one stored.
+    /// `reset` when the transition is a close because the endpoint changed.
+    pub(super) async fn breaker_changed(&self, endpoint: &EndpointId, transition: Transition, reset: bool) {
+        let (metric, kind) = match transition {
+            Transition::Opened => ("open", BreakerEventKind::Opened),
+            Transition::Reopened => ("reopen", BreakerEventKind::Reopened),
+            Transition::Closed if reset => ("closed", BreakerEventKind::Reset),
+            Transition::Closed => ("closed", BreakerEventKind::Closed),
         };
-        self.metrics.circuit_transition(kind);
+        self.metrics.circuit_transition(metric);
         let persisted = |b: Option<Breaker>| b.filter(|b| b.state != BreakerState::Closed);
         let key = |b: &Option<Breaker>| b.as_ref().map(|b| (b.state, b.opened_at, b.cooldown_ms));
-        let mut saved = persisted(self.breaker(endpoint));
-        tracing::warn!(%endpoint, transition = kind, cooldown_ms = saved.as_ref().map(|b| b.cooldown_ms), "circuit breaker");
+        let current = self.breaker(endpoint);
+        self.log_breaker(endpoint, kind, current.as_ref()).await;
+        let mut saved = persisted(current);
+        tracing::warn!(%endpoint, transition = metric, cooldown_ms = saved.as_ref().map(|b| b.cooldown_ms), "circuit breaker");
         for _ in 0..BREAKER_SAVE_TRIES {
             if let Err(e) = self.store.save_breaker(endpoint, saved.as_ref()).await {
                 tracing::warn!(error = %e, "saving a circuit breaker failed");
@@ -132,6 +136,20 @@ impl Dispatcher {
                 return;
             }
             saved = now;
+        }
+    }
+
+    /// Appends a transition to the endpoint's breaker log (its history page); a failure to
+    /// log is only a warning.
+    pub(super) async fn log_breaker(&self, endpoint: &EndpointId, kind: BreakerEventKind, breaker: Option<&Breaker>) {
+        let event = BreakerEvent {
+            at: now_ms(),
+            kind,
+            failures: breaker.map_or(0, |b| b.consecutive_failures),
+            cooldown_ms: breaker.map_or(0, |b| b.cooldown_ms),
+        };
+        if let Err(e) = self.store.log_breaker(endpoint, &event).await {
+            tracing::warn!(error = %e, "logging a circuit breaker transition failed");
         }
     }
 

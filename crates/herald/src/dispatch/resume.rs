@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::Dispatcher;
 use crate::clock::now_ms;
 use crate::ids::{AppId, EndpointId};
-use crate::store::CatalogChange;
+use crate::store::{BreakerEventKind, CatalogChange};
 
 impl Dispatcher {
     /// The endpoint changed: if it is now reached differently from how its breaker judged
@@ -33,16 +33,17 @@ impl Dispatcher {
             tracing::info!(%endpoint, "the endpoint is reached differently now: its circuit breaker closes");
             self.wake_pump.notify_one();
             self.poke();
-            self.breaker_changed(endpoint, transition).await;
+            self.breaker_changed(endpoint, transition, true).await;
         }
     }
 
-    /// "Retry now": an open breaker of this process lets its probe go at once. Returns
-    /// whether this process had it open.
-    pub fn retry_now(&self, app: &AppId, endpoint: &EndpointId) -> bool {
+    /// "Retry now": an open breaker of this process lets its probe go at once (and says so
+    /// in its log). Returns whether this process had it open.
+    pub async fn retry_now(&self, app: &AppId, endpoint: &EndpointId) -> bool {
         let opened = self.lanes().probe_now(app, endpoint, now_ms());
         if opened {
             self.wake_pump.notify_one();
+            self.log_breaker(endpoint, BreakerEventKind::RetryNow, self.breaker(endpoint).as_ref()).await;
         }
         opened
     }
@@ -61,7 +62,7 @@ impl Dispatcher {
                     self.endpoint_changed(&endpoint).await;
                 }
                 Ok(CatalogChange::RetryNow(app, endpoint)) => {
-                    self.retry_now(&app, &endpoint);
+                    self.retry_now(&app, &endpoint).await;
                 }
                 Ok(CatalogChange::All) | Err(broadcast::error::RecvError::Lagged(_)) => {
                     let gated = self.lanes().gated_endpoints();

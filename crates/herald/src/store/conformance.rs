@@ -546,6 +546,52 @@ pub async fn the_summary_counts_queue_states_and_the_last_hour(store: &dyn Store
     assert_eq!((later.delivered_last_hour, later.failed_last_hour), (0, 0), "only the last hour counts");
 }
 
+pub async fn the_history_adds_up_per_minute_and_hour_and_logs_breakers(store: &dyn Store) {
+    let (app, ep, msgs) = seeded(store, 3).await;
+    let minute = now_ms().div_euclid(60_000);
+    store.add_accepted(vec![(minute - 1, 2), (minute, 3)]).await.unwrap();
+    store.add_accepted(vec![(minute, 1)]).await.unwrap();
+    store.sample_queue(minute, 7, 2).await.unwrap();
+    store.sample_queue(minute, 4, 1).await.unwrap();
+    store.claim("me", now_ms() + 1000, 10).await.unwrap();
+    let record = |(msg, delivery): &(MessageId, i64), delivered: bool, next: NextState| OutcomeRecord {
+        delivery_id: *delivery,
+        message_created_at: now_ms(),
+        attempt: Some(attempt(&app, msg, &ep.id, delivered)),
+        attempts: 1,
+        next,
+    };
+    let outcomes = vec![
+        record(&msgs[0], true, NextState::Delivered),
+        record(&msgs[1], false, NextState::Retry { at: now_ms() + 60_000, keep: false }),
+        record(&msgs[2], false, NextState::Dead),
+    ];
+    store.record_outcomes("me", outcomes).await.unwrap();
+    let totals = store.minute_totals(minute - 1).await.unwrap();
+    let earlier = totals.iter().find(|t| t.minute == minute - 1).unwrap();
+    assert_eq!((earlier.accepted, earlier.queue), (2, None));
+    let now = totals.iter().find(|t| t.minute == minute).expect("this minute");
+    assert_eq!((now.accepted, now.delivered, now.failed, now.dead), (4, 1, 2, 1), "{now:?}");
+    assert_eq!(now.queue, Some((7, 2)), "the deepest sample of the minute stays");
+    assert!(store.minute_totals(minute + 1).await.unwrap().is_empty());
+
+    let hour = now_ms().div_euclid(3_600_000);
+    let other = EndpointId::generate();
+    let hours = store.endpoint_hours(hour - 1, &[ep.id.clone(), other]).await.unwrap();
+    assert_eq!(hours, vec![(ep.id.clone(), hour, HourCounts { succeeded: 1, failed: 2 })]);
+    assert!(store.endpoint_hours(hour + 1, std::slice::from_ref(&ep.id)).await.unwrap().is_empty());
+
+    let event = |at, kind| BreakerEvent { at, kind, failures: 3, cooldown_ms: 300_000 };
+    store.log_breaker(&ep.id, &event(1_000, BreakerEventKind::Opened)).await.unwrap();
+    store.log_breaker(&ep.id, &event(2_000, BreakerEventKind::RetryNow)).await.unwrap();
+    store.log_breaker(&ep.id, &event(3_000, BreakerEventKind::Reset)).await.unwrap();
+    let log = store.breaker_events(&ep.id, 0, 2).await.unwrap();
+    assert_eq!(log, vec![event(3_000, BreakerEventKind::Reset), event(2_000, BreakerEventKind::RetryNow)]);
+    assert_eq!(store.breaker_events(&ep.id, 1_500, 10).await.unwrap().len(), 2, "only from `since` on");
+    store.prune_health(2_500).await.unwrap();
+    assert_eq!(store.breaker_events(&ep.id, 0, 10).await.unwrap(), vec![event(3_000, BreakerEventKind::Reset)]);
+}
+
 /// Instantiates every case as a `#[tokio::test]` against the store `$make` builds.
 #[macro_export]
 macro_rules! conformance_suite {
@@ -570,6 +616,7 @@ macro_rules! conformance_suite {
             strictly_ordered_endpoints_release_one_head_at_a_time,
             breakers_and_latency_survive_in_the_store,
             the_summary_counts_queue_states_and_the_last_hour,
+            the_history_adds_up_per_minute_and_hour_and_logs_breakers,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {

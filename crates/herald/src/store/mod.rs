@@ -222,11 +222,40 @@ pub trait HealthStore: Send + Sync {
         endpoint: Option<&EndpointId>,
     ) -> StoreResult<Vec<(EndpointId, i64, Histogram)>>;
     async fn summary(&self, now: Millis) -> StoreResult<SummaryCounts>;
-    /// Drops latency hours and summary minutes older than `before`.
+    /// Drops latency hours, endpoint hours, breaker events and summary minutes older than
+    /// `before`.
     async fn prune_health(&self, before: Millis) -> StoreResult<u64>;
     /// Tells the other processes sharing the store to let the probe of the endpoint's open
     /// breaker go now ("retry now"); nothing to do for a store of one process.
     async fn announce_retry_now(&self, app: &AppId, endpoint: &EndpointId) -> StoreResult<()>;
+}
+
+/// The history the charts draw and the breakers' log: written as it happens (counts with
+/// the outcomes that make them, accepted counts and queue samples by each process's
+/// [`crate::history::Recorder`]), read back per minute or hour for at most seven days.
+#[async_trait]
+pub trait HistoryStore: Send + Sync {
+    /// Adds messages accepted per minute (minute, count), as each process flushes them.
+    async fn add_accepted(&self, counts: Vec<(i64, u64)>) -> StoreResult<()>;
+    /// Records the queue's depth in `minute` (the largest sample of the minute stays).
+    async fn sample_queue(&self, minute: i64, pending: u64, retrying: u64) -> StoreResult<()>;
+    /// Per-minute totals from `since_minute` on, oldest first (quiet minutes are absent).
+    async fn minute_totals(&self, since_minute: i64) -> StoreResult<Vec<MinuteTotals>>;
+    /// Succeeded and failed attempts per hour from `since_hour` on, of these endpoints.
+    async fn endpoint_hours(
+        &self,
+        since_hour: i64,
+        endpoints: &[EndpointId],
+    ) -> StoreResult<Vec<(EndpointId, i64, HourCounts)>>;
+    /// Appends a circuit breaker transition to the endpoint's log.
+    async fn log_breaker(&self, endpoint: &EndpointId, event: &BreakerEvent) -> StoreResult<()>;
+    /// The endpoint's breaker log from `since` on, newest first, at most `limit`.
+    async fn breaker_events(
+        &self,
+        endpoint: &EndpointId,
+        since: Millis,
+        limit: usize,
+    ) -> StoreResult<Vec<BreakerEvent>>;
 }
 
 /// A change another process made to applications or endpoints, announced through the
@@ -258,7 +287,7 @@ impl Default for Signals {
 }
 
 /// Everything Herald needs from a database.
-pub trait Store: CatalogStore + MessageStore + QueueStore + AccessStore + HealthStore + 'static {
+pub trait Store: CatalogStore + MessageStore + QueueStore + AccessStore + HealthStore + HistoryStore + 'static {
     fn signals(&self) -> &Signals;
     /// Whether several processes may share this store (claims then need live leases).
     fn shared(&self) -> bool;

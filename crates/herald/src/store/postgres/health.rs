@@ -118,10 +118,10 @@ impl HealthStore for PgStore {
 
     async fn prune_health(&self, before: Millis) -> StoreResult<u64> {
         let client = self.client().await?;
-        let hours = client
-            .execute("DELETE FROM herald.latency WHERE hour < $1", &[&before.div_euclid(3_600_000)])
-            .await
-            .map_err(db_err)?;
+        let hour = before.div_euclid(3_600_000);
+        let hours = client.execute("DELETE FROM herald.latency WHERE hour < $1", &[&hour]).await.map_err(db_err)?
+            + client.execute("DELETE FROM herald.endpoint_hour WHERE hour < $1", &[&hour]).await.map_err(db_err)?
+            + client.execute("DELETE FROM herald.breaker_event WHERE at < $1", &[&before]).await.map_err(db_err)?;
         let minutes = client
             .execute("DELETE FROM herald.stats_minute WHERE minute < $1", &[&before.div_euclid(60_000)])
             .await

@@ -8,6 +8,7 @@
 mod access;
 mod catalog;
 mod health;
+mod history;
 mod ingest;
 mod listen;
 mod messages;

@@ -12,8 +12,8 @@ use super::{PgStore, db_err};
 use crate::clock::{Millis, now_ms};
 use crate::ids::{AppId, EndpointId, MessageId};
 use crate::store::{
-    ClaimedDelivery, DeadLetter, DeadLetterFilter, DeliveryState, MinuteCounts, NextState, OutcomeRecord, QueueCounts,
-    QueueStore, Recorded, Requeue, StoreResult, Trigger, keep_trying,
+    ClaimedDelivery, DeadLetter, DeadLetterFilter, DeliveryState, HourCounts, MinuteCounts, NextState, OutcomeRecord,
+    QueueCounts, QueueStore, Recorded, Requeue, StoreResult, Trigger, keep_trying,
 };
 
 const NOTIFY_WORK: &str = "SELECT pg_notify('herald_work', '')";
@@ -178,11 +178,33 @@ impl QueueStore for PgStore {
         insert_attempts(&tx, recorded()).await?;
         for (minute, c) in MinuteCounts::of(recorded()) {
             tx.execute(
-                "INSERT INTO herald.stats_minute (minute, delivered, failed, delivery_ms) VALUES ($1, $2, $3, $4)
+                "INSERT INTO herald.stats_minute (minute, delivered, failed, delivery_ms, dead)
+                 VALUES ($1, $2, $3, $4, $5)
                  ON CONFLICT (minute) DO UPDATE SET delivered = herald.stats_minute.delivered + excluded.delivered,
                      failed = herald.stats_minute.failed + excluded.failed,
-                     delivery_ms = herald.stats_minute.delivery_ms + excluded.delivery_ms",
-                &[&minute, &c.delivered, &c.failed, &c.delivery_ms],
+                     delivery_ms = herald.stats_minute.delivery_ms + excluded.delivery_ms,
+                     dead = herald.stats_minute.dead + excluded.dead",
+                &[&minute, &c.delivered, &c.failed, &c.delivery_ms, &c.dead],
+            )
+            .await
+            .map_err(db_err)?;
+        }
+        // One statement for every (endpoint, hour) of the batch, its rows locked in that
+        // order, so two processes never deadlock here.
+        let hours = HourCounts::of(recorded());
+        if !hours.is_empty() {
+            let endpoints: Vec<&str> = hours.keys().map(|(e, _)| e.as_str()).collect();
+            let starts: Vec<i64> = hours.keys().map(|(_, h)| *h).collect();
+            let succeeded: Vec<i64> = hours.values().map(|c| c.succeeded).collect();
+            let failed: Vec<i64> = hours.values().map(|c| c.failed).collect();
+            tx.execute(
+                "INSERT INTO herald.endpoint_hour (endpoint_id, hour, succeeded, failed)
+                 SELECT e, h, s, f FROM UNNEST($1::text[], $2::int8[], $3::int8[], $4::int8[]) WITH ORDINALITY AS u(e, h, s, f, n)
+                 ORDER BY n
+                 ON CONFLICT (endpoint_id, hour) DO UPDATE SET
+                     succeeded = herald.endpoint_hour.succeeded + excluded.succeeded,
+                     failed = herald.endpoint_hour.failed + excluded.failed",
+                &[&endpoints, &starts, &succeeded, &failed],
             )
             .await
             .map_err(db_err)?;

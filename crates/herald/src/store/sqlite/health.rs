@@ -130,7 +130,10 @@ impl HealthStore for SqliteStore {
     async fn prune_health(&self, before: Millis) -> StoreResult<u64> {
         self.writer
             .write(move |conn| {
-                let hours = conn.execute("DELETE FROM latency WHERE hour < ?", [before.div_euclid(3_600_000)])?;
+                let hour = before.div_euclid(3_600_000);
+                let hours = conn.execute("DELETE FROM latency WHERE hour < ?", [hour])?
+                    + conn.execute("DELETE FROM endpoint_hour WHERE hour < ?", [hour])?
+                    + conn.execute("DELETE FROM breaker_event WHERE at < ?", [before])?;
                 let minutes = conn.execute("DELETE FROM stats_minute WHERE minute < ?", [before.div_euclid(60_000)])?;
                 Ok((hours + minutes) as u64)
             })

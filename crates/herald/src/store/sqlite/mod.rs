@@ -5,6 +5,7 @@
 mod access;
 mod catalog;
 mod health;
+mod history;
 mod messages;
 mod queue;
 mod readers;
@@ -24,7 +25,8 @@ use readers::Readers;
 use writer::{Batching, Writer};
 
 /// (version, SQL) in order; `PRAGMA user_version` records the last one applied.
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("v1.sql")), (2, include_str!("v2.sql"))];
+const MIGRATIONS: &[(i64, &str)] =
+    &[(1, include_str!("v1.sql")), (2, include_str!("v2.sql")), (3, include_str!("v3.sql"))];
 const STATEMENT_CACHE: usize = 256;
 
 pub struct SqliteStore {

@@ -13,8 +13,8 @@ use super::rows::{self, MESSAGE_COLUMNS};
 use crate::clock::{Millis, now_ms};
 use crate::ids::{AppId, EndpointId, MessageId};
 use crate::store::{
-    ClaimedDelivery, DeadLetter, DeadLetterFilter, DeliveryState, Message, MinuteCounts, NextState, OutcomeRecord,
-    QueueCounts, QueueStore, Recorded, Requeue, StoreResult, Trigger,
+    ClaimedDelivery, DeadLetter, DeadLetterFilter, DeliveryState, HourCounts, Message, MinuteCounts, NextState,
+    OutcomeRecord, QueueCounts, QueueStore, Recorded, Requeue, StoreResult, Trigger,
 };
 
 #[async_trait]
@@ -39,16 +39,27 @@ impl QueueStore for SqliteStore {
                     MinuteCounts::of(outcomes.iter().zip(&applied).filter(|(_, a)| a.recorded()).map(|(o, _)| o))
                 {
                     conn.prepare_cached(
-                        "INSERT INTO stats_minute (minute, delivered, failed, delivery_ms) VALUES (?, ?, ?, ?)
+                        "INSERT INTO stats_minute (minute, delivered, failed, delivery_ms, dead) VALUES (?, ?, ?, ?, ?)
                          ON CONFLICT (minute) DO UPDATE SET delivered = delivered + excluded.delivered,
-                             failed = failed + excluded.failed, delivery_ms = delivery_ms + excluded.delivery_ms",
+                             failed = failed + excluded.failed, delivery_ms = delivery_ms + excluded.delivery_ms,
+                             dead = dead + excluded.dead",
                     )?
                     .execute(params![
                         minute,
                         counts.delivered,
                         counts.failed,
-                        counts.delivery_ms
+                        counts.delivery_ms,
+                        counts.dead
                     ])?;
+                }
+                let recorded = outcomes.iter().zip(&applied).filter(|(_, a)| a.recorded()).map(|(o, _)| o);
+                for ((endpoint, hour), counts) in HourCounts::of(recorded) {
+                    conn.prepare_cached(
+                        "INSERT INTO endpoint_hour (endpoint_id, hour, succeeded, failed) VALUES (?, ?, ?, ?)
+                         ON CONFLICT (endpoint_id, hour) DO UPDATE SET succeeded = succeeded + excluded.succeeded,
+                             failed = failed + excluded.failed",
+                    )?
+                    .execute(params![endpoint.as_str(), hour, counts.succeeded, counts.failed])?;
                 }
                 Ok(applied)
             })
