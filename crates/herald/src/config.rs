@@ -68,6 +68,15 @@ pub struct Config {
     pub faults: FaultsConfig,
     pub alerts: AlertsConfig,
     pub retention: RetentionConfig,
+    pub portal: PortalConfig,
+}
+
+/// The customer portal: who may embed it, and the server's brand.
+#[derive(Debug, Clone, Default)]
+pub struct PortalConfig {
+    /// Origins allowed to show the portal in a frame (`frame-ancestors`); empty: none.
+    pub frame_ancestors: Vec<String>,
+    pub brand: crate::brand::Brand,
 }
 
 /// How long data is kept; `None`: for ever.
@@ -221,6 +230,56 @@ struct Raw {
     faults: RawFaults,
     alerts: RawAlerts,
     retention: RawRetention,
+    portal: RawPortal,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPortal {
+    frame_ancestors: Vec<String>,
+    brand_name: String,
+    logo_url: String,
+    accent_color: String,
+    theme: crate::brand::Theme,
+}
+
+impl RawPortal {
+    fn validate(self) -> anyhow::Result<PortalConfig> {
+        let brand = crate::brand::Brand {
+            name: non_empty(self.brand_name),
+            logo_url: non_empty(self.logo_url),
+            accent_color: non_empty(self.accent_color),
+            theme: Some(self.theme),
+        };
+        if let Some((field, problem)) = brand.problems().into_iter().next() {
+            bail!("portal.{field}: {problem}");
+        }
+        let frame_ancestors = self.frame_ancestors.iter().map(|o| frame_ancestor(o)).collect::<anyhow::Result<_>>()?;
+        Ok(PortalConfig { frame_ancestors, brand })
+    }
+}
+
+/// A `frame-ancestors` source: an http(s) origin, its host optionally `*.`-prefixed.
+fn frame_ancestor(raw: &str) -> anyhow::Result<String> {
+    let refused = || anyhow::anyhow!("portal.frame_ancestors: {raw:?} is not an origin like https://app.example.com");
+    let (scheme, rest) = raw.trim().split_once("://").ok_or_else(refused)?;
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    let (wildcard, host) = match rest.strip_prefix("*.") {
+        Some(host) => ("*.", host),
+        None => ("", rest),
+    };
+    let url = url::Url::parse(&format!("{scheme}://{host}")).map_err(|_| refused())?;
+    let plain = matches!(url.scheme(), "http" | "https") && url.path() == "/" && url.username().is_empty();
+    if !plain || url.query().is_some() || url.fragment().is_some() || url.host().is_none() || url.password().is_some() {
+        return Err(refused());
+    }
+    let origin = url.origin().ascii_serialization();
+    let (scheme, host_port) = origin.split_once("://").ok_or_else(refused)?;
+    // Only what a host and port are made of: nothing that could end or extend the policy.
+    if !host_port.bytes().all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b)) {
+        return Err(refused());
+    }
+    Ok(format!("{scheme}://{wildcard}{host_port}"))
 }
 
 #[derive(Deserialize)]
@@ -580,6 +639,7 @@ impl Raw {
             faults: self.faults.validate()?,
             alerts: self.alerts.validate()?,
             retention: self.retention.validate()?,
+            portal: self.portal.validate()?,
         })
     }
 }
@@ -613,6 +673,16 @@ mod tests {
         assert!(refused.contains("test builds"), "{refused}");
         assert!(allow_faults(&poison, true).is_ok());
         assert!(allow_faults(&FaultsConfig::default(), false).is_ok());
+    }
+
+    #[test]
+    fn frame_ancestors_are_origins_only() {
+        assert_eq!(frame_ancestor("https://app.example.com/").unwrap(), "https://app.example.com");
+        assert_eq!(frame_ancestor("https://*.example.com").unwrap(), "https://*.example.com");
+        assert_eq!(frame_ancestor("http://localhost:3000").unwrap(), "http://localhost:3000");
+        for bad in ["*", "'none'", "https://a.example/path", "app.example.com", "javascript://x", "https://a b", "https://x;y"] {
+            assert!(frame_ancestor(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

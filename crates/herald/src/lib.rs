@@ -9,6 +9,7 @@
 pub mod alerts;
 pub mod api;
 pub mod bench;
+pub mod brand;
 pub mod breaker;
 pub mod catalog;
 pub mod clock;

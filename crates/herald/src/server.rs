@@ -124,6 +124,8 @@ impl Server {
                 portal_token_ttl: config.auth.portal_token_ttl,
                 secret_rotation_overlap: config.delivery.secret_rotation_overlap,
                 session_ttl: config.auth.session_ttl,
+                user_agent: config.delivery.user_agent.clone(),
+                portal: config.portal.clone(),
             }),
             key_locks: Default::default(),
             rate_limiter: Arc::new(RateLimiter::new(

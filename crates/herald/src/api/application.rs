@@ -14,6 +14,7 @@ use super::list::{Cursor, ListResponse, Order, Page};
 use super::routes::Routes;
 use super::validate::{Problems, double_option};
 use super::{AppState, require_admin_for, visible_app};
+use crate::brand::Brand;
 use crate::clock::{now_ms, to_rfc3339};
 use crate::ids::AppId;
 use crate::store::{App, Metadata};
@@ -32,6 +33,9 @@ pub struct ApplicationIn {
     pub max_concurrency: Option<u32>,
     /// Herald extension: share of contended delivery capacity (default 1).
     pub weight: Option<u32>,
+    /// Herald extension: the portal's brand for this application, over the server's. A
+    /// `PUT` without it keeps the current one (the SDKs do not know the field).
+    pub portal_brand: Option<Brand>,
 }
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -51,6 +55,10 @@ pub struct ApplicationPatch {
     #[serde(default, deserialize_with = "double_option")]
     #[schema(value_type = Option<u32>)]
     pub weight: Option<Option<u32>>,
+    /// `null` removes it (the server's brand applies).
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<Brand>)]
+    pub portal_brand: Option<Option<Brand>>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -68,6 +76,8 @@ pub struct ApplicationOut {
     pub max_concurrency: Option<u32>,
     /// Share of contended delivery capacity (Herald extension; absent: 1).
     pub weight: Option<u32>,
+    /// The portal's brand for this application (Herald extension; absent: the server's).
+    pub portal_brand: Option<Brand>,
     pub created_at: String,
     pub updated_at: String,
 }
@@ -83,6 +93,7 @@ impl From<&App> for ApplicationOut {
             rate_limit: app.throttle_rate,
             max_concurrency: app.max_concurrency,
             weight: app.weight,
+            portal_brand: app.portal_brand.clone(),
             created_at: to_rfc3339(app.created_at),
             updated_at: to_rfc3339(app.updated_at),
         }
@@ -117,6 +128,9 @@ fn check(app: &App) -> ApiResult<()> {
     let within = |v: Option<u32>, max: u32| v.is_none_or(|v| (1..=max).contains(&v));
     p.check(within(app.max_concurrency, MAX_CONCURRENCY), "maxConcurrency", "must be between 1 and 10000");
     p.check(within(app.weight, MAX_WEIGHT), "weight", "must be between 1 and 1000");
+    for (field, message) in app.portal_brand.as_ref().map(Brand::problems).unwrap_or_default() {
+        p.check(false, &format!("portalBrand.{field}"), &message);
+    }
     p.finish()
 }
 
@@ -132,6 +146,7 @@ pub async fn create_app_from(state: &AppState, input: ApplicationIn, path_uid: O
         throttle_rate: input.throttle_rate,
         max_concurrency: input.max_concurrency,
         weight: input.weight,
+        portal_brand: input.portal_brand,
         created_at: now,
         updated_at: now,
     };
@@ -233,6 +248,7 @@ pub async fn upsert_app(
                 throttle_rate: input.throttle_rate,
                 max_concurrency: input.max_concurrency,
                 weight: input.weight,
+                portal_brand: input.portal_brand.or_else(|| existing.portal_brand.clone()),
                 updated_at: now_ms(),
                 ..(*existing).clone()
             };
@@ -276,6 +292,9 @@ pub async fn patch_app(
     }
     if let Some(weight) = patch.weight {
         app.weight = weight;
+    }
+    if let Some(brand) = patch.portal_brand {
+        app.portal_brand = brand;
     }
     check(&app)?;
     app.updated_at = now_ms();

@@ -66,6 +66,10 @@ pub struct ApiSettings {
     pub secret_rotation_overlap: Duration,
     /// Lifetime of a dashboard session.
     pub session_ttl: Duration,
+    /// The `User-Agent` of every attempt (the dashboard shows it in an attempt's request).
+    pub user_agent: String,
+    /// Who may frame the portal, and its brand.
+    pub portal: crate::config::PortalConfig,
 }
 
 /// Everything a handler can reach.
@@ -112,6 +116,7 @@ fn api_routes() -> Routes {
         .merge(session::routes())
         .post("/api/v1/auth/app-portal-access/{app_id}", portal_access::app_portal_access)
         .post("/api/v1/auth/dashboard-access/{app_id}", portal_access::dashboard_access)
+        .post("/api/v1/auth/app/{app_id}/expire-all", portal_access::expire_all)
         .post("/api/v1/auth/logout", auth::logout)
         .get("/api/v1/openapi.json", openapi::serve)
 }

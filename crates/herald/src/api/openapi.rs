@@ -22,7 +22,7 @@ use super::{
         message::list_messages, message::create_message, message::get_message, message::expunge_content,
         attempt::list_by_endpoint, attempt::list_by_msg, attempt::list_attempted_messages,
         attempt::list_attempted_destinations, attempt::get_attempt, attempt::expunge_attempt_content, attempt::resend,
-        portal_access::app_portal_access, portal_access::dashboard_access, auth::logout,
+        portal_access::app_portal_access, portal_access::dashboard_access, portal_access::expire_all, auth::logout,
         session::list_sessions, session::end_sessions, session::end_session,
         event_type::list_event_types, event_type::create_event_type, event_type::get_event_type,
         event_type::upsert_event_type, event_type::patch_event_type, event_type::delete_event_type,

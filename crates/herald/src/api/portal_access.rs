@@ -1,6 +1,7 @@
 //! Issuing app-portal tokens: `POST /api/v1/auth/app-portal-access/{app_id}`, and the
 //! deprecated `POST /api/v1/auth/dashboard-access/{app_id}` that Svix still serves (no body
-//! needed). Only the admin token issues them. The token is stored only as a hash; the link
+//! needed); and revoking them all: `POST /api/v1/auth/app/{app_id}/expire-all`. Only the
+//! admin token issues and revokes them. The token is stored only as a hash; the link
 //! carries it in the URL fragment, which never reaches a server log.
 
 use std::sync::Arc;
@@ -8,6 +9,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 
 use super::AppState;
@@ -91,4 +93,44 @@ async fn issue(state: &AppState, app_id: &str, input: AppPortalAccessIn) -> ApiR
     state.store.insert_token(&record).await?;
     let url = format!("{}/portal#token={token}", state.settings.public_url.trim_end_matches('/'));
     Ok(AppPortalAccessOut { url, token })
+}
+
+#[derive(Deserialize, Default, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplicationTokenExpireIn {
+    /// Seconds until the tokens expire (0 to 604800; default 0: at once).
+    pub expiry: Option<i64>,
+    /// Svix's filter by the session a token was issued for; Herald issues tokens without
+    /// one, so a non-empty list is refused (422) rather than ignored.
+    #[serde(default)]
+    pub session_ids: Vec<String>,
+}
+
+/// Makes every app-portal token of the application expire (after `expiry` seconds): the
+/// links stop working, and the dashboard sessions opened with them end with them.
+#[utoipa::path(post, path = "/api/v1/auth/app/{app_id}/expire-all", operation_id = "v1.authentication.expire-all",
+    tag = "Authentication", request_body = ApplicationTokenExpireIn,
+    params(("app_id" = String, Path, description = "Application id or uid")),
+    responses((status = 204), (status = 404, body = super::error::HttpErrorOut),
+        (status = 422, body = super::error::HttpValidationError)))]
+pub async fn expire_all(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(app_id): Path<String>,
+    body: Bytes,
+) -> ApiResult<StatusCode> {
+    super::require_admin_for(&state, &principal, &app_id, OPERATOR_ISSUES).await?;
+    let app = super::visible_app(&state, &principal, &app_id).await?;
+    let input: ApplicationTokenExpireIn =
+        if body.iter().all(u8::is_ascii_whitespace) { Default::default() } else { parse_json(&body)? };
+    let secs = input.expiry.unwrap_or(0);
+    if !(0..=7 * 24 * 3600).contains(&secs) {
+        return Err(ApiError::invalid("expiry", "must be between 0 and 604800 seconds"));
+    }
+    if !input.session_ids.is_empty() {
+        return Err(ApiError::invalid("sessionIds", "Herald issues portal tokens without session ids"));
+    }
+    let expired = state.store.expire_tokens(&app.id, now_ms() + secs * 1000).await?;
+    tracing::info!(app = %app.id, expired, in_secs = secs, "portal tokens expired by the operator");
+    Ok(StatusCode::NO_CONTENT)
 }

@@ -31,8 +31,7 @@ const BOTTOM: f64 = 24.0;
 pub fn stacked_bars(id: &str, caption: &str, axis: &Axis, series: &[Series<'_>], unit: &str) -> Markup {
     let totals: Vec<f64> =
         (0..axis.starts.len()).map(|i| series.iter().map(|s| s.values[i].unwrap_or(0.0)).sum()).collect();
-    let top = nice_ceiling(totals.iter().copied().fold(0.0, f64::max));
-    let frame = Frame::new(axis, top);
+    let frame = Frame::new(axis, nice_ceiling(totals.iter().copied().fold(0.0, f64::max)));
     html! {
         figure.chart #(id) {
             figcaption { (caption) }
@@ -40,25 +39,75 @@ pub fn stacked_bars(id: &str, caption: &str, axis: &Axis, series: &[Series<'_>],
                 title #{ (id) "-title" } { (caption) }
                 defs { (hatch(id)) }
                 (frame.grid(unit))
-                @for (i, total) in totals.iter().enumerate().filter(|(_, t)| **t > 0.0) {
+                @for i in (0..axis.starts.len()).filter(|i| totals[*i] > 0.0) {
                     g.slot data-start=(axis.starts[i]) {
                         title { (slot_label(axis, i)) ": " (numbers(series, i, unit)) }
-                        @let mut base = 0.0;
-                        @for (k, s) in series.iter().enumerate() {
-                            @let value = s.values[i].unwrap_or(0.0);
-                            @if value > 0.0 {
-                                (frame.bar(i, base, value, k, id))
-                            }
-                            @let _ = { base += value; };
-                        }
+                        @for (k, base, value) in stack(series, i) { (frame.bar(i, base, value, k, id)) }
                     }
-                    @let _ = total;
                 }
             }
             (legend(series, LegendKind::Bars))
             (table(axis, series, unit))
         }
     }
+}
+
+/// Horizontal bars, one per labelled value, largest first as given (the slowest endpoints).
+pub fn ranked_bars(id: &str, caption: &str, rows: &[(String, f64)], unit: &str) -> Markup {
+    let top = nice_ceiling(rows.iter().map(|(_, v)| *v).fold(0.0, f64::max));
+    let row_height = 22.0;
+    let height = TOP + BOTTOM + row_height * rows.len().max(1) as f64;
+    let label_width = 260.0;
+    let scale = |v: f64| (WIDTH - label_width - RIGHT) * (v / top).clamp(0.0, 1.0);
+    html! {
+        figure.chart #(id) {
+            figcaption { (caption) }
+            svg viewBox={ "0 0 " (WIDTH) " " (fmt(height)) } role="img" aria-labelledby={ (id) "-title" } {
+                title #{ (id) "-title" } { (caption) }
+                @for (i, (label, value)) in rows.iter().enumerate() {
+                    @let y = TOP + row_height * i as f64;
+                    g.slot {
+                        title { (label) ": " (format_value(*value, unit)) }
+                        text.row-label x=(fmt(label_width - 8.0)) y=(fmt(y + 15.0)) { (shorten(label, 40)) }
+                        rect class="bar s0" x=(fmt(label_width)) y=(fmt(y + 3.0)) width=(fmt(scale(*value).max(1.0)))
+                            height=(fmt(row_height - 6.0));
+                        text.value-label x=(fmt(label_width + scale(*value) + 6.0)) y=(fmt(y + 15.0)) {
+                            (format_value(*value, unit))
+                        }
+                    }
+                }
+            }
+            details.numbers {
+                summary { "The numbers" }
+                table {
+                    thead { tr { th scope="col" { "Endpoint" } th scope="col" { "p95" } } }
+                    tbody { @for (label, value) in rows { tr { th scope="row" { (label) } td { (format_value(*value, unit)) } } } }
+                }
+            }
+        }
+    }
+}
+
+/// The bars of slot `i`, bottom up: (series, base, value) of each series with a value.
+fn stack(series: &[Series<'_>], i: usize) -> Vec<(usize, f64, f64)> {
+    let mut base = 0.0;
+    let mut bars = vec![];
+    for (k, s) in series.iter().enumerate() {
+        let value = s.values[i].unwrap_or(0.0);
+        if value > 0.0 {
+            bars.push((k, base, value));
+        }
+        base += value;
+    }
+    bars
+}
+
+fn shorten(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let kept: String = text.chars().take(max - 1).collect();
+    format!("{kept}…")
 }
 
 /// Lines, one per series, solid, dashed and dotted in turn, each point a circle with its

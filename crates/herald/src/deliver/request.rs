@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HeaderValue, USER_AGENT};
+use http::header::HeaderValue;
 use http::{Method, Request, Uri};
 use http_body_util::Full;
 
@@ -65,6 +65,43 @@ const RESERVED_PREFIXES: &[&str] = &[
 /// Whether an endpoint may not set this header (name in lower case).
 pub fn is_reserved_header(name: &str) -> bool {
     RESERVED_HEADERS.contains(&name) || RESERVED_PREFIXES.iter().any(|prefix| name.starts_with(prefix))
+}
+
+/// The headers Herald sets on every attempt, besides the endpoint's own.
+pub struct Standard<'a> {
+    pub body_format: BodyFormat,
+    pub user_agent: &'a str,
+    pub msg_id: &'a str,
+    pub timestamp: i64,
+    pub signature: &'a str,
+    pub attempt_no: u32,
+    pub sequence: i64,
+}
+
+impl Standard<'_> {
+    /// (name, value) in the order they are set; the dashboard shows an attempt's request
+    /// from the same list, so what it shows is what is sent.
+    pub fn headers(&self) -> Vec<(&'static str, String)> {
+        let content_type = match self.body_format {
+            BodyFormat::Json => Some("application/json"),
+            BodyFormat::Form => Some("application/x-www-form-urlencoded"),
+            BodyFormat::None => None,
+        };
+        let (id, ts, sig) = (self.msg_id.to_owned(), self.timestamp.to_string(), self.signature.to_owned());
+        let mut headers: Vec<(&'static str, String)> = content_type.map(|t| ("content-type", t.to_owned())).into_iter().collect();
+        headers.extend([
+            ("user-agent", self.user_agent.to_owned()),
+            ("webhook-id", id.clone()),
+            ("webhook-timestamp", ts.clone()),
+            ("webhook-signature", sig.clone()),
+            ("svix-id", id),
+            ("svix-timestamp", ts),
+            ("svix-signature", sig),
+            ("herald-attempt", self.attempt_no.to_string()),
+            ("herald-sequence", self.sequence.to_string()),
+        ]);
+        headers
+    }
 }
 
 /// Everything needed to send one attempt.
@@ -146,29 +183,19 @@ impl Outgoing<'_> {
         for (name, value) in own {
             headers.insert(name.clone(), value.clone());
         }
-        let text =
-            |s: &str| HeaderValue::try_from(s).map_err(|e| (Failure::Internal, format!("bad header value: {e}")));
-        let ts = text(&timestamp.to_string())?;
-        let id = text(msg_id)?;
-        let sig = text(&signature)?;
-        match settings.body_format() {
-            BodyFormat::Json => {
-                headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            }
-            BodyFormat::Form => {
-                headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/x-www-form-urlencoded"));
-            }
-            BodyFormat::None => {}
+        let standard = Standard {
+            body_format: settings.body_format(),
+            user_agent,
+            msg_id,
+            timestamp,
+            signature: &signature,
+            attempt_no: self.attempt_no,
+            sequence: self.sequence,
+        };
+        for (name, value) in standard.headers() {
+            let value = HeaderValue::try_from(value).map_err(|e| (Failure::Internal, format!("bad header value: {e}")))?;
+            headers.insert(name, value);
         }
-        headers.insert(USER_AGENT, text(user_agent)?);
-        headers.insert("webhook-id", id.clone());
-        headers.insert("webhook-timestamp", ts.clone());
-        headers.insert("webhook-signature", sig.clone());
-        headers.insert("svix-id", id);
-        headers.insert("svix-timestamp", ts);
-        headers.insert("svix-signature", sig);
-        headers.insert("herald-attempt", HeaderValue::from(self.attempt_no));
-        headers.insert("herald-sequence", HeaderValue::from(self.sequence));
         let request =
             request.body(Full::new(body)).map_err(|e| (Failure::Internal, format!("building the request: {e}")))?;
         Ok(Built { request, recorded_url })

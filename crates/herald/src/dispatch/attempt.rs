@@ -184,6 +184,7 @@ impl Dispatcher {
             response: sent.body,
             trigger: job.trigger,
             attempt_no: attempts,
+            delivery_id: job.delivery_id,
         };
         (next, Some(attempt))
     }

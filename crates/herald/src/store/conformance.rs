@@ -16,6 +16,7 @@ fn app() -> App {
         throttle_rate: None,
         max_concurrency: None,
         weight: None,
+        portal_brand: None,
         created_at: now_ms(),
         updated_at: now_ms(),
     }
@@ -70,6 +71,7 @@ fn attempt(app: &App, msg: &MessageId, endpoint: &EndpointId, delivered: bool) -
         response: "body".into(),
         trigger: Trigger::Scheduled,
         attempt_no: 1,
+        delivery_id: 0,
     }
 }
 
@@ -592,6 +594,61 @@ pub async fn the_history_adds_up_per_minute_and_hour_and_logs_breakers(store: &d
     assert_eq!(store.breaker_events(&ep.id, 0, 10).await.unwrap(), vec![event(3_000, BreakerEventKind::Reset)]);
 }
 
+pub async fn the_operator_finds_messages_applications_and_endpoints(store: &dyn Store) {
+    let mut shop = app();
+    shop.name = "Acme 100% Shop".into();
+    shop.uid = Some("acme-shop".into());
+    store.insert_app(&shop).await.unwrap();
+    let mut ep = endpoint(&shop);
+    ep.url = "https://hooks.acme.example/in_bound".into();
+    store.insert_endpoint(&ep).await.unwrap();
+    let other = app();
+    store.insert_app(&other).await.unwrap();
+    let mut found_ids = vec![];
+    for (owner, event_id) in [(&shop, "evt-1"), (&other, "evt-1"), (&other, "evt-2")] {
+        let m = message(owner, Some(event_id));
+        let new = NewMessage { message: m.clone(), deliveries: vec![], owner: None, idempotency: None };
+        store.ingest(new).await.unwrap();
+        found_ids.push(m.id);
+    }
+    let by_event = store.find_messages("evt-1", 10).await.unwrap();
+    let mut ids: Vec<_> = by_event.iter().map(|m| m.id.clone()).collect();
+    ids.sort();
+    assert_eq!(ids, vec![found_ids[0].clone(), found_ids[1].clone()], "both applications' evt-1");
+    let by_id = store.find_messages(found_ids[2].as_str(), 10).await.unwrap();
+    assert_eq!(by_id.iter().map(|m| &m.id).collect::<Vec<_>>(), vec![&found_ids[2]]);
+    assert!(store.find_messages("nope", 10).await.unwrap().is_empty());
+
+    let (apps, endpoints) = store.search_catalog("ACME", 10).await.unwrap();
+    assert_eq!((apps.len(), endpoints.len()), (1, 1), "names and URLs match in any case");
+    assert_eq!(store.search_catalog("acme-shop", 10).await.unwrap().0[0].id, shop.id, "a uid matches");
+    assert_eq!(store.search_catalog("100%", 10).await.unwrap().0.len(), 1);
+    assert!(store.search_catalog("10_%", 10).await.unwrap().0.is_empty(), "wildcards are literal");
+    assert_eq!(store.search_catalog("in_bound", 10).await.unwrap().1.len(), 1);
+}
+
+pub async fn an_applications_portal_tokens_expire_together(store: &dyn Store) {
+    let (app, _, _) = seeded(store, 0).await;
+    let (other, _, _) = seeded(store, 0).await;
+    let now = now_ms();
+    let token = |app: &App, hash: &str, expires_at| PortalToken {
+        hash: hash.into(),
+        app_id: app.id.clone(),
+        expires_at,
+        created_at: now,
+        sensitive: false,
+    };
+    for t in [token(&app, "a1", now + 60_000), token(&app, "a2", now + 120_000), token(&other, "b1", now + 60_000)] {
+        store.insert_token(&t).await.unwrap();
+    }
+    assert_eq!(store.app_tokens(&app.id, now).await.unwrap().len(), 2);
+    assert_eq!(store.expire_tokens(&app.id, now + 30_000).await.unwrap(), 2);
+    assert_eq!(store.token("a2").await.unwrap().unwrap().expires_at, now + 30_000);
+    assert_eq!(store.expire_tokens(&app.id, now + 90_000).await.unwrap(), 0, "never extended");
+    assert!(store.app_tokens(&app.id, now + 30_000).await.unwrap().is_empty());
+    assert_eq!(store.token("b1").await.unwrap().unwrap().expires_at, now + 60_000, "another application's stay");
+}
+
 /// Instantiates every case as a `#[tokio::test]` against the store `$make` builds.
 #[macro_export]
 macro_rules! conformance_suite {
@@ -617,6 +674,8 @@ macro_rules! conformance_suite {
             breakers_and_latency_survive_in_the_store,
             the_summary_counts_queue_states_and_the_last_hour,
             the_history_adds_up_per_minute_and_hour_and_logs_breakers,
+            the_operator_finds_messages_applications_and_endpoints,
+            an_applications_portal_tokens_expire_together,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {

@@ -105,6 +105,10 @@ pub trait CatalogStore: Send + Sync {
     async fn list_event_types(&self, page: &PageQuery, include_archived: bool) -> StoreResult<Vec<EventType>>;
     /// Archives an event type, or removes it when `expunge`; returns whether it existed.
     async fn delete_event_type(&self, name: &str, expunge: bool) -> StoreResult<bool>;
+
+    /// The operator's search: applications whose name contains `text` (any case) or whose
+    /// id or uid is `text`, and endpoints whose URL contains it; at most `limit` of each.
+    async fn search_catalog(&self, text: &str, limit: usize) -> StoreResult<(Vec<App>, Vec<Endpoint>)>;
 }
 
 /// Ingest and the record of messages, deliveries and attempts.
@@ -115,6 +119,8 @@ pub trait MessageStore: Send + Sync {
     /// A message of `app` by id or by `eventId`.
     async fn message(&self, app: &AppId, id_or_event_id: &str) -> StoreResult<Option<Message>>;
     async fn list_messages(&self, app: &AppId, filter: &MessageFilter, page: &PageQuery) -> StoreResult<Vec<Message>>;
+    /// Messages of any application whose id or `eventId` is `id_or_event_id`, newest first.
+    async fn find_messages(&self, id_or_event_id: &str, limit: usize) -> StoreResult<Vec<Message>>;
     /// Removes a message's payload, keeping its metadata; returns whether it existed.
     async fn expunge_message(&self, app: &AppId, id: &MessageId) -> StoreResult<bool>;
 
@@ -191,6 +197,11 @@ pub trait AccessStore: Send + Sync {
     async fn insert_token(&self, token: &PortalToken) -> StoreResult<()>;
     async fn token(&self, hash: &str) -> StoreResult<Option<PortalToken>>;
     async fn revoke_token(&self, hash: &str) -> StoreResult<()>;
+    /// Makes every portal token of `app` expire at `at` at the latest; returns how many
+    /// were still valid then.
+    async fn expire_tokens(&self, app: &AppId, at: Millis) -> StoreResult<u64>;
+    /// The portal tokens of `app` that have not expired at `now`, newest first.
+    async fn app_tokens(&self, app: &AppId, now: Millis) -> StoreResult<Vec<PortalToken>>;
     async fn insert_session(&self, session: &Session) -> StoreResult<()>;
     /// The session whose cookie secret has this hash, expired or not.
     async fn session(&self, hash: &str) -> StoreResult<Option<Session>>;

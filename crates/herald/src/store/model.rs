@@ -23,6 +23,8 @@ pub struct App {
     pub max_concurrency: Option<u32>,
     /// Share of contended delivery capacity (Herald extension; default 1).
     pub weight: Option<u32>,
+    /// The portal's brand for this application, over the server's (Herald extension).
+    pub portal_brand: Option<crate::brand::Brand>,
     pub created_at: Millis,
     pub updated_at: Millis,
 }
@@ -293,6 +295,8 @@ pub struct Attempt {
     pub trigger: Trigger,
     /// 1 for the first attempt of a delivery's current round.
     pub attempt_no: u32,
+    /// The delivery it was made for (also its `herald-sequence`).
+    pub delivery_id: i64,
 }
 
 /// A claimed delivery with what is needed to attempt it (no second read).
@@ -424,6 +428,12 @@ pub struct QueueCounts {
     pub claimed: u64,
     pub delivered: u64,
     pub dead: u64,
+}
+
+/// `text` as a `LIKE` pattern matching it anywhere (a backslash escapes the wildcards).
+pub fn contains_pattern(text: &str) -> String {
+    let escaped = text.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_");
+    format!("%{escaped}%")
 }
 
 /// Keyset pagination: ids are time-sortable, so "after this id" is the iterator.

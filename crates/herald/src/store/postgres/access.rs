@@ -21,6 +21,16 @@ fn session(r: &tokio_postgres::Row) -> Session {
     }
 }
 
+fn token_row(r: &tokio_postgres::Row) -> PortalToken {
+    PortalToken {
+        hash: r.get(0),
+        app_id: AppId::from_trusted(r.get(1)),
+        expires_at: r.get(2),
+        created_at: r.get(3),
+        sensitive: r.get(4),
+    }
+}
+
 #[async_trait]
 impl AccessStore for PgStore {
     async fn insert_token(&self, token: &PortalToken) -> StoreResult<()> {
@@ -45,19 +55,32 @@ impl AccessStore for PgStore {
             )
             .await
             .map_err(db_err)?;
-        Ok(row.map(|r| PortalToken {
-            hash: r.get(0),
-            app_id: AppId::from_trusted(r.get(1)),
-            expires_at: r.get(2),
-            created_at: r.get(3),
-            sensitive: r.get(4),
-        }))
+        Ok(row.as_ref().map(token_row))
     }
 
     async fn revoke_token(&self, hash: &str) -> StoreResult<()> {
         let client = self.client().await?;
         client.execute("DELETE FROM herald.portal_token WHERE hash = $1", &[&hash]).await.map_err(db_err)?;
         Ok(())
+    }
+
+    async fn expire_tokens(&self, app: &AppId, at: Millis) -> StoreResult<u64> {
+        let client = self.client().await?;
+        let sql = "UPDATE herald.portal_token SET expires_at = $2 WHERE app_id = $1 AND expires_at > $2";
+        client.execute(sql, &[&app.as_str(), &at]).await.map_err(db_err)
+    }
+
+    async fn app_tokens(&self, app: &AppId, now: Millis) -> StoreResult<Vec<PortalToken>> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT hash, app_id, expires_at, created_at, sensitive FROM herald.portal_token
+                 WHERE app_id = $1 AND expires_at > $2 ORDER BY created_at DESC",
+                &[&app.as_str(), &now],
+            )
+            .await
+            .map_err(db_err)?;
+        Ok(rows.iter().map(token_row).collect())
     }
 
     async fn insert_session(&self, s: &Session) -> StoreResult<()> {

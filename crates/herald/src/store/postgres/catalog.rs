@@ -7,7 +7,7 @@ use tokio_postgres::types::{Json, ToSql};
 use super::rows::{self, APP_COLUMNS, ENDPOINT_COLUMNS, EVENT_TYPE_COLUMNS, KEPT_ENDPOINT_COLUMNS, Query};
 use super::{PgStore, db_err, pg_err};
 use crate::ids::{AppId, EndpointId};
-use crate::store::{App, CatalogStore, DeliveryState, Endpoint, EventType, PageQuery, StoreResult};
+use crate::store::{App, CatalogStore, DeliveryState, Endpoint, EventType, PageQuery, StoreResult, contains_pattern};
 
 const APP_CONFLICT: &str = "an application with this uid already exists";
 const ENDPOINT_CONFLICT: &str = "an endpoint with this uid already exists";
@@ -74,9 +74,10 @@ fn refs(params: &[Box<dyn ToSql + Sync + Send>]) -> Vec<&(dyn ToSql + Sync)> {
 #[async_trait]
 impl CatalogStore for PgStore {
     async fn insert_app(&self, app: &App) -> StoreResult<()> {
-        let sql = format!("INSERT INTO herald.app ({APP_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)");
+        let sql = format!("INSERT INTO herald.app ({APP_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)");
         let (rate, cap, weight) = app_limits(app);
-        let params: [&(dyn ToSql + Sync); 9] = [
+        let brand = app.portal_brand.as_ref().map(Json);
+        let params: [&(dyn ToSql + Sync); 10] = [
             &app.id.as_str(),
             &app.uid,
             &app.name,
@@ -86,6 +87,7 @@ impl CatalogStore for PgStore {
             &weight,
             &app.created_at,
             &app.updated_at,
+            &brand,
         ];
         self.change(&sql, &params, app_change(&app.id), APP_CONFLICT).await.map(drop)
     }
@@ -109,10 +111,11 @@ impl CatalogStore for PgStore {
 
     async fn update_app(&self, app: &App) -> StoreResult<()> {
         let (rate, cap, weight) = app_limits(app);
-        let params: [&(dyn ToSql + Sync); 8] =
-            [&app.uid, &app.name, &Json(&app.metadata), &rate, &cap, &weight, &app.updated_at, &app.id.as_str()];
+        let brand = app.portal_brand.as_ref().map(Json);
+        let params: [&(dyn ToSql + Sync); 9] =
+            [&app.uid, &app.name, &Json(&app.metadata), &rate, &cap, &weight, &app.updated_at, &app.id.as_str(), &brand];
         let sql = "UPDATE herald.app SET uid = $1, name = $2, metadata = $3, throttle_rate = $4, max_concurrency = $5,
-                       weight = $6, updated_at = $7 WHERE id = $8";
+                       weight = $6, updated_at = $7, portal_brand = $9 WHERE id = $8";
         self.change(sql, &params, app_change(&app.id), APP_CONFLICT).await.map(drop)
     }
 
@@ -170,6 +173,19 @@ impl CatalogStore for PgStore {
         let sql = format!("SELECT {ENDPOINT_COLUMNS} FROM herald.endpoint{}{tail}", q.where_clause());
         let found = client.query(&sql, &q.params()).await.map_err(db_err)?;
         Ok(found.iter().map(rows::endpoint).collect())
+    }
+
+    async fn search_catalog(&self, text: &str, limit: usize) -> StoreResult<(Vec<App>, Vec<Endpoint>)> {
+        let client = self.client().await?;
+        let (pattern, limit) = (contains_pattern(text), limit as i64);
+        let apps_sql = format!(
+            "SELECT {APP_COLUMNS} FROM herald.app WHERE id = $1 OR uid = $1 OR name ILIKE $2 ORDER BY id LIMIT $3"
+        );
+        let apps = client.query(&apps_sql, &[&text, &pattern, &limit]).await.map_err(db_err)?;
+        let endpoints_sql =
+            format!("SELECT {ENDPOINT_COLUMNS} FROM herald.endpoint WHERE id = $1 OR url ILIKE $2 ORDER BY id LIMIT $3");
+        let endpoints = client.query(&endpoints_sql, &[&text, &pattern, &limit]).await.map_err(db_err)?;
+        Ok((apps.iter().map(rows::app).collect(), endpoints.iter().map(rows::endpoint).collect()))
     }
 
     async fn app_endpoints(&self, app: &AppId) -> StoreResult<Vec<Endpoint>> {

@@ -37,6 +37,21 @@ impl MessageStore for PgStore {
         Ok(row.map(|r| rows::message(&r, true)))
     }
 
+    async fn find_messages(&self, id_or_event_id: &str, limit: usize) -> StoreResult<Vec<Message>> {
+        let client = self.client().await?;
+        // The event id lookup probes the (app_id, event_id) index once per application.
+        let sql = format!(
+            "SELECT {MESSAGE_COLUMNS} FROM herald.message m WHERE m.id = $1
+             UNION ALL
+             SELECT e.* FROM herald.app a CROSS JOIN LATERAL
+                 (SELECT {MESSAGE_COLUMNS} FROM herald.message m
+                  WHERE m.app_id = a.id AND m.event_id = $1 AND m.id <> $1) e
+             ORDER BY 1 DESC LIMIT $2"
+        );
+        let found = client.query(&sql, &[&id_or_event_id, &(limit as i64)]).await.map_err(db_err)?;
+        Ok(found.iter().map(|r| rows::message(r, true)).collect())
+    }
+
     async fn list_messages(&self, app: &AppId, filter: &MessageFilter, page: &PageQuery) -> StoreResult<Vec<Message>> {
         let client = self.client().await?;
         let mut q = Query::default();

@@ -11,7 +11,7 @@ use crate::store::{
     SealedSecrets, Trigger,
 };
 
-pub const APP_COLUMNS: &str = "id, uid, name, metadata, throttle_rate, max_concurrency, weight, created_at, updated_at";
+pub const APP_COLUMNS: &str = "id, uid, name, metadata, throttle_rate, max_concurrency, weight, created_at, updated_at, portal_brand";
 
 pub fn app(row: &Row) -> App {
     App {
@@ -24,6 +24,7 @@ pub fn app(row: &Row) -> App {
         weight: row.get::<_, Option<i32>>(6).map(|v| v as u32),
         created_at: row.get(7),
         updated_at: row.get(8),
+        portal_brand: row.get::<_, Option<Json<_>>>(9).map(|b| b.0),
     }
 }
 
@@ -87,7 +88,7 @@ pub fn message(row: &Row, with_payload: bool) -> Message {
 }
 
 pub const ATTEMPT_COLUMNS: &str = "a.id, a.msg_id, a.endpoint_id, a.app_id, a.created_at, a.url, a.status_code, \
-     a.duration_ms, a.delivered, a.error_class, a.error, a.response, a.trigger, a.attempt_no";
+     a.duration_ms, a.delivered, a.error_class, a.error, a.response, a.trigger, a.attempt_no, a.delivery_id";
 
 pub fn attempt(row: &Row, with_content: bool) -> Attempt {
     Attempt {
@@ -105,6 +106,7 @@ pub fn attempt(row: &Row, with_content: bool) -> Attempt {
         response: if with_content { row.get(11) } else { String::new() },
         trigger: Trigger::from_code(row.get::<_, i16>(12).into()),
         attempt_no: row.get::<_, i32>(13) as u32,
+        delivery_id: row.get(14),
     }
 }
 

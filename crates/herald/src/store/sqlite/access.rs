@@ -23,6 +23,16 @@ fn session(r: &rusqlite::Row<'_>) -> rusqlite::Result<Session> {
     })
 }
 
+fn token_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<PortalToken> {
+    Ok(PortalToken {
+        hash: r.get(0)?,
+        app_id: AppId::from_trusted(r.get(1)?),
+        expires_at: r.get(2)?,
+        created_at: r.get(3)?,
+        sensitive: r.get(4)?,
+    })
+}
+
 #[async_trait]
 impl AccessStore for SqliteStore {
     async fn insert_token(&self, token: &PortalToken) -> StoreResult<()> {
@@ -46,15 +56,7 @@ impl AccessStore for SqliteStore {
                     .prepare_cached(
                         "SELECT hash, app_id, expires_at, created_at, sensitive FROM portal_token WHERE hash = ?",
                     )?
-                    .query_row([&hash], |r| {
-                        Ok(PortalToken {
-                            hash: r.get(0)?,
-                            app_id: AppId::from_trusted(r.get(1)?),
-                            expires_at: r.get(2)?,
-                            created_at: r.get(3)?,
-                            sensitive: r.get(4)?,
-                        })
-                    })
+                    .query_row([&hash], token_row)
                     .optional()?)
             })
             .await
@@ -66,6 +68,33 @@ impl AccessStore for SqliteStore {
             .write(move |conn| {
                 conn.execute("DELETE FROM portal_token WHERE hash = ?", [&hash])?;
                 Ok(())
+            })
+            .await
+    }
+
+    async fn expire_tokens(&self, app: &AppId, at: Millis) -> StoreResult<u64> {
+        let app = app.clone();
+        self.writer
+            .write(move |conn| {
+                let changed = conn.execute(
+                    "UPDATE portal_token SET expires_at = ?2 WHERE app_id = ?1 AND expires_at > ?2",
+                    params![app.as_str(), at],
+                )?;
+                Ok(changed as u64)
+            })
+            .await
+    }
+
+    async fn app_tokens(&self, app: &AppId, now: Millis) -> StoreResult<Vec<PortalToken>> {
+        let app = app.clone();
+        self.readers
+            .read(move |conn| {
+                let mut stmt = conn.prepare_cached(
+                    "SELECT hash, app_id, expires_at, created_at, sensitive FROM portal_token
+                     WHERE app_id = ? AND expires_at > ? ORDER BY created_at DESC",
+                )?;
+                let found = stmt.query_map(params![app.as_str(), now], token_row)?.collect::<Result<_, _>>()?;
+                Ok(found)
             })
             .await
     }

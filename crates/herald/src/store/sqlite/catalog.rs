@@ -4,10 +4,12 @@ use async_trait::async_trait;
 use rusqlite::types::Value;
 use rusqlite::{OptionalExtension, params, params_from_iter};
 
-use super::rows::{self, APP_COLUMNS, ENDPOINT_COLUMNS, EVENT_TYPE_COLUMNS, KEPT_ENDPOINT_COLUMNS, Query, to_json};
+use super::rows::{self, APP_COLUMNS, ENDPOINT_COLUMNS, EVENT_TYPE_COLUMNS, KEPT_ENDPOINT_COLUMNS, Query, opt_json_value, to_json};
 use super::{SqliteStore, is_unique_violation};
 use crate::ids::{AppId, EndpointId};
-use crate::store::{App, CatalogStore, DeliveryState, Endpoint, EventType, PageQuery, StoreError, StoreResult};
+use crate::store::{
+    App, CatalogStore, DeliveryState, Endpoint, EventType, PageQuery, StoreError, StoreResult, contains_pattern,
+};
 
 fn conflict(what: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
     move |e| {
@@ -21,7 +23,7 @@ impl CatalogStore for SqliteStore {
         let app = app.clone();
         self.writer
             .write(move |conn| {
-                conn.prepare_cached(&format!("INSERT INTO app ({APP_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"))?
+                conn.prepare_cached(&format!("INSERT INTO app ({APP_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"))?
                     .execute(params![
                         app.id.as_str(),
                         app.uid,
@@ -31,7 +33,8 @@ impl CatalogStore for SqliteStore {
                         app.max_concurrency,
                         app.weight,
                         app.created_at,
-                        app.updated_at
+                        app.updated_at,
+                        opt_json_value(&app.portal_brand)
                     ])
                     .map_err(conflict("an application with this uid already exists"))?;
                 Ok(())
@@ -78,7 +81,7 @@ impl CatalogStore for SqliteStore {
             .write(move |conn| {
                 conn.prepare_cached(
                     "UPDATE app SET uid = ?, name = ?, metadata = ?, throttle_rate = ?, max_concurrency = ?, weight = ?,
-                        updated_at = ? WHERE id = ?",
+                        portal_brand = ?, updated_at = ? WHERE id = ?",
                 )?
                 .execute(params![
                     app.uid,
@@ -87,6 +90,7 @@ impl CatalogStore for SqliteStore {
                     app.throttle_rate,
                     app.max_concurrency,
                     app.weight,
+                    opt_json_value(&app.portal_brand),
                     app.updated_at,
                     app.id.as_str()
                 ])
@@ -172,6 +176,29 @@ impl CatalogStore for SqliteStore {
                 let mut stmt = conn.prepare_cached(&sql)?;
                 let found = stmt.query_map(params_from_iter(q.params), rows::endpoint)?.collect::<Result<_, _>>()?;
                 Ok(found)
+            })
+            .await
+    }
+
+    async fn search_catalog(&self, text: &str, limit: usize) -> StoreResult<(Vec<App>, Vec<Endpoint>)> {
+        let (text, pattern) = (text.to_owned(), contains_pattern(text));
+        self.readers
+            .read(move |conn| {
+                let apps = conn
+                    .prepare_cached(&format!(
+                        "SELECT {APP_COLUMNS} FROM app WHERE id = ?1 OR uid = ?1 OR name LIKE ?2 ESCAPE '\\'
+                         ORDER BY id LIMIT ?3"
+                    ))?
+                    .query_map(params![text, pattern, limit as i64], rows::app)?
+                    .collect::<Result<_, _>>()?;
+                let endpoints = conn
+                    .prepare_cached(&format!(
+                        "SELECT {ENDPOINT_COLUMNS} FROM endpoint WHERE id = ?1 OR url LIKE ?2 ESCAPE '\\'
+                         ORDER BY id LIMIT ?3"
+                    ))?
+                    .query_map(params![text, pattern, limit as i64], rows::endpoint)?
+                    .collect::<Result<_, _>>()?;
+                Ok((apps, endpoints))
             })
             .await
     }

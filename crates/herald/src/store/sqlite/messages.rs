@@ -35,6 +35,28 @@ impl MessageStore for SqliteStore {
             .await
     }
 
+    async fn find_messages(&self, id_or_event_id: &str, limit: usize) -> StoreResult<Vec<Message>> {
+        let key = id_or_event_id.to_owned();
+        self.readers
+            .read(move |conn| {
+                // The event id lookup goes through the (app_id, event_id) index, one probe per
+                // application, instead of scanning every message.
+                let sql = format!(
+                    "SELECT {MESSAGE_COLUMNS} FROM message m WHERE m.id = ?1
+                     UNION ALL
+                     SELECT {MESSAGE_COLUMNS} FROM message m
+                     WHERE m.app_id IN (SELECT id FROM app) AND m.event_id = ?1 AND m.id <> ?1
+                     ORDER BY 1 DESC LIMIT ?2"
+                );
+                let found = conn
+                    .prepare_cached(&sql)?
+                    .query_map(params![key, limit as i64], |row| rows::message(row, true))?
+                    .collect::<Result<_, _>>()?;
+                Ok(found)
+            })
+            .await
+    }
+
     async fn list_messages(&self, app: &AppId, filter: &MessageFilter, page: &PageQuery) -> StoreResult<Vec<Message>> {
         let (app, filter, page) = (app.clone(), filter.clone(), page.clone());
         self.readers

@@ -202,6 +202,7 @@ mod tests {
             throttle_rate: None,
             max_concurrency: Some(4),
             weight: Some(3),
+            portal_brand: None,
             created_at: 1,
             updated_at: 1,
         };

@@ -37,7 +37,7 @@ pub fn opt_json_value<T: Serialize>(value: &Option<T>) -> Option<String> {
     value.as_ref().map(|v| to_json(v))
 }
 
-pub const APP_COLUMNS: &str = "id, uid, name, metadata, throttle_rate, max_concurrency, weight, created_at, updated_at";
+pub const APP_COLUMNS: &str = "id, uid, name, metadata, throttle_rate, max_concurrency, weight, created_at, updated_at, portal_brand";
 
 pub fn app(row: &Row<'_>) -> rusqlite::Result<App> {
     Ok(App {
@@ -50,6 +50,7 @@ pub fn app(row: &Row<'_>) -> rusqlite::Result<App> {
         weight: row.get(6)?,
         created_at: row.get(7)?,
         updated_at: row.get(8)?,
+        portal_brand: opt_json(row, 9)?,
     })
 }
 
@@ -137,7 +138,7 @@ pub fn message(row: &Row<'_>, with_payload: bool) -> rusqlite::Result<Message> {
 }
 
 pub const ATTEMPT_COLUMNS: &str = "a.id, a.msg_id, a.endpoint_id, a.app_id, a.created_at, a.url, a.status_code, \
-     a.duration_ms, a.delivered, a.error_class, a.error, a.response, a.trigger, a.attempt_no";
+     a.duration_ms, a.delivered, a.error_class, a.error, a.response, a.trigger, a.attempt_no, a.delivery_id";
 
 pub fn attempt(row: &Row<'_>, with_content: bool) -> rusqlite::Result<Attempt> {
     Ok(Attempt {
@@ -155,6 +156,7 @@ pub fn attempt(row: &Row<'_>, with_content: bool) -> rusqlite::Result<Attempt> {
         response: if with_content { row.get(11)? } else { String::new() },
         trigger: Trigger::from_code(row.get(12)?),
         attempt_no: row.get(13)?,
+        delivery_id: row.get(14)?,
     })
 }
 
