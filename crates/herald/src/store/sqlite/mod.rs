@@ -160,8 +160,8 @@ mod tests {
 
     crate::conformance_suite!(Fixture::new());
 
-    /// A database of schema version 1 (an earlier Herald) is brought to version 2 at open,
-    /// keeping its rows; its plaintext endpoint headers read until they are sealed.
+    /// A database of schema version 1 (an earlier Herald) is brought to the latest version
+    /// at open, keeping its rows; its plaintext endpoint headers read until they are sealed.
     #[tokio::test]
     async fn a_version_1_database_is_migrated_in_place() {
         let dir = tempfile::tempdir().unwrap();
@@ -182,11 +182,13 @@ mod tests {
         let headers = endpoint.unwrap().headers;
         assert!(headers.is_plaintext() && headers.0.contains("x-old"), "{headers:?}");
         assert!(store.list_sessions(None).await.unwrap().is_empty(), "the session table exists");
+        let app = store.app("app_1").await.unwrap().expect("the application is kept");
+        assert_eq!((app.name.as_str(), app.portal_brand), ("old", None), "version 3 adds the brand column");
         drop(store);
         let reopened = Connection::open(&path).unwrap();
         let version: i64 = reopened.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
         let resend: i64 = reopened.query_row("SELECT resend FROM delivery", [], |r| r.get(0)).unwrap();
-        assert_eq!((version, resend), (2, 0));
+        assert_eq!((version, resend), (MIGRATIONS.len() as i64, 0));
     }
 
     #[tokio::test]
