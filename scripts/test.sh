@@ -10,7 +10,8 @@
 # PostgreSQL clusters are started by the tests themselves (initdb + postgres from the server
 # binaries on this machine, on free ports, in temporary directories). The dashboard tests
 # drive a headless Chromium: the Debian packages chromium and chromium-driver are installed
-# when missing; screenshots land in test-artifacts/.
+# when missing; every page is checked with the pinned axe-core (tests/browser/package.json);
+# screenshots land in test-artifacts/.
 # Extra arguments go to the test runner (e.g. a test name filter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,17 +31,21 @@ if ! cmp -s "$requirements" "$stamp" 2>/dev/null; then
 fi
 export HERALD_TEST_PYTHON="$venv/bin/python"
 
-node_sdk="$cache/node-sdk"
-js=crates/herald/tests/sdk/js
-if ! cmp -s "$js/package-lock.json" "$node_sdk/package-lock.json" 2>/dev/null; then
-    command -v npm >/dev/null 2>&1 || { echo "node and npm are needed for the JavaScript SDK test" >&2; exit 1; }
-    echo "==> installing the Svix JavaScript SDK for the kitchen-sink test ($node_sdk)"
-    rm -rf "$node_sdk"
-    mkdir -p "$node_sdk"
-    cp "$js/package.json" "$js/package-lock.json" "$node_sdk/"
-    (cd "$node_sdk" && npm ci --silent --no-audit --no-fund)
-fi
-export HERALD_TEST_NODE_MODULES="$node_sdk/node_modules"
+# Installs the pinned npm packages of $1 (package.json + package-lock.json) into $2, once.
+npm_install() {
+    if ! cmp -s "$1/package-lock.json" "$2/package-lock.json" 2>/dev/null; then
+        command -v npm >/dev/null 2>&1 || { echo "node and npm are needed for $3" >&2; exit 1; }
+        echo "==> installing $3 ($2)"
+        rm -rf "$2"
+        mkdir -p "$2"
+        cp "$1/package.json" "$1/package-lock.json" "$2/"
+        (cd "$2" && npm ci --silent --no-audit --no-fund)
+    fi
+}
+npm_install crates/herald/tests/sdk/js "$cache/node-sdk" "the Svix JavaScript SDK for the kitchen-sink test"
+export HERALD_TEST_NODE_MODULES="$cache/node-sdk/node_modules"
+npm_install crates/herald/tests/browser "$cache/node-browser" "axe-core for the dashboard's accessibility checks"
+export HERALD_TEST_AXE="$cache/node-browser/node_modules/axe-core/axe.min.js"
 
 if ! command -v chromedriver >/dev/null 2>&1 || ! command -v chromium >/dev/null 2>&1; then
     echo "==> installing chromium and chromium-driver (Debian packages) for the dashboard tests"

@@ -17,7 +17,7 @@ mod idempotency;
 mod list;
 mod message;
 pub mod openapi;
-mod portal_access;
+pub(crate) mod portal_access;
 mod rate_limit;
 mod routes;
 mod session;
@@ -125,7 +125,9 @@ fn api_routes() -> Routes {
 /// the dashboard.
 pub fn router(state: AppState) -> Router {
     let api = api_routes().into_router().layer(from_fn_with_state(state.clone(), idempotency::layer));
-    api.merge(crate::dashboard::routes().into_router())
+    let dashboard =
+        crate::dashboard::routes().into_router().layer(from_fn_with_state(state.clone(), crate::dashboard::security_headers));
+    api.merge(dashboard)
         .fallback(|| async { ApiError::NotFound("route") })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)

@@ -8,9 +8,9 @@ use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
 use serde::Deserialize;
 
-use super::view::{self, csrf};
+use super::view::csrf;
 use super::{Page, Viewer};
-use crate::api::{ApiError, AppState, body_time, visible_app, visible_endpoint, visible_message};
+use crate::api::{ApiError, AppState, portal_access, visible_app, visible_endpoint, visible_message};
 use crate::clock::Millis;
 use crate::store::{DeadLetterFilter, Requeue};
 
@@ -104,7 +104,7 @@ pub async fn bulk_replay(
             html! { input type="hidden" name=(name) value=(value.clone().unwrap_or_default()); }
         };
         let body = html! {
-            p #dry-run-count { (ids.len()) " dead letters match." }
+            p #dry-run-count { @if ids.len() == 1 { "1 dead letter matches." } @else { (ids.len()) " dead letters match." } }
             form method="post" action={ "/app/" (app.id) "/replay" } {
                 (csrf(&viewer.csrf))
                 (keep("status_code", &form.status_code)) (keep("error_class", &form.error_class))
@@ -115,14 +115,36 @@ pub async fn bulk_replay(
             p { a href={ "/app/" (app.id) } { "Cancel" } }
         };
         return Ok(
-            Page::ok(view::layout("Replay dead letters", Some(super::pages::nav_for(&viewer)), body)).into_response()
+            Page::of(&viewer, "Replay dead letters", body).into_response()
         );
     }
     let task = state.replays.start(state.store.clone(), state.dispatcher.clone(), app.id.clone(), ids);
     Ok(Redirect::to(&format!("/app/{}/replay/{}", app.id, task.id)).into_response())
 }
 
-/// A form's time field; left empty, it is not given.
+/// Revokes every portal link of the application (`POST /api/v1/auth/app/{app}/expire-all`);
+/// the operator's only.
+pub async fn revoke_portal_links(
+    State(state): State<AppState>,
+    viewer: Viewer,
+    Path(app_id): Path<String>,
+    Form(form): Form<CsrfOnly>,
+) -> Result<Response, Page> {
+    viewer.check_csrf(&form.csrf)?;
+    let app = visible_app(&state, &viewer.principal, &app_id).await?;
+    let path = Path(app_id.clone());
+    portal_access::expire_all(State(state), viewer.principal.clone(), path, Default::default()).await?;
+    Ok(Redirect::to(&format!("/app/{}", app.id)).into_response())
+}
+
+/// A form's time field (RFC 3339, or a `datetime-local` value read as UTC); left empty, it
+/// is not given.
 fn time(field: &str, raw: Option<&str>) -> Result<Option<Millis>, Page> {
-    Ok(body_time(field, raw.map(str::trim).filter(|r| !r.is_empty()))?)
+    match raw.map(str::trim).filter(|r| !r.is_empty()) {
+        None => Ok(None),
+        Some(raw) => match super::pages::form_time(Some(raw)) {
+            Some(at) => Ok(Some(at)),
+            None => Err(ApiError::invalid(field, "is not a time (2026-12-01T14:30, or RFC 3339)").into()),
+        },
+    }
 }

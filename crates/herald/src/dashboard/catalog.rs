@@ -6,8 +6,6 @@ use axum::extract::{Path, Query, State};
 use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::pages::nav_for;
-use super::view;
 use super::{Page, Viewer};
 use crate::api::{ApiError, AppState, visible_app};
 use crate::store::PageQuery;
@@ -120,15 +118,15 @@ pub async fn page(
                         h3 { code { (t.name) } @if t.deprecated { " " span.error { "deprecated" } } }
                         @if !t.description.is_empty() { p { (t.description) } }
                         @if let Some(example) = &t.example {
-                            details { summary { "Example payload" } pre.payload { (example) } }
+                            details { summary { "Example payload" } pre.payload tabindex="0" { (example) } }
                         }
                         @if let Some(schema) = &t.schema {
-                            details { summary { "Schema" } pre.payload { (schema) } }
+                            details { summary { "Schema" } pre.payload tabindex="0" { (schema) } }
                         }
                     }
                 }
             }
         }
     };
-    Ok(Page::ok(view::layout("Event catalog", Some(nav_for(&viewer)), body)))
+    Ok(Page::of(&viewer, "Event catalog", body))
 }

@@ -70,7 +70,7 @@ pub fn ranked_bars(id: &str, caption: &str, rows: &[(String, f64)], unit: &str) 
                         title { (label) ": " (format_value(*value, unit)) }
                         text.row-label x=(fmt(label_width - 8.0)) y=(fmt(y + 15.0)) { (shorten(label, 40)) }
                         rect class="bar s0" x=(fmt(label_width)) y=(fmt(y + 3.0)) width=(fmt(scale(*value).max(1.0)))
-                            height=(fmt(row_height - 6.0));
+                            height=(fmt(row_height - 6.0)) {}
                         text.value-label x=(fmt(label_width + scale(*value) + 6.0)) y=(fmt(y + 15.0)) {
                             (format_value(*value, unit))
                         }
@@ -124,7 +124,7 @@ pub fn lines(id: &str, caption: &str, axis: &Axis, series: &[Series<'_>], unit: 
                 @for (k, s) in series.iter().enumerate() {
                     @for run in runs(&s.values) {
                         @if run.len() > 1 {
-                            polyline class={ "line l" (k) } points=(frame.points(&run));
+                            polyline class={ "line l" (k) } points=(frame.points(&run)) {}
                         }
                     }
                     @for (i, value) in s.values.iter().enumerate() {
@@ -179,12 +179,12 @@ impl Frame {
         let fill = (series > 0).then(|| format!("url(#{id}-hatch{})", series.min(2)));
         html! {
             rect class={ "bar s" (series) } x=(fmt(x)) y=(fmt(y1)) width=(fmt(width)) height=(fmt((y0 - y1).max(0.5)))
-                fill=[fill];
+                fill=[fill] {}
         }
     }
 
     fn points(&self, run: &[(usize, f64)]) -> String {
-        run.iter().map(|(i, v)| format!("{},{}", fmt(self.x_mid(*i)), fmt(self.y(*v)))).collect::<Vec<_>>().join(" ")
+        run.iter().map(|(i, v)| format!("{},{}", fmt(self.x_mid(*i)).0, fmt(self.y(*v)).0)).collect::<Vec<_>>().join(" ")
     }
 
     /// Gridlines at 0, half and the top, and time labels at about six places.
@@ -194,7 +194,7 @@ impl Frame {
             g.grid {
                 @for fraction in [0.0, 0.5, 1.0] {
                     @let y = self.y(self.top * fraction);
-                    line x1=(fmt(LEFT)) x2=(fmt(WIDTH - RIGHT)) y1=(fmt(y)) y2=(fmt(y));
+                    line x1=(fmt(LEFT)) x2=(fmt(WIDTH - RIGHT)) y1=(fmt(y)) y2=(fmt(y)) {}
                     text.y-label x=(fmt(LEFT - 6.0)) y=(fmt(y + 4.0)) { (format_value(self.top * fraction, unit)) }
                 }
                 @for i in (0..self.slots).step_by(every) {
@@ -211,12 +211,12 @@ impl Frame {
 fn hatch(id: &str) -> Markup {
     html! {
         pattern #{ (id) "-hatch1" } width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)" {
-            rect.hatch-bg width="6" height="6";
-            line.hatch x1="0" y1="0" x2="0" y2="6";
+            rect.hatch-bg width="6" height="6" {}
+            line.hatch x1="0" y1="0" x2="0" y2="6" {}
         }
         pattern #{ (id) "-hatch2" } width="6" height="6" patternUnits="userSpaceOnUse" {
-            rect.hatch-bg2 width="6" height="6";
-            path.hatch d="M0,0 L6,6 M6,0 L0,6";
+            rect.hatch-bg2 width="6" height="6" {}
+            path.hatch d="M0,0 L6,6 M6,0 L0,6" {}
         }
     }
 }
@@ -233,8 +233,8 @@ fn legend(series: &[Series<'_>], kind: LegendKind) -> Markup {
                 li {
                     svg.swatch viewBox="0 0 24 12" aria-hidden="true" {
                         @match kind {
-                            LegendKind::Bars => rect class={ "swatch-bar s" (k) } width="24" height="12",
-                            LegendKind::Lines => line class={ "line l" (k) } x1="0" y1="6" x2="24" y2="6",
+                            LegendKind::Bars => { rect class={ "swatch-bar s" (k) } width="24" height="12" {} }
+                            LegendKind::Lines => { line class={ "line l" (k) } x1="0" y1="6" x2="24" y2="6" {} }
                         }
                     }
                     (s.name)
@@ -286,6 +286,7 @@ fn numbers(series: &[Series<'_>], i: usize, unit: &str) -> String {
 fn format_value(v: f64, unit: &str) -> String {
     match unit {
         "ms" if v >= 10_000.0 => format!("{:.0} s", v / 1000.0),
+        "ms" if v > 0.0 && v < 10.0 => format!("{v:.1} ms"),
         "ms" => format!("{v:.0} ms"),
         _ => format!("{v:.0}"),
     }

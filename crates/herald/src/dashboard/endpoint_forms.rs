@@ -13,7 +13,6 @@ use serde_json::{Value, json};
 use super::catalog;
 use super::endpoints::{Draft, endpoint_page, new_page};
 use super::form::{Fields, body, problems};
-use super::pages::nav_for;
 use super::{Page, Viewer, view};
 use crate::api::{ApiError, AppState, endpoint, endpoint_ops, stats, visible_app, visible_endpoint};
 
@@ -95,7 +94,7 @@ pub async fn update(
         Err(e) if !problems(&e).is_empty() => {
             let draft = draft(&fields, problems(&e));
             let status = StatusCode::UNPROCESSABLE_ENTITY;
-            Ok(endpoint_page(&state, &viewer, &app, &existing, &draft, None, status).await?.into_response())
+            Ok(endpoint_page(&state, &viewer, &app, &existing, &draft, Default::default(), status).await?.into_response())
         }
         Err(e) => Err(e.into()),
     }
@@ -136,7 +135,7 @@ pub async fn delete(
             }
             p { a href={ "/app/" (app.id) "/endpoint/" (existing.id) } { "Cancel" } }
         };
-        return Ok(Page::ok(view::layout("Delete the endpoint?", Some(nav_for(&viewer)), body)).into_response());
+        return Ok(Page::of(&viewer, "Delete the endpoint?", body).into_response());
     }
     let path = Path((app_id, endpoint_id));
     endpoint::delete_endpoint(State(state), viewer.principal.clone(), path).await?;

@@ -1,6 +1,7 @@
 //! An application's endpoints as its owner manages them: the add form and an endpoint's
-//! page (health, settings, subscription, headers, signing secret, test events, recent
-//! attempts). The forms post to `endpoint_forms`, which call the API's own handlers.
+//! page (health and its charts, the breaker's history, settings, subscription, headers,
+//! signing secret, test events, recent attempts, dead-letter analysis). The forms post to
+//! `endpoint_forms`, which call the API's own handlers.
 
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -8,12 +9,16 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::catalog::{self, Catalogued};
-use super::pages::{nav_for, page_of};
-use super::view::{self, csrf, live, ms, when};
+use super::log;
+use super::names::{Names, small_id};
+use super::pages::{DAY_MS, dead_letter_rows, dead_letter_table, page_of};
+use super::trends::{self, Window};
+use super::view::{circuit_label, csrf, live, ms, when};
 use super::{Page, Viewer};
 use crate::api::{ApiError, AppState, endpoint_ops, stats, visible_app, visible_endpoint};
 use crate::breaker::BreakerState;
-use crate::store::{App, AttemptFilter, Endpoint, MessageFilter};
+use crate::clock::now_ms;
+use crate::store::{App, AttemptFilter, BreakerEvent, BreakerEventKind, Endpoint, MessageFilter};
 
 /// What the settings form shows: the values (as typed, after a refusal) and the problems.
 #[derive(Default)]
@@ -98,13 +103,15 @@ pub fn new_page(viewer: &Viewer, app: &App, draft: &Draft, types: &[Catalogued],
         p { a href={ "/app/" (app.id) } { "← " (app.name) } }
         (settings_form(app, None, draft, types, &viewer.csrf))
     };
-    Page::ok(view::layout("Add an endpoint", Some(nav_for(viewer)), body)).with_status(status)
+    Page::of(viewer, "Add an endpoint", body).with_status(status)
 }
 
 #[derive(Deserialize, Default)]
 pub struct DetailQuery {
     /// A test message just sent: its outcome is shown at the top.
     test: Option<String>,
+    /// `7d`: the charts span a week.
+    window: Option<String>,
 }
 
 /// An endpoint's page.
@@ -116,7 +123,21 @@ pub async fn detail(
 ) -> Result<Page, Page> {
     let (app, endpoint) = visible_endpoint(&state, &viewer.principal, &app_id, &endpoint_id).await?;
     let draft = Draft::of(&endpoint);
-    endpoint_page(&state, &viewer, &app, &endpoint, &draft, q.test.as_deref(), StatusCode::OK).await
+    let shown = Shown { test: q.test.as_deref(), window: Window::from_query(q.window.as_deref()) };
+    endpoint_page(&state, &viewer, &app, &endpoint, &draft, shown, StatusCode::OK).await
+}
+
+/// What an endpoint's page shows besides the endpoint: a test's outcome, a chart window.
+#[derive(Clone, Copy)]
+pub struct Shown<'a> {
+    pub test: Option<&'a str>,
+    pub window: Window,
+}
+
+impl Default for Shown<'_> {
+    fn default() -> Self {
+        Self { test: None, window: Window::Short }
+    }
 }
 
 /// Renders an endpoint's page, with `draft` in its settings form.
@@ -126,7 +147,7 @@ pub async fn endpoint_page(
     app: &App,
     endpoint: &Endpoint,
     draft: &Draft,
-    test: Option<&str>,
+    shown: Shown<'_>,
     status: StatusCode,
 ) -> Result<Page, Page> {
     let err = ApiError::from;
@@ -144,15 +165,20 @@ pub async fn endpoint_page(
         with_content: true,
     };
     let attempts = state.store.list_attempts(&filter, &page_of(20)).await.map_err(err)?;
+    let names = Names::of(state, [&endpoint.id], [&app.id]).await;
+    let shapes = log::shapes(state, [&endpoint.id]).await;
+    let history = state.store.breaker_events(&endpoint.id, now_ms() - 7 * DAY_MS, 50).await.map_err(err)?;
+    let dead = dead_letter_rows(state, Some(&app.id), Some(&endpoint.id)).await?;
+    let charts = trends::deliveries(state, std::slice::from_ref(&endpoint.id), shown.window, "endpoint").await?;
     let types = catalog::load(state).await?;
     let secret = endpoint_ops::shown_secret(state, endpoint)?;
     let headers = endpoint_ops::header_names(state, endpoint)?;
     let base = format!("/app/{}/endpoint/{}", app.id, endpoint.id);
-    let tested = test.map(|msg| test_outcome(&attempts, msg));
+    let tested = shown.test.map(|msg| test_outcome(&attempts, msg));
     let body = html! {
-        @if tested.as_ref().is_some_and(|(done, _)| !done) { (live()) }
+        @if tested.as_ref().is_some_and(|(done, _)| !done) { (live(2)) }
         p { a href={ "/app/" (app.id) } { "← " (app.name) } }
-        p.muted { (endpoint.url) br; span.id { (endpoint.id) } }
+        p.muted { span.url { (endpoint.url) } br; (small_id(endpoint.id.as_str())) }
         @if let Some((_, outcome)) = &tested { (outcome) }
         div.cards #endpoint-health {
             div.card { div.n #circuit { (circuit_label(health.state)) } div.l { "circuit" } }
@@ -169,6 +195,10 @@ pub async fn endpoint_page(
                 span.muted { " The circuit is " (circuit_label(health.state)) "; deliveries wait until a probe succeeds." }
             }
         }
+        (trends::switch(&base, shown.window, "last 24 hours"))
+        (charts)
+        h2 { "Circuit breaker history, last 7 days" }
+        (breaker_history(&history))
         h2 { "Send a test event" }
         form.inline #test-event method="post" action={ (base) "/test" } {
             (csrf(&viewer.csrf))
@@ -206,7 +236,10 @@ pub async fn endpoint_page(
         h2 { "Custom headers" }
         (headers_section(&base, &headers, &viewer.csrf))
         h2 { "Recent attempts" }
-        (attempts_table(app, &attempts))
+        (log::attempts_table(&attempts, &names, &shapes, &state.settings.user_agent, false))
+        p { a href={ "/app/" (app.id) "/log?endpoint=" (endpoint.id) } { "Every attempt of this endpoint" } }
+        h2 { "Dead letters, last 24 hours" }
+        (dead_letter_table(&dead, &names, true, &viewer.csrf))
         h2 { "Delete" }
         form.inline method="post" action={ (base) "/delete" } {
             (csrf(&viewer.csrf))
@@ -214,7 +247,7 @@ pub async fn endpoint_page(
         }
     };
     let title = if endpoint.description.is_empty() { "Endpoint" } else { endpoint.description.as_str() };
-    Ok(Page::ok(view::layout(title, Some(nav_for(viewer)), body)).with_status(status))
+    Ok(Page::of(viewer, title, body).with_status(status))
 }
 
 /// Whether a test message's attempt is in, and what to show about it.
@@ -235,14 +268,6 @@ fn test_outcome(attempts: &[crate::store::Attempt], msg: &str) -> (bool, Markup)
             "Test event failed: " (a.error_class.clone().unwrap_or_else(|| a.status_code.to_string()))
             @if let Some(e) = &a.error { " — " (e) } } },
         ),
-    }
-}
-
-fn circuit_label(state: BreakerState) -> &'static str {
-    match state {
-        BreakerState::Closed => "closed",
-        BreakerState::Open => "open",
-        BreakerState::HalfOpen => "half-open",
     }
 }
 
@@ -276,21 +301,23 @@ fn headers_section(base: &str, names: &[String], token: &str) -> Markup {
     }
 }
 
-fn attempts_table(app: &App, attempts: &[crate::store::Attempt]) -> Markup {
+/// The breaker's transitions, newest first, with what each means.
+fn breaker_history(events: &[BreakerEvent]) -> Markup {
+    let meaning = |kind: BreakerEventKind| match kind {
+        BreakerEventKind::Opened => "opened: deliveries wait for a probe",
+        BreakerEventKind::Reopened => "opened again: the probe failed, the cooldown doubles",
+        BreakerEventKind::Closed => "closed: a probe succeeded",
+        BreakerEventKind::Reset => "closed: the endpoint was changed or enabled again",
+        BreakerEventKind::RetryNow => "retry now: the probe went before the cooldown ended",
+    };
     html! {
-        @if attempts.is_empty() { p.muted { "No attempts yet." } } @else {
-            table.attempts {
-                tr { th { "When" } th { "Message" } th { "Status" } th { "Duration" } th { "Error" } th { "Response" } }
-                @for a in attempts {
-                    tr class={ @if a.delivered { "delivered" } @else { "failed" } } {
-                        td { (when(Some(a.created_at))) }
-                        td { a href={ "/app/" (app.id) "/msg/" (a.msg_id) } { (a.msg_id) } }
-                        td.code { (a.status_code) }
-                        td { (a.duration_ms) " ms" }
-                        td { (a.error_class.clone().unwrap_or_default()) }
-                        td { pre.response { (a.response) } }
-                    }
-                }
+        @if events.is_empty() { p.muted #breaker-history { "No transitions: the circuit stayed closed." } } @else {
+            table #breaker-history {
+                thead { tr { th { "When" } th { "What happened" } th { "Failures in a row" } th { "Cooldown" } } }
+                tbody { @for e in events {
+                    tr { td { (when(Some(e.at))) } td { (meaning(e.kind)) } td { (e.failures) }
+                         td { (format!("{} s", e.cooldown_ms / 1000)) } }
+                } }
             }
         }
     }

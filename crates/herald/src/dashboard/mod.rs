@@ -5,12 +5,19 @@
 //! sees what its token may see through the API, with sensitive fields masked.
 
 mod actions;
+mod apps;
 mod catalog;
+mod chart;
 mod endpoint_forms;
 mod endpoints;
 mod form;
+mod log;
+mod look;
+mod names;
+mod overview;
 mod pages;
 mod session;
+mod trends;
 mod view;
 
 use axum::Form;
@@ -22,20 +29,27 @@ use serde::Deserialize;
 use subtle::ConstantTimeEq;
 
 use crate::api::{ApiError, AppState, Principal, Routes, client_address, token_hash};
+pub use look::headers as security_headers;
+use look::Look;
 use crate::store::EndSessions;
 
 pub fn routes() -> Routes {
     Routes::new()
-        .get("/", pages::home)
+        .get("/", overview::home)
         .get("/login", login_form)
         .post("/login", login)
         .post("/logout", logout)
         .get("/portal", portal)
         .get("/assets/style.css", style)
         .get("/assets/portal.js", portal_js)
-        .get("/apps", pages::apps)
-        .get("/dead-letters", pages::dead_letters)
-        .get("/app/{app_id}", pages::app)
+        .get("/assets/live.js", live_js)
+        .get("/assets/icon.svg", icon)
+        .get("/apps", apps::list)
+        .get("/search", overview::search)
+        .get("/dead-letters", overview::dead_letters)
+        .get("/app/{app_id}", apps::page)
+        .get("/app/{app_id}/log", log::page)
+        .post("/app/{app_id}/portal-links/revoke", actions::revoke_portal_links)
         .get("/app/{app_id}/event-types", catalog::page)
         .get("/app/{app_id}/endpoint/new", endpoints::new_form)
         .post("/app/{app_id}/endpoint/new", endpoint_forms::create)
@@ -47,8 +61,8 @@ pub fn routes() -> Routes {
         .post("/app/{app_id}/endpoint/{endpoint_id}/secret/rotate", endpoint_forms::rotate)
         .post("/app/{app_id}/endpoint/{endpoint_id}/test", endpoint_forms::test_event)
         .post("/app/{app_id}/endpoint/{endpoint_id}/retry", endpoint_forms::retry)
-        .get("/app/{app_id}/msg/{msg_id}", pages::message)
-        .get("/app/{app_id}/replay/{task_id}", pages::replay_progress)
+        .get("/app/{app_id}/msg/{msg_id}", log::message)
+        .get("/app/{app_id}/replay/{task_id}", log::replay_progress)
         .post("/app/{app_id}/msg/{msg_id}/endpoint/{endpoint_id}/resend", actions::resend)
         .post("/app/{app_id}/endpoint/{endpoint_id}/recover", actions::recover)
         .post("/app/{app_id}/replay", actions::bulk_replay)
@@ -59,6 +73,8 @@ pub struct Viewer {
     pub principal: Principal,
     /// The CSRF token every form of this session carries.
     pub csrf: String,
+    /// The brand its pages carry, and whether they may be framed.
+    pub look: Look,
 }
 
 /// Why a page is not served: not signed in (or no longer), back to the login page; or the
@@ -89,7 +105,8 @@ impl FromRequestParts<AppState> for Viewer {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, SignIn> {
         let secret = session::cookie(&parts.headers, session::COOKIE).ok_or(SignIn::Needed)?;
         let principal = session::resolve(state, &secret).await.ok_or(SignIn::Needed)?.map_err(SignIn::Busy)?;
-        Ok(Self { principal, csrf: session::csrf_token(&secret) })
+        let look = Look::of(state, &principal).await;
+        Ok(Self { principal, csrf: session::csrf_token(&secret), look })
     }
 }
 
@@ -104,44 +121,44 @@ impl Viewer {
     }
 }
 
-/// A page or an error page.
+/// A page or an error page, with the look its security headers are built from
+/// ([`look::headers`]).
 pub struct Page {
     status: StatusCode,
     html: String,
+    look: Look,
 }
 
 impl Page {
-    pub fn ok(html: maud::Markup) -> Self {
-        Self { status: StatusCode::OK, html: html.into_string() }
+    /// A signed-in viewer's page.
+    pub fn of(viewer: &Viewer, title: &str, body: maud::Markup) -> Self {
+        let html = view::layout(title, Some(pages::nav_for(viewer)), &viewer.look.brand, body).into_string();
+        Self { status: StatusCode::OK, html, look: viewer.look.clone() }
+    }
+
+    /// A page shown before sign-in, in the server's brand.
+    pub fn public(state: &AppState, title: &str, body: maud::Markup) -> Self {
+        let look = Look::public(state);
+        let html = view::layout(title, None, &look.brand, body).into_string();
+        Self { status: StatusCode::OK, html, look }
     }
 
     pub fn with_status(self, status: StatusCode) -> Self {
         Self { status, ..self }
     }
 
+    /// An error page, in Herald's own colours (it may be shown before anything is known).
     pub fn error(status: StatusCode, message: &str) -> Self {
-        Self { status, html: view::layout("Error", None, view::error(status, message)).into_string() }
+        let look = Look { brand: Default::default(), embeddable: true };
+        let html = view::layout("Error", None, &look.brand, view::error(status, message)).into_string();
+        Self { status, html, look }
     }
 }
 
 impl IntoResponse for Page {
     fn into_response(self) -> Response {
         let mut response = (self.status, Html(self.html)).into_response();
-        let headers = response.headers_mut();
-        // Nothing inline runs; nothing loads from elsewhere; no framing.
-        headers.insert(
-            header::CONTENT_SECURITY_POLICY,
-            HeaderValue::from_static(
-                "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; form-action 'self'; \
-                 frame-ancestors 'none'; base-uri 'none'",
-            ),
-        );
-        headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-        // Pages show payloads and, when revealed, signing secrets: never kept by a cache.
-        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-        // Nothing leaves for other sites; same-origin posts keep their `Origin` (under
-        // `no-referrer` a browser sends `Origin: null`, which the sign-in refuses).
-        headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+        response.extensions_mut().insert(self.look);
         response
     }
 }
@@ -164,13 +181,13 @@ impl From<ApiError> for Page {
 }
 
 /// The sign-in page, with a fresh sign-in token in its form and cookie.
-async fn login_form(State(state): State<AppState>) -> Response {
-    login_page(&state, StatusCode::OK, None)
+async fn login_form(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    login_page(&state, &headers, StatusCode::OK, None)
 }
 
-fn login_page(state: &AppState, status: StatusCode, problem: Option<&str>) -> Response {
-    let (cookie, token) = session::login_token(state);
-    let page = Page::ok(view::layout("Sign in", None, view::login(&token, problem)));
+fn login_page(state: &AppState, request: &HeaderMap, status: StatusCode, problem: Option<&str>) -> Response {
+    let (cookie, token) = session::login_token(state, request);
+    let page = Page::public(state, "Sign in", view::login(&token, problem));
     let mut response = (status, page).into_response();
     response.headers_mut().insert(header::SET_COOKIE, cookie);
     response
@@ -188,16 +205,16 @@ struct LoginForm {
 async fn login(State(state): State<AppState>, parts: Parts, Form(form): Form<LoginForm>) -> Response {
     if !session::login_is_genuine(&state, &parts.headers, &form.csrf) {
         let why = "This sign-in form expired or did not come from Herald's own page; sign in again.";
-        return login_page(&state, StatusCode::FORBIDDEN, Some(why));
+        return login_page(&state, &parts.headers, StatusCode::FORBIDDEN, Some(why));
     }
     let token = form.token.trim();
     let principal = match Principal::from_token(&state, token, client_address(&parts)).await {
         Ok(principal) => principal,
         Err(ApiError::TooManyFailedAuthentications(_)) => {
             let why = "Too many failed sign-ins from this address; wait a minute and try again.";
-            return login_page(&state, StatusCode::TOO_MANY_REQUESTS, Some(why));
+            return login_page(&state, &parts.headers, StatusCode::TOO_MANY_REQUESTS, Some(why));
         }
-        Err(_) => return login_page(&state, StatusCode::UNAUTHORIZED, Some("That token is not valid.")),
+        Err(_) => return login_page(&state, &parts.headers, StatusCode::UNAUTHORIZED, Some("That token is not valid.")),
     };
     let (secret, lifetime) = match session::open(&state, &principal, token).await {
         Ok(opened) => opened,
@@ -209,8 +226,8 @@ async fn login(State(state): State<AppState>, parts: Parts, Form(form): Form<Log
     };
     let mut response = Redirect::to(&home).into_response();
     let headers = response.headers_mut();
-    headers.append(header::SET_COOKIE, session::set_cookie(&state, session::COOKIE, &secret, "/", lifetime));
-    headers.append(header::SET_COOKIE, session::set_cookie(&state, session::LOGIN_COOKIE, "", "/", 0));
+    headers.append(header::SET_COOKIE, session::set_cookie(&state, &parts.headers, session::COOKIE, &secret, lifetime));
+    headers.append(header::SET_COOKIE, session::set_cookie(&state, &parts.headers, session::LOGIN_COOKIE, "", 0));
     response
 }
 
@@ -231,17 +248,26 @@ async fn logout(
         state.store.end_sessions(EndSessions::Hash(token_hash(&secret))).await.map_err(ApiError::from)?;
     }
     let mut response = Redirect::to("/login").into_response();
-    response.headers_mut().insert(header::SET_COOKIE, session::set_cookie(&state, session::COOKIE, "", "/", 0));
+    let cleared = session::set_cookie(&state, &headers, session::COOKIE, "", 0);
+    response.headers_mut().insert(header::SET_COOKIE, cleared);
     Ok(response)
 }
 
 /// The app-portal entry: a page whose script posts the fragment's token to `/login`, with
 /// a sign-in token like the sign-in page's.
-async fn portal(State(state): State<AppState>) -> Response {
-    let (cookie, token) = session::login_token(&state);
-    let mut response = Page::ok(view::layout("Signing in…", None, view::portal(&token))).into_response();
+async fn portal(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let (cookie, token) = session::login_token(&state, &headers);
+    let mut response = Page::public(&state, "Signing in…", view::portal(&token)).into_response();
     response.headers_mut().insert(header::SET_COOKIE, cookie);
     response
+}
+
+async fn icon() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "image/svg+xml"), (header::CACHE_CONTROL, "max-age=86400")], view::ICON)
+}
+
+async fn live_js() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "text/javascript"), (header::CACHE_CONTROL, "max-age=3600")], view::LIVE_JS)
 }
 
 async fn portal_js() -> impl IntoResponse {

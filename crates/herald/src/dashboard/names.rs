@@ -36,8 +36,15 @@ impl Names {
         endpoints: impl IntoIterator<Item = &'a EndpointId>,
         apps: impl IntoIterator<Item = &'a AppId>,
     ) -> Self {
+        // Owned before the first await, so the future stays `Send` whatever iterators come in.
+        let endpoints: Vec<EndpointId> = endpoints.into_iter().cloned().collect();
+        let apps: Vec<AppId> = apps.into_iter().cloned().collect();
+        Self::lookup(state, endpoints, apps).await
+    }
+
+    async fn lookup(state: &AppState, endpoints: Vec<EndpointId>, apps: Vec<AppId>) -> Self {
         let mut names = Self::default();
-        for id in endpoints {
+        for id in &endpoints {
             if names.endpoints.contains_key(id) {
                 continue;
             }
@@ -50,7 +57,7 @@ impl Names {
                 names.endpoints.insert(id.clone(), known);
             }
         }
-        let wanted: Vec<AppId> = apps.into_iter().cloned().chain(names.endpoints.values().map(|k| k.app.clone())).collect();
+        let wanted: Vec<AppId> = apps.into_iter().chain(names.endpoints.values().map(|k| k.app.clone())).collect();
         for id in wanted {
             if names.apps.contains_key(&id) {
                 continue;

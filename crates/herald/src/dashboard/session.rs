@@ -1,7 +1,8 @@
 //! Dashboard sessions and CSRF tokens.
 //!
 //! Signing in trades a token for a session: a random secret in an `HttpOnly`,
-//! `SameSite=Strict` cookie with an expiry (`Secure` when the public URL is https). The store
+//! `SameSite=Strict` cookie with an expiry (`Secure` when the public URL is https; in an
+//! embedding site's frame `SameSite=None; Secure; Partitioned` instead, see `look`). The store
 //! keeps only the secret's hash, so a copy of the database opens no session. A session ends
 //! at its expiry, at sign-out (its row is deleted), when the operator revokes it
 //! (`/api/v1/auth/session`), or as soon as the token it signed in with stops being valid (a
@@ -90,18 +91,25 @@ pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
     })
 }
 
-/// A `Set-Cookie` value: `HttpOnly`, `SameSite=Strict`, expiring after `max_age` seconds,
-/// `Secure` when Herald's public URL is https.
-pub fn set_cookie(state: &AppState, name: &str, value: &str, path: &str, max_age: u64) -> HeaderValue {
-    let secure = if state.settings.public_url.starts_with("https://") { "; Secure" } else { "" };
-    let cookie = format!("{name}={value}; Path={path}; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}");
+/// A `Set-Cookie` value for a response to `request`: `HttpOnly`, expiring after `max_age`
+/// seconds; `SameSite=Strict` (and `Secure` when Herald's public URL is https), or, inside
+/// an embedding site's frame, `SameSite=None; Secure; Partitioned` (see `look`).
+pub fn set_cookie(state: &AppState, request: &HeaderMap, name: &str, value: &str, max_age: u64) -> HeaderValue {
+    let scope = if super::look::embedded(state, request) {
+        "; SameSite=None; Secure; Partitioned"
+    } else if state.settings.public_url.starts_with("https://") {
+        "; SameSite=Strict; Secure"
+    } else {
+        "; SameSite=Strict"
+    };
+    let cookie = format!("{name}={value}; Path=/; HttpOnly; Max-Age={max_age}{scope}");
     HeaderValue::from_str(&cookie).expect("cookie values are base62")
 }
 
 /// A fresh sign-in token: the `Set-Cookie` carrying it, and the value for the form.
-pub fn login_token(state: &AppState) -> (HeaderValue, String) {
+pub fn login_token(state: &AppState, request: &HeaderMap) -> (HeaderValue, String) {
     let token = random_token(32);
-    (set_cookie(state, LOGIN_COOKIE, &token, "/", LOGIN_FORM_SECS), token)
+    (set_cookie(state, request, LOGIN_COOKIE, &token, LOGIN_FORM_SECS), token)
 }
 
 /// Whether a sign-in form was posted from Herald's own sign-in page: its token matches the

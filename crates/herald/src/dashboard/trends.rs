@@ -136,7 +136,7 @@ async fn slowest(state: &AppState, now: Millis) -> Result<Vec<(String, f64)>, Pa
         if let Ok(Some(target)) = state.catalog.target(&endpoint).await {
             let app = state.catalog.app(target.endpoint.app_id.as_str()).await.ok().flatten();
             let name = app.map(|a| a.name.clone()).unwrap_or_default();
-            rows.push((format!("{} · {}", name, super::view::endpoint_name(&target.endpoint)), p95));
+            rows.push((format!("{} · {}", name, super::names::endpoint_name(&target.endpoint)), p95));
         }
     }
     Ok(rows)

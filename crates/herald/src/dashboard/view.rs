@@ -2,12 +2,16 @@
 //! escapes every interpolated value, so receiver responses and payloads show as text.
 
 use axum::http::StatusCode;
-use maud::{DOCTYPE, Markup, html};
+use maud::{DOCTYPE, Markup, PreEscaped, html};
+
+use crate::brand::Brand;
 
 use crate::clock::{Millis, to_rfc3339};
 
 pub const STYLE: &str = include_str!("style.css");
 pub const PORTAL_JS: &str = include_str!("portal.js");
+pub const LIVE_JS: &str = include_str!("live.js");
+pub const ICON: &str = include_str!("icon.svg");
 
 /// What the navigation shows: the CSRF token for the sign-out form, and whether the viewer
 /// is the operator.
@@ -18,27 +22,36 @@ pub struct Nav<'a> {
     pub app: Option<&'a str>,
 }
 
-pub fn layout(title: &str, nav: Option<Nav<'_>>, body: Markup) -> Markup {
+pub fn layout(title: &str, nav: Option<Nav<'_>>, brand: &Brand, body: Markup) -> Markup {
+    let theme = brand.theme.unwrap_or_default().name();
     html! {
         (DOCTYPE)
-        html lang="en" {
+        html lang="en" data-theme=(theme) {
             head {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
-                title { (title) " · Herald" }
+                title { (title) " · " (brand.display_name()) }
                 link rel="stylesheet" href="/assets/style.css";
+                link rel="icon" href="/assets/icon.svg" type="image/svg+xml";
+                // The brand's colours: allowed by their hash in the page's policy.
+                @if let Some(style) = brand.style() { style { (PreEscaped(style)) } }
             }
             body {
                 header {
-                    a.brand href="/" { "Herald" }
+                    a.brand href="/" {
+                        @if let Some(logo) = &brand.logo_url { img.logo src=(logo) alt=""; }
+                        (brand.display_name())
+                    }
                     @if let Some(nav) = &nav {
                         nav {
                             @if nav.admin {
                                 a href="/" { "Overview" }
                                 a href="/apps" { "Applications" }
                                 a href="/dead-letters" { "Dead letters" }
+                                a href="/search" { "Search" }
                             } @else if let Some(app) = nav.app {
                                 a href={ "/app/" (app) } { "My application" }
+                                a href={ "/app/" (app) "/log" } { "Delivery log" }
                                 a href={ "/app/" (app) "/event-types" } { "Event catalog" }
                             }
                             form.inline method="post" action="/logout" {
@@ -84,11 +97,6 @@ pub fn error(status: StatusCode, message: &str) -> Markup {
     }
 }
 
-/// A time as RFC 3339, or a dash.
-pub fn time(at: Option<Millis>) -> String {
-    at.map(to_rfc3339).unwrap_or_else(|| "—".into())
-}
-
 /// A time as people read it ("3 min ago"), the exact time on hover and in `datetime`.
 pub fn when(at: Option<Millis>) -> Markup {
     when_from(at, crate::clock::now_ms())
@@ -115,7 +123,11 @@ fn relative(ago_ms: i64) -> String {
 }
 
 pub fn ms(value: Option<f64>) -> String {
-    value.map(|v| format!("{v:.0} ms")).unwrap_or_else(|| "—".into())
+    match value {
+        Some(v) if v > 0.0 && v < 10.0 => format!("{v:.1} ms"),
+        Some(v) => format!("{v:.0} ms"),
+        None => "—".into(),
+    }
 }
 
 /// A hidden CSRF field for a form.
@@ -123,9 +135,23 @@ pub fn csrf(token: &str) -> Markup {
     html! { input type="hidden" name="csrf" value=(token); }
 }
 
-/// Makes a page reload itself every few seconds (summary, running replays).
-pub fn live() -> Markup {
-    html! { meta http-equiv="refresh" content="3"; }
+/// Makes a page reload itself every `seconds` (summary, running replays, a test event
+/// under way), with a button that turns it off for the rest of the visit (`live.js`).
+pub fn live(seconds: u32) -> Markup {
+    html! {
+        p.live { button #live-toggle type="button" aria-pressed="true" data-seconds=(seconds) {
+            "Refreshing every " (seconds) " s: on" } }
+        script src="/assets/live.js" {}
+    }
+}
+
+/// A circuit breaker's state as the pages write it.
+pub fn circuit_label(state: crate::breaker::BreakerState) -> &'static str {
+    match state {
+        crate::breaker::BreakerState::Closed => "closed",
+        crate::breaker::BreakerState::Open => "open",
+        crate::breaker::BreakerState::HalfOpen => "half-open",
+    }
 }
 
 #[cfg(test)]

@@ -66,6 +66,7 @@ async fn operators_and_customers_see_failures_and_replay_them_in_a_real_browser(
     let page = server.url(&format!("/app/{app}/msg/{msg}"));
     browser.goto(&page).await;
     assert_eq!(browser.text("td.status").await, "fail");
+    browser.run("document.querySelectorAll('details.exchange').forEach(d => d.open = true);").await;
     assert_eq!(browser.text("pre.response").await, HOSTILE_BODY);
     assert_eq!(browser.run("return window.owned === undefined;").await, true, "the receiver's script never ran");
     assert_ne!(browser.title().await, "owned");

@@ -14,6 +14,7 @@ mod health;
 mod hostile;
 mod isolation;
 mod lifecycle;
+mod pages;
 mod portal;
 mod postbacks;
 mod postgres;

@@ -1,6 +1,8 @@
 //! A real headless Chromium driven over WebDriver (the `chromedriver` of the Debian
 //! packages `chromium` and `chromium-driver`, which `scripts/test.sh` installs when
-//! missing). A small client of the W3C WebDriver protocol over reqwest.
+//! missing). A small client of the W3C WebDriver protocol over reqwest, and [`Browser::audit`]:
+//! a page's screenshot, its accessibility check (axe-core, run in the same Chromium) and
+//! its console, checked together.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -46,8 +48,8 @@ impl Browser {
             "binary": which("chromium"),
             "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1100"],
         });
-        let capabilities =
-            json!({"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": chrome}}});
+        let always = json!({"browserName": "chrome", "goog:chromeOptions": chrome, "goog:loggingPrefs": {"browser": "ALL"}});
+        let capabilities = json!({"capabilities": {"alwaysMatch": always}});
         let session: Value =
             http.post(format!("{driver_url}/session")).json(&capabilities).send().await.unwrap().json().await.unwrap();
         let id = session["value"]["sessionId"].as_str().unwrap_or_else(|| panic!("no WebDriver session: {session}"));
@@ -118,6 +120,57 @@ impl Browser {
         self.call(reqwest::Method::POST, "/execute/sync", Some(json!({"script": script, "args": []}))).await
     }
 
+    /// Runs `script` in the page; it finishes by calling its last argument with the result.
+    pub async fn run_async(&self, script: &str) -> Value {
+        self.call(reqwest::Method::POST, "/execute/async", Some(json!({"script": script, "args": []}))).await
+    }
+
+    /// Commands go to the frame `css` names, until [`Browser::leave_frame`].
+    pub async fn enter_frame(&self, css: &str) {
+        let element = self.find(css).await.unwrap_or_else(|| panic!("no frame {css}"));
+        self.call(reqwest::Method::POST, "/frame", Some(json!({"id": {ELEMENT: element}}))).await;
+    }
+
+    pub async fn leave_frame(&self) {
+        self.call(reqwest::Method::POST, "/frame/parent", Some(json!({}))).await;
+    }
+
+    /// The browser console's messages since the last call, as (level, text).
+    pub async fn console(&self) -> Vec<(String, String)> {
+        let entries = self.call(reqwest::Method::POST, "/se/log", Some(json!({"type": "browser"}))).await;
+        let entries = entries.as_array().unwrap_or_else(|| panic!("no browser log from chromedriver: {entries}"));
+        entries
+            .iter()
+            .map(|e| (e["level"].as_str().unwrap_or_default().to_owned(), e["message"].as_str().unwrap_or_default().to_owned()))
+            .collect()
+    }
+
+    /// Checks the page shown as `name`: a screenshot in the artifacts, no console error
+    /// since the last check, and no serious or critical accessibility violation (axe-core).
+    pub async fn audit(&self, name: &str) {
+        let shot = self.screenshot(name).await;
+        let errors: Vec<String> =
+            self.console().await.into_iter().filter(|(level, _)| level == "SEVERE").map(|(_, text)| text).collect();
+        assert!(errors.is_empty(), "{name}: console errors {errors:?} (screenshot {})", shot.display());
+        let violations = self.axe().await;
+        assert!(violations.is_empty(), "{name}: accessibility violations {violations:#?} (screenshot {})", shot.display());
+    }
+
+    /// The page's serious and critical violations by axe-core, as "rule (impact): where".
+    async fn axe(&self) -> Vec<String> {
+        let source = axe_source();
+        if self.run("return typeof window.axe;").await != "object" {
+            self.run(&format!("{source}\nreturn true;")).await;
+        }
+        let check = "const done = arguments[arguments.length - 1];
+            axe.run(document, {resultTypes: ['violations']}).then(r => done(r.violations
+                .filter(v => v.impact === 'serious' || v.impact === 'critical')
+                .map(v => v.id + ' (' + v.impact + '): ' + v.nodes.map(n => n.target.join(' ')).join(', ')
+                    + ' — ' + v.nodes.map(n => n.failureSummary).join(' | ')))).catch(e => done(['axe failed: ' + e]));";
+        let found = self.run_async(check).await;
+        found.as_array().unwrap_or_else(|| panic!("axe answered {found}")).iter().map(|v| v.to_string()).collect()
+    }
+
     /// Waits until the address satisfies `want`; on timeout fails with what the browser
     /// shows (address, page text, a screenshot), so a failure says where the page got stuck.
     pub async fn until_url(&self, what: &str, want: impl Fn(&str) -> bool) -> String {
@@ -178,6 +231,14 @@ pub fn artifacts_dir() -> PathBuf {
     std::env::var_os("HERALD_TEST_ARTIFACTS")
         .map(PathBuf::from)
         .unwrap_or_else(|| std::env::temp_dir().join("herald-test-artifacts"))
+}
+
+/// axe-core's source: `HERALD_TEST_AXE`, which `scripts/test.sh` sets to the pinned package
+/// (tests/browser/package.json) it installs.
+fn axe_source() -> String {
+    let path = std::env::var("HERALD_TEST_AXE")
+        .unwrap_or_else(|_| panic!("HERALD_TEST_AXE is not set: run the suite with scripts/test.sh, which installs axe-core"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading axe-core at {path}: {e}"))
 }
 
 fn which(program: &str) -> String {
