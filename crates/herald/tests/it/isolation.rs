@@ -182,7 +182,9 @@ fn body_for(op: &Operation, url: &str) -> Option<Value> {
         "v1.application.update" | "patch_application" => json!({"name": "renamed"}),
         "v1.endpoint.create" | "v1.endpoint.update" => json!({"url": url}),
         "patch_endpoint" => json!({"description": "changed"}),
-        "v1.endpoint.rotate-secret" | "v1.authentication.app-portal-access" => json!({}),
+        "v1.endpoint.rotate-secret" | "v1.authentication.app-portal-access" | "v1.authentication.expire-all" => {
+            json!({})
+        }
         "v1.endpoint.update-headers" => json!({"headers": {"x-probe": "1"}}),
         "v1.endpoint.patch-headers" => json!({"headers": {"x-probe": "2"}}),
         "v1.endpoint.recover" => json!({"since": (chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339()}),
@@ -825,7 +827,10 @@ const DASHBOARD_OUTSIDE: &[(&str, &str, u16)] = &[
     ("GET", "/portal", 200),
     ("GET", "/assets/style.css", 200),
     ("GET", "/assets/portal.js", 200),
+    ("GET", "/assets/live.js", 200),
+    ("GET", "/assets/icon.svg", 200),
     ("GET", "/apps", 403),
+    ("GET", "/search", 403),
     ("GET", "/dead-letters", 403),
     ("POST", "/logout", 303),
 ];

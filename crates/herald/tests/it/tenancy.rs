@@ -72,6 +72,7 @@ async fn a_portal_token_cannot_lift_its_limits_or_rename_or_delete_its_applicati
         json!({"throttleRate": null}),
         json!({"name": "renamed"}),
         json!({"metadata": {"plan": "enterprise"}}),
+        json!({"portalBrand": {"name": "not the operator's"}}),
     ];
     for patch in patches {
         let (status, answer) = customer.call(Method::PATCH, &path, Some(patch.clone())).await;
@@ -108,4 +109,55 @@ async fn a_portal_token_learns_nothing_about_other_customers_uids() {
     let free = customer.call(Method::PATCH, &path, Some(json!({"uid": "nobody-has-this"}))).await;
     assert_eq!(taken.0, StatusCode::FORBIDDEN);
     assert_eq!(taken, free, "the same answer whether the uid exists or not");
+}
+
+/// The operator issues and revokes portal links; a customer can do neither, through the API
+/// or its dashboard session, and revoking is exact about when and for whom.
+#[tokio::test]
+async fn only_the_operator_revokes_portal_links_and_brands_the_portal() {
+    let server = TestServer::start().await;
+    let app = server.create_app("branded").await;
+    let other = server.create_app("other").await;
+    let customer = Customer::of(&server, &app).await;
+    let bystander = Customer::of(&server, &other).await;
+    let expire = format!("/api/v1/auth/app/{app}/expire-all");
+    let (status, answer) = customer.call(Method::POST, &expire, Some(json!({}))).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{answer}");
+    let session = crate::support::server::sign_in(&server.url(""), &customer.token).await;
+    let page = reqwest::Client::new().get(server.url(&format!("/app/{app}"))).header("cookie", &session);
+    let html = page.send().await.unwrap().text().await.unwrap();
+    let csrf = html.split("name=\"csrf\" value=\"").nth(1).unwrap().split('"').next().unwrap().to_owned();
+    let revoke = reqwest::Client::new()
+        .post(server.url(&format!("/app/{app}/portal-links/revoke")))
+        .header("cookie", &session)
+        .form(&[("csrf", csrf.as_str())]);
+    assert_eq!(revoke.send().await.unwrap().status(), StatusCode::FORBIDDEN);
+    assert_eq!(customer.call(Method::GET, &format!("/api/v1/app/{app}"), None).await.0, StatusCode::OK, "still valid");
+
+    // The operator: a bad expiry, session ids, then in an hour, then at once.
+    for bad in [json!({"expiry": -1}), json!({"expiry": 604_801}), json!({"sessionIds": ["s1"]})] {
+        assert_eq!(server.post(&expire, bad.clone()).await.0, StatusCode::UNPROCESSABLE_ENTITY, "{bad}");
+    }
+    let (status, _) = server.post(&expire, json!({"expiry": 3600})).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert_eq!(customer.call(Method::GET, &format!("/api/v1/app/{app}"), None).await.0, StatusCode::OK, "for an hour");
+    let (status, _) = server.post(&expire, json!({})).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert_eq!(customer.call(Method::GET, &format!("/api/v1/app/{app}"), None).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(bystander.call(Method::GET, &format!("/api/v1/app/{other}"), None).await.0, StatusCode::OK, "others stay");
+
+    // The brand: validated, removable, kept by a PUT that does not carry it.
+    let path = format!("/api/v1/app/{app}");
+    let bad = json!({"portalBrand": {"accentColor": "red", "logoUrl": "http://insecure.example/l.png"}});
+    let (status, answer) = server.call(Method::PATCH, &path, Some(bad)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    let fields: Vec<String> = answer["detail"].as_array().unwrap().iter().map(|d| d["loc"].to_string()).collect();
+    assert_eq!(fields, [r#"["body","portalBrand","logoUrl"]"#, r#"["body","portalBrand","accentColor"]"#]);
+    let brand = json!({"name": "Acme", "accentColor": "#102030", "theme": "dark"});
+    let (_, patched) = server.call(Method::PATCH, &path, Some(json!({"portalBrand": brand}))).await;
+    assert_eq!(patched["portalBrand"], brand);
+    let (_, put) = server.call(Method::PUT, &path, Some(json!({"name": "branded"}))).await;
+    assert_eq!(put["portalBrand"], brand, "a PUT without it keeps it");
+    let (_, cleared) = server.call(Method::PATCH, &path, Some(json!({"portalBrand": null}))).await;
+    assert_eq!(cleared["portalBrand"], Value::Null);
 }
