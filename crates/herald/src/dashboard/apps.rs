@@ -47,6 +47,8 @@ pub async fn list(State(state): State<AppState>, viewer: Viewer, Query(q): Query
 #[derive(Deserialize, Default)]
 pub struct AppQuery {
     window: Option<String>,
+    /// The endpoints' page.
+    endpoints_next: Option<String>,
     event_type: Option<String>,
     channel: Option<String>,
     after: Option<String>,
@@ -63,8 +65,10 @@ pub async fn page(
     Query(q): Query<AppQuery>,
 ) -> Result<Page, Page> {
     let app = visible_app(&state, &viewer.principal, &app_id).await?;
-    let endpoints = state.store.app_endpoints(&app.id).await.map_err(ApiError::from)?;
-    let ids: Vec<EndpointId> = endpoints.iter().map(|e| e.id.clone()).collect();
+    let ids: Vec<EndpointId> = state.catalog.targets_of(&app.id).await.map_err(ApiError::from)?.iter().map(|t| t.endpoint.id.clone()).collect();
+    let endpoint_pager = Pager::named("endpoints_next", q.endpoints_next.as_deref());
+    let listed = state.store.list_endpoints(&app.id, &endpoint_pager.query()).await.map_err(ApiError::from)?;
+    let (endpoints, endpoints_next) = endpoint_pager.cut(listed, |e| e.id.to_string());
     let window = Window::from_query(q.window.as_deref());
     let base = format!("/app/{}", app.id);
     let dead = dead_letter_rows(&state, Some(&app.id), None).await?;
@@ -75,6 +79,7 @@ pub async fn page(
         p { a.button #add-endpoint href={ (base) "/endpoint/new" } { "Add an endpoint" } " "
             a href={ (base) "/event-types" } { "Event catalog" } " · " a href={ (base) "/log" } { "Delivery log" } }
         (endpoint_table(&state, &app, &endpoints).await?)
+        (endpoint_pager.links(&base, &[], endpoints_next.as_deref()))
         (trends::switch(&base, window, "last 24 hours"))
         (trends::deliveries(&state, &ids, window, "app").await?)
         h2 { "Dead letters, last 24 hours" }

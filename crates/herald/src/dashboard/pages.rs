@@ -29,16 +29,23 @@ pub(super) fn page_of(limit: usize) -> PageQuery {
 }
 
 /// Keyset pagination of a list that can grow: pages of [`Pager::SIZE`] items, newest first,
-/// each after the last id of the page before (`?next=<id>`).
+/// each after the last id of the page before (`?next=<id>`, or another parameter for a
+/// second list on the same page).
 pub struct Pager {
     pub next: Option<String>,
+    param: &'static str,
 }
 
 impl Pager {
     pub const SIZE: usize = 50;
 
     pub fn new(next: Option<&str>) -> Self {
-        Self { next: next.map(str::trim).filter(|n| !n.is_empty()).map(str::to_owned) }
+        Self::named("next", next)
+    }
+
+    /// A pager whose cursor is the query parameter `param`.
+    pub fn named(param: &'static str, next: Option<&str>) -> Self {
+        Self { next: next.map(str::trim).filter(|n| !n.is_empty()).map(str::to_owned), param }
     }
 
     /// One more than a page, to know whether another follows.
@@ -62,7 +69,7 @@ impl Pager {
                 query.append_pair(k, v);
             }
             if let Some(cursor) = cursor {
-                query.append_pair("next", cursor);
+                query.append_pair(self.param, cursor);
             }
             let query = query.finish();
             if query.is_empty() { path.to_owned() } else { format!("{path}?{query}") }

@@ -54,13 +54,13 @@ async fn operators_and_customers_see_failures_and_replay_them_in_a_real_browser(
     browser.click("button[type=submit]").await;
     assert!(browser.find("#summary").await.is_some(), "the overview after sign-in");
     assert!(!browser.url().await.contains(ADMIN_TOKEN));
-    browser.screenshot("overview").await;
+    browser.audit("overview").await;
     browser.goto(&server.url(&format!("/app/{app}"))).await;
     assert!(browser.text("table.endpoints").await.contains(&endpoint_id));
     assert!(browser.text("table.dead-letters").await.contains("Trickle"), "the analysis with its pattern");
-    browser.screenshot("application").await;
+    browser.audit("application").await;
     browser.goto(&server.url("/dead-letters")).await;
-    browser.screenshot("dead-letters").await;
+    browser.audit("dead-letters").await;
 
     // The dead-lettered message: the response body is text, and it did not run.
     let page = server.url(&format!("/app/{app}/msg/{msg}"));
@@ -70,7 +70,7 @@ async fn operators_and_customers_see_failures_and_replay_them_in_a_real_browser(
     assert_eq!(browser.text("pre.response").await, HOSTILE_BODY);
     assert_eq!(browser.run("return window.owned === undefined;").await, true, "the receiver's script never ran");
     assert_ne!(browser.title().await, "owned");
-    browser.screenshot("message-dead").await;
+    browser.audit("message-dead").await;
 
     // Replay it once the receiver is healthy again.
     healed.store(true, Ordering::SeqCst);
@@ -78,7 +78,7 @@ async fn operators_and_customers_see_failures_and_replay_them_in_a_real_browser(
     until_text(&browser, &page, "td.status", |t| t == "success").await;
     assert!(browser.text("table.attempts").await.contains("manual"));
     assert_eq!(browser.text("tr.delivered td.code").await, "200");
-    browser.screenshot("message-replayed").await;
+    browser.audit("message-replayed").await;
 
     // Without the session's CSRF token a form changes nothing.
     let cookie = server.sign_in(ADMIN_TOKEN).await;
@@ -98,7 +98,7 @@ async fn operators_and_customers_see_failures_and_replay_them_in_a_real_browser(
     browser.goto(portal_url).await;
     browser.until_url("the portal sign-in", |url| url.ends_with(&format!("/app/{app}"))).await;
     assert!(!browser.url().await.contains("token"), "no token left in the address bar");
-    browser.screenshot("consumer-application").await;
+    browser.audit("consumer-application").await;
     for foreign in
         [format!("/app/{other}"), format!("/app/{other}/msg/{other_msg}"), "/apps".into(), "/dead-letters".into()]
     {
@@ -106,6 +106,7 @@ async fn operators_and_customers_see_failures_and_replay_them_in_a_real_browser(
         let text = browser.text("main").await;
         assert!(text.contains("404") || text.contains("403"), "{foreign}: {text}");
         assert!(!text.contains(&other_msg) && !text.contains("someone-else"), "{foreign}: {text}");
+        browser.audit_refusal("page-refused", if text.contains("404") { 404 } else { 403 }).await;
     }
     browser.goto(&server.url("/")).await;
     assert!(browser.url().await.ends_with(&format!("/app/{app}")), "home is the customer's own application");

@@ -59,7 +59,7 @@ async fn a_customer_adds_an_endpoint_from_the_catalog_tests_it_and_rotates_its_s
     let groups =
         browser.run("return [...document.querySelectorAll('section.catalog-group h2')].map(h => h.textContent);");
     assert_eq!(groups.await, json!(["customer", "invoice"]));
-    browser.screenshot("portal-catalog").await;
+    browser.audit("portal-catalog").await;
     browser.goto(&server.url(&format!("/app/{app}/event-types?q=payment"))).await;
     assert_eq!(browser.text("#catalog-count").await, "1 of 3 event types");
     assert!(browser.find("#type-invoice\\.failed").await.is_some());
@@ -73,7 +73,7 @@ async fn a_customer_adds_an_endpoint_from_the_catalog_tests_it_and_rotates_its_s
     assert!(reason.contains("169.254.169.254") || reason.contains("link-local"), "the guard's reason: {reason}");
     let (_, endpoints) = server.get(&format!("/api/v1/app/{app}/endpoint")).await;
     assert_eq!(endpoints["data"].as_array().unwrap().len(), 0, "nothing created");
-    browser.screenshot("portal-endpoint-refused").await;
+    browser.audit_refusal("portal-endpoint-refused", 422).await;
 
     // The real one, subscribed to two event types picked from the catalog.
     let url = receiver.url("/hook");
@@ -98,7 +98,7 @@ async fn a_customer_adds_an_endpoint_from_the_catalog_tests_it_and_rotates_its_s
     until_text(&browser, &tested, "#test-outcome", |t| t.starts_with("Test event delivered: 200")).await;
     let got = receiver.wait_for(Some("/hook"), 1).await;
     assert_eq!(got[0].body.as_ref(), br#"{"example":"invoice.paid"}"#);
-    browser.screenshot("portal-endpoint").await;
+    browser.audit("portal-endpoint").await;
 
     // The secret: masked until revealed; rotated, the next delivery verifies with the new key.
     assert_eq!(browser.text("#secret").await, "", "masked until revealed");

@@ -148,9 +148,25 @@ impl Browser {
     /// Checks the page shown as `name`: a screenshot in the artifacts, no console error
     /// since the last check, and no serious or critical accessibility violation (axe-core).
     pub async fn audit(&self, name: &str) {
+        self.audit_as(name, None).await;
+    }
+
+    /// The same for a page that answers a refusal with `status` (a 404 page, a form sent
+    /// back with its problems): the browser logs that status, and nothing else may be.
+    pub async fn audit_refusal(&self, name: &str, status: u16) {
+        self.audit_as(name, Some(status)).await;
+    }
+
+    async fn audit_as(&self, name: &str, status: Option<u16>) {
         let shot = self.screenshot(name).await;
-        let errors: Vec<String> =
-            self.console().await.into_iter().filter(|(level, _)| level == "SEVERE").map(|(_, text)| text).collect();
+        let expected = status.map(|s| format!("the server responded with a status of {s}"));
+        let errors: Vec<String> = self
+            .console()
+            .await
+            .into_iter()
+            .filter(|(level, text)| level == "SEVERE" && expected.as_ref().is_none_or(|e| !text.contains(e.as_str())))
+            .map(|(_, text)| text)
+            .collect();
         assert!(errors.is_empty(), "{name}: console errors {errors:?} (screenshot {})", shot.display());
         let violations = self.axe().await;
         assert!(violations.is_empty(), "{name}: accessibility violations {violations:#?} (screenshot {})", shot.display());
