@@ -680,7 +680,9 @@ mod tests {
         assert_eq!(frame_ancestor("https://app.example.com/").unwrap(), "https://app.example.com");
         assert_eq!(frame_ancestor("https://*.example.com").unwrap(), "https://*.example.com");
         assert_eq!(frame_ancestor("http://localhost:3000").unwrap(), "http://localhost:3000");
-        for bad in ["*", "'none'", "https://a.example/path", "app.example.com", "javascript://x", "https://a b", "https://x;y"] {
+        for bad in
+            ["*", "'none'", "https://a.example/path", "app.example.com", "javascript://x", "https://a b", "https://x;y"]
+        {
             assert!(frame_ancestor(bad).is_err(), "{bad}");
         }
     }

@@ -125,8 +125,9 @@ fn api_routes() -> Routes {
 /// the dashboard.
 pub fn router(state: AppState) -> Router {
     let api = api_routes().into_router().layer(from_fn_with_state(state.clone(), idempotency::layer));
-    let dashboard =
-        crate::dashboard::routes().into_router().layer(from_fn_with_state(state.clone(), crate::dashboard::security_headers));
+    let dashboard = crate::dashboard::routes()
+        .into_router()
+        .layer(from_fn_with_state(state.clone(), crate::dashboard::security_headers));
     api.merge(dashboard)
         .fallback(|| async { ApiError::NotFound("route") })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })

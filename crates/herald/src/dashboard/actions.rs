@@ -114,9 +114,7 @@ pub async fn bulk_replay(
             }
             p { a href={ "/app/" (app.id) } { "Cancel" } }
         };
-        return Ok(
-            Page::of(&viewer, "Replay dead letters", body).into_response()
-        );
+        return Ok(Page::of(&viewer, "Replay dead letters", body).into_response());
     }
     let task = state.replays.start(state.store.clone(), state.dispatcher.clone(), app.id.clone(), ids);
     Ok(Redirect::to(&format!("/app/{}/replay/{}", app.id, task.id)).into_response())

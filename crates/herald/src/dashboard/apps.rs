@@ -65,7 +65,14 @@ pub async fn page(
     Query(q): Query<AppQuery>,
 ) -> Result<Page, Page> {
     let app = visible_app(&state, &viewer.principal, &app_id).await?;
-    let ids: Vec<EndpointId> = state.catalog.targets_of(&app.id).await.map_err(ApiError::from)?.iter().map(|t| t.endpoint.id.clone()).collect();
+    let ids: Vec<EndpointId> = state
+        .catalog
+        .targets_of(&app.id)
+        .await
+        .map_err(ApiError::from)?
+        .iter()
+        .map(|t| t.endpoint.id.clone())
+        .collect();
     let endpoint_pager = Pager::named("endpoints_next", q.endpoints_next.as_deref());
     let listed = state.store.list_endpoints(&app.id, &endpoint_pager.query()).await.map_err(ApiError::from)?;
     let (endpoints, endpoints_next) = endpoint_pager.cut(listed, |e| e.id.to_string());
@@ -101,7 +108,8 @@ async fn endpoint_table(state: &AppState, app: &App, endpoints: &[crate::store::
     let latency = health::latency(&*state.store, &state.dispatcher, None, now).await.map_err(err)?;
     let mut rows = vec![];
     for endpoint in endpoints {
-        let stats = state.store.endpoint_stats(&endpoint.id, Some(now - super::pages::DAY_MS), None).await.map_err(err)?;
+        let stats =
+            state.store.endpoint_stats(&endpoint.id, Some(now - super::pages::DAY_MS), None).await.map_err(err)?;
         let tried = stats.success + stats.fail;
         let rate = (tried > 0).then(|| format!("{:.1} %", 100.0 * stats.success as f64 / tried as f64));
         let circuit = breakers.get(&endpoint.id).map_or(BreakerState::Closed, |b| b.state);
@@ -187,7 +195,8 @@ async fn messages(state: &AppState, app: &App, q: &AppQuery) -> Result<Markup, P
     let (messages, next) = pager.cut(found, |m| m.id.to_string());
     let base = format!("/app/{}", app.id);
     let value = |v: &Option<String>| v.clone().unwrap_or_default();
-    let (event_type, channel, after, before) = (value(&q.event_type), value(&q.channel), value(&q.after), value(&q.before));
+    let (event_type, channel, after, before) =
+        (value(&q.event_type), value(&q.channel), value(&q.after), value(&q.before));
     let params = [("event_type", event_type.as_str()), ("channel", &channel), ("after", &after), ("before", &before)];
     Ok(html! {
         form.filters method="get" action={ (base) "#messages" } {

@@ -184,7 +184,10 @@ impl Frame {
     }
 
     fn points(&self, run: &[(usize, f64)]) -> String {
-        run.iter().map(|(i, v)| format!("{},{}", fmt(self.x_mid(*i)).0, fmt(self.y(*v)).0)).collect::<Vec<_>>().join(" ")
+        run.iter()
+            .map(|(i, v)| format!("{},{}", fmt(self.x_mid(*i)).0, fmt(self.y(*v)).0))
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 
     /// Gridlines at 0, half and the top, and time labels at about six places.
@@ -280,7 +283,11 @@ fn runs(values: &[Option<f64>]) -> Vec<Vec<(usize, f64)>> {
 }
 
 fn numbers(series: &[Series<'_>], i: usize, unit: &str) -> String {
-    series.iter().map(|s| format!("{} {}", format_value(s.values[i].unwrap_or(0.0), unit), s.name)).collect::<Vec<_>>().join(", ")
+    series
+        .iter()
+        .map(|s| format!("{} {}", format_value(s.values[i].unwrap_or(0.0), unit), s.name))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn format_value(v: f64, unit: &str) -> String {

@@ -94,7 +94,9 @@ pub async fn update(
         Err(e) if !problems(&e).is_empty() => {
             let draft = draft(&fields, problems(&e));
             let status = StatusCode::UNPROCESSABLE_ENTITY;
-            Ok(endpoint_page(&state, &viewer, &app, &existing, &draft, Default::default(), status).await?.into_response())
+            Ok(endpoint_page(&state, &viewer, &app, &existing, &draft, Default::default(), status)
+                .await?
+                .into_response())
         }
         Err(e) => Err(e.into()),
     }

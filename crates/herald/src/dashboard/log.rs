@@ -150,14 +150,21 @@ pub async fn page(
         before: form_time(q.before.as_deref()),
     };
     let pager = Pager::new(q.next.as_deref());
-    let (attempts, next) = pager.cut(log_attempts(&state, &app, &chosen, status, filter, &pager).await?, |a| a.id.to_string());
+    let (attempts, next) =
+        pager.cut(log_attempts(&state, &app, &chosen, status, filter, &pager).await?, |a| a.id.to_string());
     let names = Names::of(&state, attempts.iter().map(|a| &a.endpoint_id), [&app.id]).await;
     let shapes = shapes(&state, attempts.iter().map(|a| &a.endpoint_id)).await;
     let base = format!("/app/{}/log", app.id);
     let value = |v: &Option<String>| v.clone().unwrap_or_default();
     let (endpoint, status_text) = (value(&q.endpoint), value(&q.status));
     let (event_type, after, before) = (value(&q.event_type), value(&q.after), value(&q.before));
-    let params = [("endpoint", endpoint.as_str()), ("status", &status_text), ("event_type", &event_type), ("after", &after), ("before", &before)];
+    let params = [
+        ("endpoint", endpoint.as_str()),
+        ("status", &status_text),
+        ("event_type", &event_type),
+        ("after", &after),
+        ("before", &before),
+    ];
     let body = html! {
         p { a href={ "/app/" (app.id) } { "← " (app.name) } }
         form.filters method="get" action=(base) {

@@ -78,7 +78,8 @@ pub async fn headers(State(state): State<AppState>, request: Request, next: Next
 fn policy(look: &Look, frame_ancestors: &[String]) -> String {
     let style = look.brand.style().map(|s| format!(" {}", style_hash(&s))).unwrap_or_default();
     let logo = look.brand.logo_origin().map(|o| format!(" {o}")).unwrap_or_default();
-    let framers = if look.embeddable && !frame_ancestors.is_empty() { frame_ancestors.join(" ") } else { "'none'".into() };
+    let framers =
+        if look.embeddable && !frame_ancestors.is_empty() { frame_ancestors.join(" ") } else { "'none'".into() };
     format!(
         "default-src 'none'; style-src 'self'{style}; script-src 'self'; img-src 'self'{logo}; form-action 'self'; \
          frame-ancestors {framers}; base-uri 'none'"

@@ -29,9 +29,9 @@ use serde::Deserialize;
 use subtle::ConstantTimeEq;
 
 use crate::api::{ApiError, AppState, Principal, Routes, client_address, token_hash};
-pub use look::headers as security_headers;
-use look::Look;
 use crate::store::EndSessions;
+use look::Look;
+pub use look::headers as security_headers;
 
 pub fn routes() -> Routes {
     Routes::new()
@@ -214,7 +214,9 @@ async fn login(State(state): State<AppState>, parts: Parts, Form(form): Form<Log
             let why = "Too many failed sign-ins from this address; wait a minute and try again.";
             return login_page(&state, &parts.headers, StatusCode::TOO_MANY_REQUESTS, Some(why));
         }
-        Err(_) => return login_page(&state, &parts.headers, StatusCode::UNAUTHORIZED, Some("That token is not valid.")),
+        Err(_) => {
+            return login_page(&state, &parts.headers, StatusCode::UNAUTHORIZED, Some("That token is not valid."));
+        }
     };
     let (secret, lifetime) = match session::open(&state, &principal, token).await {
         Ok(opened) => opened,

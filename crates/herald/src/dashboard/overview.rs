@@ -24,7 +24,11 @@ pub struct WindowQuery {
 }
 
 /// The operator's overview; a customer goes to its application.
-pub async fn home(State(state): State<AppState>, viewer: Viewer, Query(q): Query<WindowQuery>) -> Result<Response, Page> {
+pub async fn home(
+    State(state): State<AppState>,
+    viewer: Viewer,
+    Query(q): Query<WindowQuery>,
+) -> Result<Response, Page> {
     if let Principal::App { app_id, .. } = &viewer.principal {
         return Ok(Redirect::to(&format!("/app/{app_id}")).into_response());
     }

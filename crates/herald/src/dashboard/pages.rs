@@ -172,6 +172,9 @@ mod tests {
         let (_, next) = pager.cut((0..Pager::SIZE).collect(), |i| i.to_string());
         assert_eq!(next, None);
         let links = Pager::new(Some("x")).links("/apps", &[("q", "a b"), ("empty", "")], Some("y")).into_string();
-        assert!(links.contains(r#"href="/apps?q=a+b""#) && links.contains(r#"href="/apps?q=a+b&amp;next=y""#), "{links}");
+        assert!(
+            links.contains(r#"href="/apps?q=a+b""#) && links.contains(r#"href="/apps?q=a+b&amp;next=y""#),
+            "{links}"
+        );
     }
 }

@@ -63,10 +63,10 @@ pub async fn deliveries(state: &AppState, endpoints: &[EndpointId], window: Wind
     let points = history::endpoint_hours(&*state.store, endpoints, hours, now_ms()).await.map_err(ApiError::from)?;
     let axis = Axis { starts: points.iter().map(|p| p.start).collect(), period_ms: HOUR_MS };
     let count = |f: fn(&history::HourPoint) -> u64| points.iter().map(|p| Some(f(p) as f64)).collect();
-    let counts = [Series { name: "succeeded", values: count(|p| p.succeeded) }, Series {
-        name: "failed",
-        values: count(|p| p.failed),
-    }];
+    let counts = [
+        Series { name: "succeeded", values: count(|p| p.succeeded) },
+        Series { name: "failed", values: count(|p| p.failed) },
+    ];
     let percentile = |f: fn(&history::HourPoint) -> Option<f64>| points.iter().map(f).collect();
     let latency = [
         Series { name: "p50", values: percentile(|p| p.latency.p50_ms) },
@@ -99,10 +99,10 @@ pub async fn server(state: &AppState, window: Window) -> Result<Markup, Page> {
         Series { name: "dead-lettered", values: of(|t| t.dead) },
     ];
     let sampled = |f: fn((u64, u64)) -> u64| totals.iter().map(|t| t.queue.map(|q| f(q) as f64)).collect();
-    let queue = [Series { name: "waiting for a first attempt", values: sampled(|q| q.0) }, Series {
-        name: "waiting for a retry",
-        values: sampled(|q| q.1),
-    }];
+    let queue = [
+        Series { name: "waiting for a first attempt", values: sampled(|q| q.0) },
+        Series { name: "waiting for a retry", values: sampled(|q| q.1) },
+    ];
     let slowest = slowest(state, now).await?;
     Ok(html! {
         div.charts #charts {

@@ -88,7 +88,8 @@ impl Standard<'_> {
             BodyFormat::None => None,
         };
         let (id, ts, sig) = (self.msg_id.to_owned(), self.timestamp.to_string(), self.signature.to_owned());
-        let mut headers: Vec<(&'static str, String)> = content_type.map(|t| ("content-type", t.to_owned())).into_iter().collect();
+        let mut headers: Vec<(&'static str, String)> =
+            content_type.map(|t| ("content-type", t.to_owned())).into_iter().collect();
         headers.extend([
             ("user-agent", self.user_agent.to_owned()),
             ("webhook-id", id.clone()),
@@ -193,7 +194,8 @@ impl Outgoing<'_> {
             sequence: self.sequence,
         };
         for (name, value) in standard.headers() {
-            let value = HeaderValue::try_from(value).map_err(|e| (Failure::Internal, format!("bad header value: {e}")))?;
+            let value =
+                HeaderValue::try_from(value).map_err(|e| (Failure::Internal, format!("bad header value: {e}")))?;
             headers.insert(name, value);
         }
         let request =

@@ -26,9 +26,11 @@ fn failing() -> Value {
 }
 
 async fn event_types(server: &TestServer) {
-    for (name, description) in
-        [("invoice.paid", "An invoice was paid"), ("invoice.failed", "A payment failed"), ("customer.created", "A customer signed up")]
-    {
+    for (name, description) in [
+        ("invoice.paid", "An invoice was paid"),
+        ("invoice.failed", "A payment failed"),
+        ("customer.created", "A customer signed up"),
+    ] {
         let schema = json!({"1": {"type": "object", "examples": [{"example": name}]}});
         let body = json!({"name": name, "description": description, "schemas": schema});
         assert_eq!(server.post("/api/v1/event-type", body).await.0, StatusCode::CREATED);
@@ -113,7 +115,10 @@ async fn every_page_reads_well_and_passes_the_accessibility_check() {
     // The application: names, summed charts, its messages.
     browser.goto(&server.url(&format!("/app/{app}"))).await;
     let endpoints = browser.text("table.endpoints").await;
-    assert!(endpoints.contains("Billing") && endpoints.contains("Fulfilment") && endpoints.contains("open"), "{endpoints}");
+    assert!(
+        endpoints.contains("Billing") && endpoints.contains("Fulfilment") && endpoints.contains("open"),
+        "{endpoints}"
+    );
     let (sums, rows) = chart_numbers(&browser, "app-deliveries").await;
     assert_eq!(sums, vec![6.0, 2.0], "6 succeeded, 2 failed attempts");
     assert_eq!(count(&browser, "#app-deliveries g.slot").await, rows, "one bar group per hour with attempts");

@@ -144,7 +144,11 @@ async fn only_the_operator_revokes_portal_links_and_brands_the_portal() {
     let (status, _) = server.post(&expire, json!({})).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     assert_eq!(customer.call(Method::GET, &format!("/api/v1/app/{app}"), None).await.0, StatusCode::UNAUTHORIZED);
-    assert_eq!(bystander.call(Method::GET, &format!("/api/v1/app/{other}"), None).await.0, StatusCode::OK, "others stay");
+    assert_eq!(
+        bystander.call(Method::GET, &format!("/api/v1/app/{other}"), None).await.0,
+        StatusCode::OK,
+        "others stay"
+    );
 
     // The brand: validated, removable, kept by a PUT that does not carry it.
     let path = format!("/api/v1/app/{app}");

@@ -112,8 +112,17 @@ impl CatalogStore for PgStore {
     async fn update_app(&self, app: &App) -> StoreResult<()> {
         let (rate, cap, weight) = app_limits(app);
         let brand = app.portal_brand.as_ref().map(Json);
-        let params: [&(dyn ToSql + Sync); 9] =
-            [&app.uid, &app.name, &Json(&app.metadata), &rate, &cap, &weight, &app.updated_at, &app.id.as_str(), &brand];
+        let params: [&(dyn ToSql + Sync); 9] = [
+            &app.uid,
+            &app.name,
+            &Json(&app.metadata),
+            &rate,
+            &cap,
+            &weight,
+            &app.updated_at,
+            &app.id.as_str(),
+            &brand,
+        ];
         let sql = "UPDATE herald.app SET uid = $1, name = $2, metadata = $3, throttle_rate = $4, max_concurrency = $5,
                        weight = $6, updated_at = $7, portal_brand = $9 WHERE id = $8";
         self.change(sql, &params, app_change(&app.id), APP_CONFLICT).await.map(drop)
@@ -182,8 +191,9 @@ impl CatalogStore for PgStore {
             "SELECT {APP_COLUMNS} FROM herald.app WHERE id = $1 OR uid = $1 OR name ILIKE $2 ORDER BY id LIMIT $3"
         );
         let apps = client.query(&apps_sql, &[&text, &pattern, &limit]).await.map_err(db_err)?;
-        let endpoints_sql =
-            format!("SELECT {ENDPOINT_COLUMNS} FROM herald.endpoint WHERE id = $1 OR url ILIKE $2 ORDER BY id LIMIT $3");
+        let endpoints_sql = format!(
+            "SELECT {ENDPOINT_COLUMNS} FROM herald.endpoint WHERE id = $1 OR url ILIKE $2 ORDER BY id LIMIT $3"
+        );
         let endpoints = client.query(&endpoints_sql, &[&text, &pattern, &limit]).await.map_err(db_err)?;
         Ok((apps.iter().map(rows::app).collect(), endpoints.iter().map(rows::endpoint).collect()))
     }

@@ -11,7 +11,8 @@ use crate::store::{
     SealedSecrets, Trigger,
 };
 
-pub const APP_COLUMNS: &str = "id, uid, name, metadata, throttle_rate, max_concurrency, weight, created_at, updated_at, portal_brand";
+pub const APP_COLUMNS: &str =
+    "id, uid, name, metadata, throttle_rate, max_concurrency, weight, created_at, updated_at, portal_brand";
 
 pub fn app(row: &Row) -> App {
     App {

@@ -4,7 +4,9 @@ use async_trait::async_trait;
 use rusqlite::types::Value;
 use rusqlite::{OptionalExtension, params, params_from_iter};
 
-use super::rows::{self, APP_COLUMNS, ENDPOINT_COLUMNS, EVENT_TYPE_COLUMNS, KEPT_ENDPOINT_COLUMNS, Query, opt_json_value, to_json};
+use super::rows::{
+    self, APP_COLUMNS, ENDPOINT_COLUMNS, EVENT_TYPE_COLUMNS, KEPT_ENDPOINT_COLUMNS, Query, opt_json_value, to_json,
+};
 use super::{SqliteStore, is_unique_violation};
 use crate::ids::{AppId, EndpointId};
 use crate::store::{

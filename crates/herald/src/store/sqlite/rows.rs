@@ -37,7 +37,8 @@ pub fn opt_json_value<T: Serialize>(value: &Option<T>) -> Option<String> {
     value.as_ref().map(|v| to_json(v))
 }
 
-pub const APP_COLUMNS: &str = "id, uid, name, metadata, throttle_rate, max_concurrency, weight, created_at, updated_at, portal_brand";
+pub const APP_COLUMNS: &str =
+    "id, uid, name, metadata, throttle_rate, max_concurrency, weight, created_at, updated_at, portal_brand";
 
 pub fn app(row: &Row<'_>) -> rusqlite::Result<App> {
     Ok(App {

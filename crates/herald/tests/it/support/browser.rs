@@ -48,7 +48,8 @@ impl Browser {
             "binary": which("chromium"),
             "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1100"],
         });
-        let always = json!({"browserName": "chrome", "goog:chromeOptions": chrome, "goog:loggingPrefs": {"browser": "ALL"}});
+        let always =
+            json!({"browserName": "chrome", "goog:chromeOptions": chrome, "goog:loggingPrefs": {"browser": "ALL"}});
         let capabilities = json!({"capabilities": {"alwaysMatch": always}});
         let session: Value =
             http.post(format!("{driver_url}/session")).json(&capabilities).send().await.unwrap().json().await.unwrap();
@@ -141,7 +142,12 @@ impl Browser {
         let entries = entries.as_array().unwrap_or_else(|| panic!("no browser log from chromedriver: {entries}"));
         entries
             .iter()
-            .map(|e| (e["level"].as_str().unwrap_or_default().to_owned(), e["message"].as_str().unwrap_or_default().to_owned()))
+            .map(|e| {
+                (
+                    e["level"].as_str().unwrap_or_default().to_owned(),
+                    e["message"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
             .collect()
     }
 
@@ -169,7 +175,11 @@ impl Browser {
             .collect();
         assert!(errors.is_empty(), "{name}: console errors {errors:?} (screenshot {})", shot.display());
         let violations = self.axe().await;
-        assert!(violations.is_empty(), "{name}: accessibility violations {violations:#?} (screenshot {})", shot.display());
+        assert!(
+            violations.is_empty(),
+            "{name}: accessibility violations {violations:#?} (screenshot {})",
+            shot.display()
+        );
     }
 
     /// The page's serious and critical violations by axe-core, as "rule (impact): where".
@@ -252,8 +262,9 @@ pub fn artifacts_dir() -> PathBuf {
 /// axe-core's source: `HERALD_TEST_AXE`, which `scripts/test.sh` sets to the pinned package
 /// (tests/browser/package.json) it installs.
 fn axe_source() -> String {
-    let path = std::env::var("HERALD_TEST_AXE")
-        .unwrap_or_else(|_| panic!("HERALD_TEST_AXE is not set: run the suite with scripts/test.sh, which installs axe-core"));
+    let path = std::env::var("HERALD_TEST_AXE").unwrap_or_else(|_| {
+        panic!("HERALD_TEST_AXE is not set: run the suite with scripts/test.sh, which installs axe-core")
+    });
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading axe-core at {path}: {e}"))
 }
 
