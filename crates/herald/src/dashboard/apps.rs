@@ -114,15 +114,7 @@ async fn endpoint_table(state: &AppState, app: &App, endpoints: &[crate::store::
         let rate = (tried > 0).then(|| format!("{:.1} %", 100.0 * stats.success as f64 / tried as f64));
         let circuit = breakers.get(&endpoint.id).map_or(BreakerState::Closed, |b| b.state);
         let lat = latency.get(&endpoint.id).map(|h| h.summary()).unwrap_or_default();
-        let filter = crate::store::AttemptFilter {
-            app: app.id.clone(),
-            msg: None,
-            endpoint: Some(endpoint.id.clone()),
-            status: None,
-            status_code_class: None,
-            messages: MessageFilter::default(),
-            with_content: false,
-        };
+        let filter = crate::store::AttemptFilter::of_endpoint(&app.id, &endpoint.id, false);
         let last = state.store.list_attempts(&filter, &page_of(1)).await.map_err(err)?.first().map(|a| a.created_at);
         rows.push((endpoint, circuit, lat, rate, last));
     }

@@ -18,7 +18,7 @@ use super::{Page, Viewer};
 use crate::api::{ApiError, AppState, endpoint_ops, stats, visible_app, visible_endpoint};
 use crate::breaker::BreakerState;
 use crate::clock::now_ms;
-use crate::store::{App, AttemptFilter, BreakerEvent, BreakerEventKind, Endpoint, MessageFilter};
+use crate::store::{App, AttemptFilter, BreakerEvent, BreakerEventKind, Endpoint};
 
 /// What the settings form shows: the values (as typed, after a refusal) and the problems.
 #[derive(Default)]
@@ -155,15 +155,7 @@ pub async fn endpoint_page(
     let counts = state.store.endpoint_stats(&endpoint.id, None, None).await.map_err(err)?;
     let tried = counts.success + counts.fail;
     let rate = (tried > 0).then(|| format!("{:.1} %", 100.0 * counts.success as f64 / tried as f64));
-    let filter = AttemptFilter {
-        app: app.id.clone(),
-        msg: None,
-        endpoint: Some(endpoint.id.clone()),
-        status: None,
-        status_code_class: None,
-        messages: MessageFilter::default(),
-        with_content: true,
-    };
+    let filter = AttemptFilter::of_endpoint(&app.id, &endpoint.id, true);
     let attempts = state.store.list_attempts(&filter, &page_of(20)).await.map_err(err)?;
     let names = Names::of(state, [&endpoint.id], [&app.id]).await;
     let shapes = log::shapes(state, [&endpoint.id]).await;

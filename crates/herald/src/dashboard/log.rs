@@ -204,13 +204,9 @@ async fn log_attempts(
     let mut all = vec![];
     for endpoint in endpoints {
         let filter = AttemptFilter {
-            app: app.id.clone(),
-            msg: None,
-            endpoint: Some(endpoint.id.clone()),
             status,
-            status_code_class: None,
             messages: messages.clone(),
-            with_content: false,
+            ..AttemptFilter::of_endpoint(&app.id, &endpoint.id, false)
         };
         all.extend(state.store.list_attempts(&filter, &pager.query()).await.map_err(ApiError::from)?);
     }
@@ -239,15 +235,7 @@ pub async fn message(
         serde_json::from_str::<serde_json::Value>(&text).and_then(|v| serde_json::to_string_pretty(&v)).unwrap_or(text)
     });
     let deliveries = state.store.message_deliveries(&message.id, &page_of(250)).await.map_err(err)?;
-    let filter = AttemptFilter {
-        app: app.id.clone(),
-        msg: Some(message.id.clone()),
-        endpoint: None,
-        status: None,
-        status_code_class: None,
-        messages: MessageFilter::default(),
-        with_content: true,
-    };
+    let filter = AttemptFilter::of_message(&app.id, &message.id, true);
     let attempts = state.store.list_attempts(&filter, &page_of(250)).await.map_err(err)?;
     let endpoints = deliveries.iter().map(|d| &d.endpoint_id).chain(attempts.iter().map(|a| &a.endpoint_id));
     let names = Names::of(&state, endpoints, [&app.id]).await;

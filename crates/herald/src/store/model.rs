@@ -465,6 +465,31 @@ pub struct AttemptFilter {
     pub with_content: bool,
 }
 
+impl AttemptFilter {
+    /// Every attempt of the application, newest first, with or without response bodies.
+    pub fn of_app(app: &AppId, with_content: bool) -> Self {
+        Self {
+            app: app.clone(),
+            msg: None,
+            endpoint: None,
+            status: None,
+            status_code_class: None,
+            messages: MessageFilter::default(),
+            with_content,
+        }
+    }
+
+    /// Every attempt at one endpoint of the application.
+    pub fn of_endpoint(app: &AppId, endpoint: &EndpointId, with_content: bool) -> Self {
+        Self { endpoint: Some(endpoint.clone()), ..Self::of_app(app, with_content) }
+    }
+
+    /// Every attempt of one message of the application.
+    pub fn of_message(app: &AppId, msg: &MessageId, with_content: bool) -> Self {
+        Self { msg: Some(msg.clone()), ..Self::of_app(app, with_content) }
+    }
+}
+
 /// An app-portal access token (only its hash is stored).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PortalToken {
