@@ -8,8 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${HERALD_CACHE_DIR:-$HOME/.cache/herald}/target}"
-cargo build --release --quiet
-herald="$CARGO_TARGET_DIR/release/herald"
+cargo build --release --quiet --bin herald --bin herald-bench
+bench="$CARGO_TARGET_DIR/release/herald-bench"
 mkdir -p bench-results
 out="bench-results/$(date +%Y%m%d-%H%M%S).jsonl"
 
@@ -31,9 +31,9 @@ selected=("$@")
 [ ${#selected[@]} -gt 0 ] || selected=("${order[@]}")
 for name in "${selected[@]}"; do
     for run in 1 2 3; do
-        echo "==> $name, run $run: herald bench --spawn ${runs[$name]} --json"
+        echo "==> $name, run $run: herald-bench --spawn ${runs[$name]} --json"
         # shellcheck disable=SC2086
-        if report=$("$herald" bench --spawn ${runs[$name]} --json 2>/dev/null | tail -n 1); then
+        if report=$("$bench" --spawn ${runs[$name]} --json 2>/dev/null | tail -n 1); then
             echo "$report" | python3 -c "import json,sys; r=json.load(sys.stdin); r['run']='$name'; print(json.dumps(r))" >> "$out"
         else
             echo "{\"run\":\"$name\",\"scenario\":\"$name\",\"failed\":true}" >> "$out"

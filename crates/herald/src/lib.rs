@@ -8,7 +8,6 @@
 
 pub mod alerts;
 pub mod api;
-pub mod bench;
 pub mod brand;
 pub mod breaker;
 pub mod catalog;
@@ -28,7 +27,6 @@ pub mod ingest;
 pub mod latency;
 pub mod metrics;
 pub mod outcome;
-pub mod pg_cluster;
 pub mod postback;
 pub mod redaction;
 pub mod replay;

@@ -46,8 +46,6 @@ enum Command {
         #[arg(long, env = "HERALD_DATABASE_URL")]
         database_url: String,
     },
-    /// Measure a Herald (or any Svix-compatible server) end to end.
-    Bench(herald::bench::BenchArgs),
     /// Print the commented default configuration.
     DefaultConfig,
     /// Print Herald's OpenAPI document.
@@ -79,10 +77,6 @@ fn main() -> anyhow::Result<()> {
             // Whatever is still running (a blocking read) does not hold up the exit.
             runtime.shutdown_timeout(Duration::from_millis(500));
             served
-        }
-        Command::Bench(args) => {
-            let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
-            runtime.block_on(herald::bench::run(args))
         }
         Command::Migrate { database_url } => {
             telemetry::init(&Config::defaults().log);

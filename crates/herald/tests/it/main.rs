@@ -3,7 +3,6 @@
 
 mod alerts;
 mod api;
-mod bench;
 mod compat;
 mod dashboard;
 mod dead_letters;

@@ -157,7 +157,7 @@ fn db_err(e: tokio_postgres::Error) -> StoreError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pg_cluster::TempCluster;
+    use herald_test_support::pg_cluster::TempCluster;
 
     /// A fresh database on a throwaway cluster, removed when the fixture drops.
     struct Fixture {
@@ -194,7 +194,7 @@ mod tests {
         use crate::store::{AccessStore, CatalogStore};
         let cluster = TempCluster::start().expect("starting a throwaway PostgreSQL");
         let url = cluster.create_database().await.unwrap();
-        let db = crate::pg_cluster::connect(&url, Duration::from_secs(30)).await.unwrap();
+        let db = herald_test_support::pg_cluster::connect(&url, Duration::from_secs(30)).await.unwrap();
         db.batch_execute(
             "CREATE SCHEMA herald;
              CREATE TABLE herald.schema_migrations (version integer PRIMARY KEY,

@@ -768,5 +768,5 @@ async fn idempotency_storm(client: &reqwest::Client, base: &str, app: &str, ledg
 /// The harness's own connection to the database, once it accepts connections again (after
 /// an immediate stop it first replays its log).
 async fn connect(url: &str) -> tokio_postgres::Client {
-    herald::pg_cluster::connect(url, Duration::from_secs(60)).await.expect("the database came back")
+    herald_test_support::pg_cluster::connect(url, Duration::from_secs(60)).await.expect("the database came back")
 }

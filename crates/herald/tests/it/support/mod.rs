@@ -5,8 +5,9 @@ pub mod browser;
 pub mod canary;
 pub mod dns;
 pub mod process;
-pub mod receiver;
 pub mod server;
+
+pub use herald_test_support::receiver;
 
 use std::future::Future;
 use std::time::Duration;

@@ -31,7 +31,7 @@ pub fn backend() -> Backend {
 pub struct Storage {
     pub dir: tempfile::TempDir,
     pub database_url: Option<String>,
-    pub cluster: Option<herald::pg_cluster::TempCluster>,
+    pub cluster: Option<herald_test_support::pg_cluster::TempCluster>,
     /// The server key every process on this storage seals endpoint secrets with.
     pub secret_key: String,
 }
@@ -84,7 +84,7 @@ impl Storage {
 
     /// PostgreSQL storage, whatever the suite's backend (for PostgreSQL-only tests).
     pub async fn postgres() -> Self {
-        let cluster = herald::pg_cluster::TempCluster::start().expect("starting a throwaway PostgreSQL");
+        let cluster = herald_test_support::pg_cluster::TempCluster::start().expect("starting a throwaway PostgreSQL");
         let url = cluster.create_database().await.unwrap();
         Self {
             dir: tempfile::tempdir().unwrap(),

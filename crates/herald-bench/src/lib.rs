@@ -1,7 +1,8 @@
-//! `herald bench`: measures a Svix-compatible server end to end — its own receiver, an
+//! `herald-bench`: measures a Svix-compatible server end to end — its own receiver, an
 //! open-model load generator, a ledger that must close, and a report of throughput,
 //! latency, CPU, memory and disk figures. Against a Herald it starts itself (`--spawn`) or
 //! any running server (`--url`, `--token`), so peers are measured with the same tool.
+//! Kept apart from the product: the `herald` binary carries none of it.
 
 mod floor;
 mod ledger;
@@ -48,6 +49,10 @@ pub struct BenchArgs {
     /// Start a Herald for the run (SQLite in a temporary directory).
     #[arg(long, conflicts_with_all = ["url", "token"])]
     pub spawn: bool,
+    /// With --spawn: the `herald` binary to start (default: the one next to this
+    /// `herald-bench`, else `herald` on the PATH).
+    #[arg(long, requires = "spawn")]
+    pub herald: Option<std::path::PathBuf>,
     /// With --spawn: run the spawned Herald on this PostgreSQL database.
     #[arg(long, requires = "spawn", conflicts_with = "postgres")]
     pub database_url: Option<String>,
@@ -95,10 +100,19 @@ pub struct BenchArgs {
     pub idempotency_keys: bool,
 }
 
+/// The Herald binary a spawned run starts.
+fn herald_binary(args: &BenchArgs) -> anyhow::Result<std::path::PathBuf> {
+    if let Some(path) = &args.herald {
+        return Ok(path.clone());
+    }
+    let sibling = std::env::current_exe().context("locating herald-bench")?.with_file_name("herald");
+    Ok(if sibling.is_file() { sibling } else { "herald".into() })
+}
+
 /// The database a spawned Herald runs on, if any.
 async fn database(args: &BenchArgs) -> anyhow::Result<Option<target::Database>> {
     if args.postgres {
-        let cluster = crate::pg_cluster::TempCluster::start()?;
+        let cluster = herald_test_support::pg_cluster::TempCluster::start()?;
         let url = cluster.create_database().await?;
         return Ok(Some(target::Database { url, cluster: Some(cluster) }));
     }
@@ -115,7 +129,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             Target::connect(url, args.token.as_deref().unwrap_or_default(), args.server_pid, args.concurrency)
         }
         (None, true) => Target::spawn(SpawnOptions {
-            binary: &std::env::current_exe().context("locating the herald binary")?,
+            binary: &herald_binary(&args)?,
             database: database(&args).await?,
             env: vec![],
             connections: args.concurrency,

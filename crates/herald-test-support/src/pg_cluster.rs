@@ -1,6 +1,6 @@
 //! A throwaway PostgreSQL cluster: `initdb` and `postgres` from the server binaries on this
 //! machine, on a free port, in a temporary directory that is removed afterwards. The test
-//! suite and `herald bench --spawn --postgres` use it; nothing in production does.
+//! suite and `herald-bench --spawn --postgres` use it; the product never does.
 //!
 //! `initdb` runs once per machine into a template in the system temporary directory (which
 //! the server's user can reach, unlike root's home); each cluster is a copy of it.
@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use crate::ids::random_token;
 
 /// Server settings: loopback only, room for several Herald processes, and the usual
 /// production WAL tuning (durability untouched: fsync, synchronous_commit and
@@ -29,6 +28,14 @@ const SETTINGS: &[&str] = &[
     "max_wal_size=4GB",
     "checkpoint_timeout=15min",
 ];
+
+/// `n` random lowercase letters and digits, for names that must not clash.
+fn unique(n: usize) -> String {
+    use rand::Rng;
+    const CHARS: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rng();
+    (0..n).map(|_| CHARS[rng.random_range(0..CHARS.len())] as char).collect()
+}
 
 pub struct TempCluster {
     dir: PathBuf,
@@ -47,7 +54,7 @@ impl TempCluster {
         let bin = server_binaries()?;
         let run_as = run_as()?;
         let template = template(&bin, run_as.as_ref())?;
-        let dir = std::env::temp_dir().join(format!("herald-pg-{}", random_token(8)));
+        let dir = std::env::temp_dir().join(format!("herald-pg-{}", unique(8)));
         let copied = Command::new("cp").arg("-a").arg(&template).arg(&dir).status()?;
         if !copied.success() {
             bail!("copying the PostgreSQL template to {}", dir.display());
@@ -88,7 +95,7 @@ impl TempCluster {
 
     /// Creates a fresh database and returns its URL.
     pub async fn create_database(&self) -> anyhow::Result<String> {
-        let name = format!("herald_{}", random_token(6).to_lowercase());
+        let name = format!("herald_{}", unique(6));
         // The port answers a moment before the server accepts connections ("the database
         // system is starting up").
         let client = connect(&self.url("postgres"), Duration::from_secs(10)).await?;
@@ -213,7 +220,7 @@ fn template(bin: &Path, run_as: Option<&RunAs>) -> anyhow::Result<PathBuf> {
     let lock = File::create(cache.join("pg-template.lock"))?;
     lock.lock()?;
     if !template.join("PG_VERSION").exists() {
-        let staging = cache.join(format!("pg-template-staging-{}", random_token(6)));
+        let staging = cache.join(format!("pg-template-staging-{}", unique(6)));
         std::fs::create_dir_all(&staging)?;
         if let Some(user) = run_as {
             std::os::unix::fs::chown(&staging, Some(user.uid), Some(user.gid))?;

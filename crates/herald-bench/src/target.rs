@@ -16,7 +16,7 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
 use super::probe::ProcessSample;
-use crate::ids::random_token;
+use herald::ids::random_token;
 
 pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
@@ -74,7 +74,7 @@ impl Api {
 pub struct Database {
     pub url: String,
     /// A cluster the bench started itself (its processes are measured with Herald's).
-    pub cluster: Option<crate::pg_cluster::TempCluster>,
+    pub cluster: Option<herald_test_support::pg_cluster::TempCluster>,
 }
 
 /// The server being measured.
@@ -115,7 +115,7 @@ impl Target {
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         if let Some(database) = &options.database {
-            command.env("HERALD_DATABASE_URL", &database.url).env("HERALD_SECRET_KEY", crate::sealing::generate_key());
+            command.env("HERALD_DATABASE_URL", &database.url).env("HERALD_SECRET_KEY", herald::sealing::generate_key());
         }
         for (key, value) in &options.env {
             command.env(key, value);

@@ -176,7 +176,7 @@ async fn send(api: &Api, app_id: &str, body: Bytes) -> Option<Box<str>> {
         .header("authorization", format!("Bearer {}", api.token))
         .header("content-type", "application/json");
     if api.idempotency_keys {
-        request = request.header("idempotency-key", format!("auto_{}", crate::ids::random_token(16)));
+        request = request.header("idempotency-key", format!("auto_{}", herald::ids::random_token(16)));
     }
     let request = request.body(Full::new(body)).ok()?;
     let response = api.client.request(request).await.ok()?;

@@ -1,4 +1,4 @@
-//! A smoke run of `herald bench`: a few seconds at a small rate against a Herald it spawns;
+//! A smoke run of `herald-bench`: a few seconds at a small rate against a Herald it spawns;
 //! the ledger must close (nothing missing) and the JSON report carry the documented fields.
 //! And one of `http-floor`, which measures the machine's HTTP without any server.
 //! The full scenarios have their own command (see BENCHMARKS.md).
@@ -7,14 +7,27 @@ use std::process::Command;
 
 use serde_json::Value;
 
-/// Runs `herald bench` with `args`; returns the JSON report on its last line.
+/// The `herald` binary of the same build (a workspace build makes it next to this one).
+fn herald() -> std::path::PathBuf {
+    let path = std::path::Path::new(env!("CARGO_BIN_EXE_herald-bench")).with_file_name("herald");
+    assert!(path.is_file(), "{} is not built: run the workspace's tests (cargo test --workspace)", path.display());
+    path
+}
+
+/// Runs `herald-bench` with `args` (and `--herald`, when it spawns); returns the JSON
+/// report on its last line.
 async fn bench(args: &'static [&'static str]) -> Value {
     let output = tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_herald")).arg("bench").args(args).output()
+        let mut command = Command::new(env!("CARGO_BIN_EXE_herald-bench"));
+        command.args(args);
+        if args.contains(&"--spawn") {
+            command.arg("--herald").arg(herald());
+        }
+        command.output()
     })
     .await
     .unwrap()
-    .expect("running herald bench");
+    .expect("running herald-bench");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "bench failed\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
     serde_json::from_str(stdout.lines().last().unwrap()).expect("the last line is JSON")

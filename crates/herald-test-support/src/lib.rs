@@ -1,0 +1,8 @@
+//! What Herald's tests and its benchmark need around Herald, kept out of the product:
+//! throwaway PostgreSQL clusters ([`pg_cluster`]) and a real HTTP receiver that records
+//! every request and answers as its script says ([`receiver`]).
+
+pub mod pg_cluster;
+pub mod receiver;
+
+pub use receiver::{Receiver, Received, Reply};

@@ -1,0 +1,325 @@
+#!/usr/bin/env python3
+"""The independent harness: Herald between wrk and nginx, measured from the outside.
+
+wrk (Debian package `wrk`) posts 1 KiB messages through the Svix API with 64 connections,
+round-robin over 10 applications; nginx (Debian package `nginx`) receives every delivery
+and answers 204. Nothing of Herald's own bench tool is involved, so Herald's CPU per
+delivered message is measured without the bench's generator and receiver: CPU is read from
+/proc for Herald's process (and, with --postgres, for every process of the throwaway
+cluster), deliveries from nginx's own request counter.
+
+    scripts/harness.py [--binary PATH] [--postgres] [--duration 20] [--connections 64] [--json]
+
+A run: start nginx and Herald (SQLite in a temporary directory, or a throwaway PostgreSQL
+cluster), create the applications and endpoints, post for --duration seconds, wait until
+nginx has received every accepted message, and report: accepted and delivered messages,
+delivered per second (over the load and the drain), Herald's CPU per delivered message
+(user + system), the database's, bytes written per message, and wrk's latency.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+TOKEN = "harness-admin-token"
+APPS = 10
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pid):
+    """User + system CPU of a process, in seconds (children not included)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def written_bytes(pid):
+    with open(f"/proc/{pid}/io") as f:
+        for line in f:
+            if line.startswith("write_bytes:"):
+                return int(line.split()[1])
+    return 0
+
+
+def descendants(pid):
+    """Every live process whose ancestry reaches `pid` (the cluster's backends)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry))
+            except OSError:
+                pass
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+class Group:
+    """CPU and bytes written of a set of processes, counting processes that came and went
+    (PostgreSQL backends) by summing every sample's live members."""
+
+    def __init__(self, root):
+        self.root = root
+        self.seen = {}
+
+    def sample(self):
+        for pid in descendants(self.root):
+            try:
+                self.seen[pid] = (cpu_seconds(pid), written_bytes(pid))
+            except OSError:
+                pass
+
+    def totals(self):
+        return sum(c for c, _ in self.seen.values()), sum(w for _, w in self.seen.values())
+
+
+def wait_for(what, check, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if check():
+                return
+        except Exception:
+            pass
+        time.sleep(0.05)
+    sys.exit(f"timed out waiting for {what}")
+
+
+def api(base, method, path, body=None):
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(base + path, data=data, method=method)
+    request.add_header("Authorization", f"Bearer {TOKEN}")
+    request.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read() or b"null")
+
+
+def start_nginx(workdir):
+    port = free_port()
+    conf = os.path.join(workdir, "nginx.conf")
+    with open(conf, "w") as f:
+        f.write(f"""
+worker_processes 1;
+error_log {workdir}/nginx-error.log warn;
+pid {workdir}/nginx.pid;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {workdir}/nginx-body;
+    keepalive_requests 1000000;
+    server {{
+        listen 127.0.0.1:{port};
+        location = /nginx_status {{ stub_status; }}
+        location / {{ return 204; }}
+    }}
+}}
+""")
+    process = subprocess.Popen(["nginx", "-c", conf, "-g", "daemon off;"], stderr=subprocess.DEVNULL)
+    wait_for("nginx", lambda: nginx_requests(port) >= 0)
+    return process, port
+
+
+def nginx_requests(port):
+    """nginx's own count of requests handled (the status requests themselves included)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/nginx_status", timeout=5) as response:
+        text = response.read().decode()
+    return int(re.search(r"\n\s*\d+\s+\d+\s+(\d+)", text).group(1))
+
+
+def start_postgres(workdir):
+    """A throwaway cluster (initdb + postgres); as root it runs as the `postgres` user."""
+    bindir = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True).stdout.strip()
+    if not bindir or not os.path.exists(os.path.join(bindir, "initdb")):
+        candidates = sorted(d for d in os.listdir("/usr/lib/postgresql") if d.isdigit())
+        bindir = f"/usr/lib/postgresql/{candidates[-1]}/bin"
+    data = os.path.join(workdir, "pg")
+    as_postgres = ["runuser", "-u", "postgres", "--"] if os.getuid() == 0 else []
+    if os.getuid() == 0:
+        shutil.chown(workdir, "postgres")
+    subprocess.run(as_postgres + [f"{bindir}/initdb", "-D", data, "-U", "herald", "--auth=trust", "-N"],
+                   check=True, capture_output=True)
+    port = free_port()
+    options = f"-p {port} -k {workdir} -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=on"
+    process = subprocess.Popen(as_postgres + [f"{bindir}/postgres", "-D", data] + options.split(),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for("postgres", lambda: subprocess.run(
+        [f"{bindir}/pg_isready", "-h", "127.0.0.1", "-p", str(port)], capture_output=True).returncode == 0)
+    subprocess.run([f"{bindir}/createdb", "-h", "127.0.0.1", "-p", str(port), "-U", "herald", "herald"], check=True)
+    return process, f"postgres://herald@127.0.0.1:{port}/herald"
+
+
+def wrk_script(workdir, app_ids, payload_bytes):
+    payload = json.dumps({"filler": "x" * max(0, payload_bytes - 14)})
+    body = json.dumps({"eventType": "harness.event", "payload": json.loads(payload)})
+    path = os.path.join(workdir, "post.lua")
+    paths = ", ".join(f'"/api/v1/app/{a}/msg"' for a in app_ids)
+    with open(path, "w") as f:
+        f.write(f"""
+local paths = {{ {paths} }}
+local n = 0
+wrk.method = "POST"
+wrk.body = {json.dumps(body)}
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer {TOKEN}"
+request = function()
+    n = n + 1
+    return wrk.format(nil, paths[(n % #paths) + 1])
+end
+done = function(summary, latency, requests)
+    local e = summary.errors
+    io.write(string.format("HARNESS %d %d %d %d %d %d %.1f %.1f %.1f\\n", summary.requests,
+        e.connect + e.read + e.write + e.timeout, e.status, summary.duration,
+        latency:percentile(50), latency:percentile(99), latency.mean, latency.max, latency.stdev))
+end
+""")
+    return path
+
+
+def run(args):
+    workdir = tempfile.mkdtemp(prefix="herald-harness-")
+    os.chmod(workdir, 0o755)
+    processes = []
+    try:
+        nginx, nginx_port = start_nginx(workdir)
+        processes.append(nginx)
+        env = dict(os.environ, HERALD_ADMIN_TOKEN=TOKEN, HERALD_ALLOWED_NETWORKS="127.0.0.1/32",
+                   HERALD_LOG__LEVEL="warn")
+        database = None
+        if args.postgres:
+            database, url = start_postgres(workdir)
+            processes.append(database)
+            env["HERALD_DATABASE_URL"] = url
+            env["HERALD_SECRET_KEY"] = "aGFybmVzcy1zZWNyZXQta2V5LTAxMjM0NTY3ODkwMTI="
+        port = free_port()
+        data = os.path.join(workdir, "herald-data")
+        herald = subprocess.Popen([args.binary, "serve", "--listen", f"127.0.0.1:{port}", "--data-dir", data],
+                                  env=env, stdout=subprocess.DEVNULL, stderr=open(os.path.join(workdir, "herald.log"), "w"))
+        processes.append(herald)
+        base = f"http://127.0.0.1:{port}"
+        wait_for("herald", lambda: urllib.request.urlopen(base + "/api/v1/health/ping", timeout=2).status == 204)
+        app_ids = []
+        for i in range(APPS):
+            app = api(base, "POST", "/api/v1/app", {"name": f"harness-{i}"})
+            api(base, "POST", f"/api/v1/app/{app['id']}/endpoint", {"url": f"http://127.0.0.1:{nginx_port}/hook/{i}"})
+            app_ids.append(app["id"])
+        script = wrk_script(workdir, app_ids, args.payload_bytes)
+
+        groups = [Group(herald.pid)]
+        if database is not None:
+            groups.append(Group(database.pid))
+        for g in groups:
+            g.sample()
+        before = [g.totals() for g in groups]
+        received_before = nginx_requests(nginx_port)
+        started = time.time()
+        wrk = subprocess.Popen(["wrk", "-t", "2", "-c", str(args.connections), "-d", f"{args.duration}s",
+                                "--timeout", "10s", "-s", script, base], stdout=subprocess.PIPE, text=True)
+        while wrk.poll() is None:
+            for g in groups[1:]:
+                g.sample()
+            time.sleep(0.5)
+        out = wrk.stdout.read()
+        line = next(l for l in out.splitlines() if l.startswith("HARNESS "))
+        requests, socket_errors, status_errors, wrk_us, p50, p99, _, _, _ = line.split()[1:]
+        accepted = int(requests) - int(status_errors)
+        # The status requests below are counted by nginx too: one per poll.
+        polls = 0
+
+        def delivered():
+            nonlocal polls
+            polls += 1
+            return nginx_requests(nginx_port) - received_before - polls
+
+        # wrk stops counting at the end of its duration, with up to one request per
+        # connection still in flight (and possibly accepted): the drain ends when nginx has
+        # at least what wrk counted and Herald's queue is empty.
+        def drained():
+            summary = api(base, "GET", "/api/v1/stats/summary")
+            idle = summary["pending"] == 0 and summary["awaitingRetry"] == 0 and summary["inFlight"] == 0
+            return idle and delivered() >= accepted
+
+        deadline = time.time() + 600
+        while not drained() and time.time() < deadline:
+            for g in groups[1:]:
+                g.sample()
+            time.sleep(0.05)
+        ended = time.time()
+        got = delivered()
+        for g in groups:
+            g.sample()
+        after = [g.totals() for g in groups]
+        herald_cpu = after[0][0] - before[0][0]
+        herald_written = after[0][1] - before[0][1]
+        db_cpu = (after[1][0] - before[1][0]) if database is not None else 0.0
+        db_written = (after[1][1] - before[1][1]) if database is not None else 0
+        per = max(got, 1)
+        report = {
+            "backend": "postgres" if args.postgres else "sqlite",
+            "binary": args.binary,
+            "seconds": round(ended - started, 2),
+            "acceptedCountedByWrk": accepted,
+            "refused": int(status_errors),
+            "socketErrors": int(socket_errors),
+            "delivered": got,
+            "missing": max(0, accepted - got),
+            "acceptedPerSecond": round(accepted / (int(wrk_us) / 1e6), 1),
+            "deliveredPerSecond": round(got / (ended - started), 1),
+            "heraldCpuMicrosPerMessage": round(herald_cpu * 1e6 / per, 1),
+            "databaseCpuMicrosPerMessage": round(db_cpu * 1e6 / per, 1),
+            "totalCpuMicrosPerMessage": round((herald_cpu + db_cpu) * 1e6 / per, 1),
+            "bytesWrittenPerMessage": round((herald_written + db_written) / per),
+            "ingestLatencyP50Ms": round(float(p50) / 1000, 2),
+            "ingestLatencyP99Ms": round(float(p99) / 1000, 2),
+        }
+        if args.json:
+            print(json.dumps(report))
+        else:
+            for k, v in report.items():
+                print(f"{k:>28}: {v}")
+        if report["missing"] != 0 or not drained():
+            sys.exit(f"not drained: {report['missing']} accepted messages never reached nginx")
+    finally:
+        for p in reversed(processes):
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    target = os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/herald/target"))
+    parser.add_argument("--binary", default=os.path.join(target, "release", "herald"))
+    parser.add_argument("--postgres", action="store_true")
+    parser.add_argument("--duration", type=int, default=20)
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--payload-bytes", type=int, default=1024)
+    parser.add_argument("--json", action="store_true")
+    run(parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()
