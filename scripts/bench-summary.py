@@ -30,7 +30,7 @@ COLUMNS = [
     ("bench CPU µs/msg", "benchCpuMicrosPerMessage", 0),
     ("peak RSS MB", "peakRssBytes", -6),
     ("written B/msg", "bytesWrittenPerMessage", 0),
-    ("fsync/s", "fsyncPerSecond", 0),
+    ("disk probe fsync/s", "diskProbeFsyncPerSecond", 0),
     ("missing", "ledger.missing", 0),
 ]
 
@@ -39,7 +39,7 @@ FLOOR_COLUMNS = [
     ("achieved exchanges/s", "achievedRate", 0),
     *LATENCY,
     ("CPU µs/exchange", "cpuMicrosPerExchange", 1),
-    ("relay ceiling msg/s", "relayCeiling", 0),
+    ("rig ceiling msg/s", "rigCeiling", 0),
 ]
 
 EXTRA = {

@@ -15,6 +15,8 @@ struct Entry {
     group: usize,
     /// The endpoints still owed this message.
     pending: Vec<u32>,
+    /// Endpoints it goes to without being owed (they may never answer); counted if it arrives.
+    optional: Vec<u32>,
 }
 
 pub struct Ledger {
@@ -24,6 +26,8 @@ pub struct Ledger {
     pub ack_latency: Histogram<u64>,
     pub expected: u64,
     pub delivered: u64,
+    /// Deliveries to endpoints that were not owed them (a noisy neighbour's).
+    pub optional_delivered: u64,
     pub duplicates: u64,
     pub unexpected: u64,
     pub last_delivery: Option<Instant>,
@@ -42,17 +46,20 @@ impl Ledger {
             ack_latency: histogram(),
             expected: 0,
             delivered: 0,
+            optional_delivered: 0,
             duplicates: 0,
             unexpected: 0,
             last_delivery: None,
         }
     }
 
-    /// Records an accepted message and the endpoints it must reach.
-    pub fn expect(&mut self, ack: &Ack, group: usize, endpoints: &[u32]) {
+    /// Records an accepted message, the endpoints it must reach, and those it goes to
+    /// without being owed.
+    pub fn expect(&mut self, ack: &Ack, group: usize, endpoints: &[u32], optional: &[u32]) {
         let _ = self.ack_latency.record(micros(ack.acked - ack.scheduled));
         self.expected += endpoints.len() as u64;
-        let entry = Entry { scheduled: ack.scheduled, group, pending: endpoints.to_vec() };
+        let entry =
+            Entry { scheduled: ack.scheduled, group, pending: endpoints.to_vec(), optional: optional.to_vec() };
         self.entries.insert(ack.msg_id.clone(), entry);
     }
 
@@ -63,6 +70,11 @@ impl Ledger {
                 self.unexpected += 1;
                 continue;
             };
+            if let Some(at) = entry.optional.iter().position(|e| *e == receipt.endpoint) {
+                entry.optional.swap_remove(at);
+                self.optional_delivered += 1;
+                continue;
+            }
             match entry.pending.iter().position(|e| *e == receipt.endpoint) {
                 Some(at) => {
                     entry.pending.swap_remove(at);
@@ -109,15 +121,16 @@ mod tests {
     fn deliveries_close_the_ledger_and_duplicates_are_counted_apart() {
         let t0 = Instant::now();
         let mut ledger = Ledger::new(1);
-        ledger.expect(&ack("m1", t0), 0, &[0, 1]);
-        ledger.expect(&ack("m2", t0), 0, &[0]);
+        ledger.expect(&ack("m1", t0), 0, &[0, 1], &[]);
+        ledger.expect(&ack("m2", t0), 0, &[0], &[7]);
         assert_eq!(ledger.outstanding(), 3);
         let receipt = |id: &str, endpoint| Receipt { msg_id: id.into(), endpoint, at: t0 + Duration::from_millis(5) };
         ledger.record(vec![receipt("m1", 0), receipt("m1", 0), receipt("m2", 0), receipt("zz", 0)]);
         assert_eq!((ledger.delivered, ledger.duplicates, ledger.unexpected), (2, 1, 1));
         assert_eq!(ledger.outstanding_by_endpoint(), HashMap::from([(1, 1)]));
-        ledger.record(vec![receipt("m1", 1)]);
+        ledger.record(vec![receipt("m1", 1), receipt("m2", 7)]);
         assert_eq!(ledger.outstanding(), 0);
+        assert_eq!((ledger.optional_delivered, ledger.unexpected), (1, 1), "an unowed delivery counted apart");
         assert!(ledger.latency[0].value_at_quantile(0.5) >= 5000);
     }
 }

@@ -100,6 +100,16 @@ pub struct BenchArgs {
     pub idempotency_keys: bool,
 }
 
+/// Settings a spawned Herald gets for a scenario.
+fn spawn_env(scenario: Scenario) -> Vec<(String, String)> {
+    match scenario {
+        Scenario::NoisyNeighbour => {
+            vec![("HERALD_DELIVERY__MAX_IN_FLIGHT".into(), scenario::NOISY_GLOBAL_CAP.to_string())]
+        }
+        _ => vec![],
+    }
+}
+
 /// The Herald binary a spawned run starts.
 fn herald_binary(args: &BenchArgs) -> anyhow::Result<std::path::PathBuf> {
     if let Some(path) = &args.herald {
@@ -131,7 +141,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         (None, true) => Target::spawn(SpawnOptions {
             binary: &herald_binary(&args)?,
             database: database(&args).await?,
-            env: vec![],
+            env: spawn_env(args.scenario),
             connections: args.concurrency,
         })?,
         (None, false) => bail!("give either --spawn or --url with --token"),

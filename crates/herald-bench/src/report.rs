@@ -50,10 +50,23 @@ pub struct AckLatency {
 pub struct LedgerCounts {
     pub sent: u64,
     pub delivered: u64,
+    /// What the server reports as dead letters among the owed deliveries that never
+    /// arrived (information: it does not excuse them).
     pub dead: u64,
+    /// Owed deliveries the receiver never got: sent − delivered, from the receipts alone.
     pub missing: u64,
     pub duplicates: u64,
     pub unexpected: u64,
+}
+
+/// CPU per delivered message, in µs, of each process group of the server.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CpuGroups {
+    /// The server's own process.
+    pub herald: Option<f64>,
+    /// Every process of the database the bench started (PostgreSQL), when it did.
+    pub database: Option<f64>,
+    pub total: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -81,14 +94,20 @@ pub struct Report {
     pub latency_ms: Percentiles,
     pub ack_latency_ms: AckLatency,
     pub groups: Vec<GroupLatency>,
-    /// Server CPU (plus its database when spawned) per delivered message, in µs.
+    /// Server CPU (plus its database when spawned) per delivered message (one message at
+    /// one endpoint), in µs: `cpu.total`.
     pub cpu_micros_per_message: Option<f64>,
-    /// The spawned PostgreSQL's share of that, in µs.
+    /// The same, per process group.
+    pub cpu: CpuGroups,
+    /// The spawned PostgreSQL's share, in µs per delivered message (`cpu.database`).
     pub database_cpu_micros_per_message: Option<f64>,
     pub cpu_seconds_per_1000: Option<f64>,
     pub peak_rss_bytes: Option<u64>,
+    /// Bytes the server (and its database) wrote to disk, per delivered message.
     pub bytes_written_per_message: Option<f64>,
-    pub fsync_per_second: Option<f64>,
+    /// A probe of the data directory's disk before the run (4 KiB write + `fdatasync`, one
+    /// thread, for a second): what the disk allows, not what the server did.
+    pub disk_probe_fsync_per_second: Option<f64>,
     /// CPU of the bench itself (load generator and receiver) per message, in µs.
     pub bench_cpu_micros_per_message: Option<f64>,
     pub ledger: LedgerCounts,
@@ -121,19 +140,20 @@ impl Report {
             );
         }
         println!("ingest ack (ms)     p50 {:.2}  p99 {:.2}", self.ack_latency_ms.p50, self.ack_latency_ms.p99);
-        println!("cpu per message     {}", opt(self.cpu_micros_per_message, " µs"));
-        println!("cpu per 1000        {}", opt(self.cpu_seconds_per_1000, " s"));
-        if self.database_cpu_micros_per_message.is_some() {
-            println!("  of which database {}", opt(self.database_cpu_micros_per_message, " µs/msg"));
+        println!("cpu per delivered   {}", opt(self.cpu_micros_per_message, " µs"));
+        println!("  herald            {}", opt(self.cpu.herald, " µs"));
+        if self.cpu.database.is_some() {
+            println!("  database          {}", opt(self.cpu.database, " µs"));
         }
+        println!("cpu per 1000        {}", opt(self.cpu_seconds_per_1000, " s"));
         println!("bench cpu / message {}", opt(self.bench_cpu_micros_per_message, " µs"));
         println!("peak rss            {}", opt(self.peak_rss_bytes.map(|b| b as f64 / 1_048_576.0), " MiB"));
         println!("written per message {}", opt(self.bytes_written_per_message, " B"));
-        println!("fsync probe         {}", opt(self.fsync_per_second, " /s"));
+        println!("disk probe (before) {}", opt(self.disk_probe_fsync_per_second, " fsync/s"));
         let c = &self.ledger;
         println!(
-            "ledger              sent {}  delivered {}  dead {}  missing {}  (duplicates {}, unexpected {})",
-            c.sent, c.delivered, c.dead, c.missing, c.duplicates, c.unexpected
+            "ledger              sent {}  delivered {}  missing {}  (dead per the server {}, duplicates {}, unexpected {})",
+            c.sent, c.delivered, c.missing, c.dead, c.duplicates, c.unexpected
         );
         println!("signatures          {} verified, {} failed", self.signatures_verified, self.signatures_failed);
         if !self.details.is_null() {

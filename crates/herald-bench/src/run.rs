@@ -15,7 +15,7 @@ use super::ledger::Ledger;
 use super::load::{self, Body, Outcome, Producer, Progress, Stream};
 use super::probe::{self, ProcessSample};
 use super::receiver::{Behaviour, Receiver};
-use super::report::{AckLatency, GroupLatency, LedgerCounts, Percentiles, Report};
+use super::report::{AckLatency, CpuGroups, GroupLatency, LedgerCounts, Percentiles, Report};
 use super::target::{Api, Target};
 
 /// An application to create: its endpoints' behaviours and optional delivery settings.
@@ -121,7 +121,8 @@ impl<'a> Run<'a> {
     }
 
     /// Runs streams concurrently, each tagged with its latency group; the acks go into the
-    /// ledger. Endpoints in `excluded` are not owed deliveries (never-answering ones).
+    /// ledger. Endpoints in `excluded` are not owed deliveries (never-answering ones): what
+    /// arrives there is counted apart, neither owed nor unexpected.
     pub async fn phase(&mut self, label: &str, streams: &[(Stream, usize)], excluded: &[u32]) -> PhaseResult {
         if self.started.is_none() {
             self.before = self.target.sample();
@@ -154,9 +155,9 @@ impl<'a> Run<'a> {
             result.failures += outcome.failures;
             result.acked += outcome.acks.len() as u64;
             for ack in &outcome.acks {
-                let owed: Vec<u32> =
-                    self.apps[ack.app].endpoints.iter().copied().filter(|e| !excluded.contains(e)).collect();
-                self.ledger.expect(ack, *group, &owed);
+                let (owed, optional): (Vec<u32>, Vec<u32>) =
+                    self.apps[ack.app].endpoints.iter().copied().partition(|e| !excluded.contains(e));
+                self.ledger.expect(ack, *group, &owed, &optional);
             }
             self.offered += stream.rate * stream.duration.as_secs_f64();
         }
@@ -222,7 +223,9 @@ impl<'a> Run<'a> {
             (Some(before), Some(after)) => Some((before, after)),
             _ => None,
         };
-        let per_message = |v: f64| if self.messages == 0 { None } else { Some(v / self.messages as f64) };
+        // Per delivered message: each message received at one endpoint.
+        let delivered = self.ledger.delivered + self.ledger.optional_delivered;
+        let per_message = |v: f64| if delivered == 0 { None } else { Some(v / delivered as f64) };
         let database = match (self.db_before, db_after) {
             (Some(b), Some(a)) => Some((a.cpu_secs - b.cpu_secs, (a.write_bytes - b.write_bytes) as f64)),
             _ => None,
@@ -257,18 +260,23 @@ impl<'a> Run<'a> {
                 .map(|(g, h)| GroupLatency { group: g.clone(), latency_ms: Percentiles::of(h) })
                 .collect(),
             cpu_micros_per_message: server.and_then(|(b, a)| per_message((a.cpu_secs - b.cpu_secs + db_cpu) * 1e6)),
+            cpu: CpuGroups {
+                herald: server.and_then(|(b, a)| per_message((a.cpu_secs - b.cpu_secs) * 1e6)),
+                database: database.and_then(|(cpu, _)| per_message(cpu * 1e6)),
+                total: server.and_then(|(b, a)| per_message((a.cpu_secs - b.cpu_secs + db_cpu) * 1e6)),
+            },
             cpu_seconds_per_1000: server.and_then(|(b, a)| per_message((a.cpu_secs - b.cpu_secs + db_cpu) * 1000.0)),
             database_cpu_micros_per_message: database.and_then(|(cpu, _)| per_message(cpu * 1e6)),
             peak_rss_bytes: after.map(|a| a.peak_rss),
             bytes_written_per_message: server
                 .and_then(|(b, a)| per_message((a.write_bytes - b.write_bytes) as f64 + db_written)),
-            fsync_per_second: self.fsync,
+            disk_probe_fsync_per_second: self.fsync,
             bench_cpu_micros_per_message: bench_cpu,
             ledger: LedgerCounts {
                 sent: self.ledger.expected,
                 delivered: self.ledger.delivered,
                 dead,
-                missing: self.ledger.outstanding() - dead,
+                missing: self.ledger.outstanding(),
                 duplicates: self.ledger.duplicates,
                 unexpected: self.ledger.unexpected,
             },

@@ -42,7 +42,7 @@ async fn a_short_bench_run_closes_its_ledger() {
     assert_eq!(report["ledger"]["delivered"], 400, "{report}");
     assert_eq!(report["signaturesFailed"], 0);
     assert!(report["signaturesVerified"].as_u64().unwrap() > 0, "signatures were sampled");
-    for field in ["achievedRate", "cpuMicrosPerMessage", "peakRssBytes", "bytesWrittenPerMessage", "fsyncPerSecond"] {
+    for field in ["achievedRate", "cpuMicrosPerMessage", "peakRssBytes", "bytesWrittenPerMessage", "diskProbeFsyncPerSecond"] {
         assert!(report[field].is_number(), "{field} missing: {report}");
     }
     for p in ["p50", "p90", "p99", "p999"] {
@@ -57,7 +57,7 @@ async fn the_http_floor_is_measured_without_a_server() {
     assert_eq!(report["exchanges"], 300, "{report}");
     assert_eq!(report["failures"], 0, "{report}");
     let cpu = report["cpuMicrosPerExchange"].as_f64().expect("CPU per exchange");
-    let ceiling = report["relayCeiling"].as_f64().expect("relay ceiling");
+    let ceiling = report["rigCeiling"].as_f64().expect("rig ceiling");
     let cpus = report["cpus"].as_f64().unwrap();
     assert!(cpu > 0.0 && (ceiling - cpus * 1e6 / (2.0 * cpu)).abs() < 1.0, "{report}");
     assert!(report["latencyMs"]["p50"].as_f64().unwrap() > 0.0, "{report}");
