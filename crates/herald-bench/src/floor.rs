@@ -102,7 +102,9 @@ impl FloorReport {
         println!("latency (ms)        {}", self.latency_ms.line());
         if let (Some(cpu), Some(ceiling)) = (self.cpu_micros_per_exchange, self.rig_ceiling) {
             println!("cpu per exchange    {cpu:.1} µs (client and server ends)");
-            println!("rig ceiling         {ceiling:.0} msg/s (generator, relay and receiver on these cores; not Herald's limit)");
+            println!(
+                "rig ceiling         {ceiling:.0} msg/s (generator, relay and receiver on these cores; not Herald's limit)"
+            );
         }
         if json {
             println!("{}", serde_json::to_string(self).expect("reports serialize"));

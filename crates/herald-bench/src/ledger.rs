@@ -58,8 +58,7 @@ impl Ledger {
     pub fn expect(&mut self, ack: &Ack, group: usize, endpoints: &[u32], optional: &[u32]) {
         let _ = self.ack_latency.record(micros(ack.acked - ack.scheduled));
         self.expected += endpoints.len() as u64;
-        let entry =
-            Entry { scheduled: ack.scheduled, group, pending: endpoints.to_vec(), optional: optional.to_vec() };
+        let entry = Entry { scheduled: ack.scheduled, group, pending: endpoints.to_vec(), optional: optional.to_vec() };
         self.entries.insert(ack.msg_id.clone(), entry);
     }
 

@@ -42,7 +42,9 @@ async fn a_short_bench_run_closes_its_ledger() {
     assert_eq!(report["ledger"]["delivered"], 400, "{report}");
     assert_eq!(report["signaturesFailed"], 0);
     assert!(report["signaturesVerified"].as_u64().unwrap() > 0, "signatures were sampled");
-    for field in ["achievedRate", "cpuMicrosPerMessage", "peakRssBytes", "bytesWrittenPerMessage", "diskProbeFsyncPerSecond"] {
+    for field in
+        ["achievedRate", "cpuMicrosPerMessage", "peakRssBytes", "bytesWrittenPerMessage", "diskProbeFsyncPerSecond"]
+    {
         assert!(report[field].is_number(), "{field} missing: {report}");
     }
     for p in ["p50", "p90", "p99", "p999"] {

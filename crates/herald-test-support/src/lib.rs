@@ -5,4 +5,4 @@
 pub mod pg_cluster;
 pub mod receiver;
 
-pub use receiver::{Receiver, Received, Reply};
+pub use receiver::{Received, Receiver, Reply};

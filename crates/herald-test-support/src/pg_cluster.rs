@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-
 /// Server settings: loopback only, room for several Herald processes, and the usual
 /// production WAL tuning (durability untouched: fsync, synchronous_commit and
 /// full_page_writes stay on).

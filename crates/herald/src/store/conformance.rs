@@ -7,7 +7,7 @@ use crate::clock::now_ms;
 use crate::ids::{AppId, AttemptId, EndpointId, MessageId};
 use crate::store::*;
 
-fn app() -> App {
+pub(crate) fn app() -> App {
     App {
         id: AppId::generate(),
         uid: None,
@@ -22,7 +22,7 @@ fn app() -> App {
     }
 }
 
-fn endpoint(app: &App) -> Endpoint {
+pub(crate) fn endpoint(app: &App) -> Endpoint {
     Endpoint {
         id: EndpointId::generate(),
         app_id: app.id.clone(),
@@ -43,7 +43,7 @@ fn endpoint(app: &App) -> Endpoint {
     }
 }
 
-fn message(app: &App, event_id: Option<&str>) -> Message {
+pub(crate) fn message(app: &App, event_id: Option<&str>) -> Message {
     Message {
         id: MessageId::generate(),
         app_id: app.id.clone(),
@@ -55,7 +55,7 @@ fn message(app: &App, event_id: Option<&str>) -> Message {
     }
 }
 
-fn attempt(app: &App, msg: &MessageId, endpoint: &EndpointId, delivered: bool) -> Attempt {
+pub(crate) fn attempt(app: &App, msg: &MessageId, endpoint: &EndpointId, delivered: bool) -> Attempt {
     Attempt {
         id: AttemptId::generate(),
         msg_id: msg.clone(),

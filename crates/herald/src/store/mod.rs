@@ -186,8 +186,6 @@ pub trait QueueStore: Send + Sync {
     async fn requeue(&self, request: Requeue) -> StoreResult<u64>;
     /// Dead letters matching `filter`, most recently dead first.
     async fn dead_letters(&self, filter: &DeadLetterFilter) -> StoreResult<Vec<DeadLetter>>;
-    /// Counts of deliveries by state (for health and shutdown checks).
-    async fn queue_counts(&self) -> StoreResult<QueueCounts>;
 }
 
 /// Access tokens and dashboard sessions, and the upkeep that removes old data: idempotency

@@ -422,14 +422,6 @@ pub struct EndpointStats {
     pub canceled: u64,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct QueueCounts {
-    pub pending: u64,
-    pub claimed: u64,
-    pub delivered: u64,
-    pub dead: u64,
-}
-
 /// `text` as a `LIKE` pattern matching it anywhere (a backslash escapes the wildcards).
 pub fn contains_pattern(text: &str) -> String {
     let escaped = text.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_");

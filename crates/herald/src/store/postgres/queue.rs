@@ -13,7 +13,7 @@ use crate::clock::{Millis, now_ms};
 use crate::ids::{AppId, EndpointId, MessageId};
 use crate::store::{
     ClaimedDelivery, DeadLetter, DeadLetterFilter, DeliveryState, HourCounts, MinuteCounts, NextState, OutcomeRecord,
-    QueueCounts, QueueStore, Recorded, Requeue, StoreResult, Trigger, keep_trying,
+    QueueStore, Recorded, Requeue, StoreResult, Trigger, keep_trying,
 };
 
 const NOTIFY_WORK: &str = "SELECT pg_notify('herald_work', '')";
@@ -411,27 +411,6 @@ impl QueueStore for PgStore {
                 error: r.get(9),
             })
             .collect())
-    }
-
-    async fn queue_counts(&self) -> StoreResult<QueueCounts> {
-        let client = self.client().await?;
-        let mut counts = QueueCounts::default();
-        let rows = client
-            .query("SELECT state, owner IS NOT NULL, count(*) FROM herald.delivery GROUP BY 1, 2", &[])
-            .await
-            .map_err(db_err)?;
-        for row in rows {
-            let (state, owned, count): (i16, bool, i64) = (row.get(0), row.get(1), row.get(2));
-            let count = count as u64;
-            match DeliveryState::from_code(state.into()) {
-                DeliveryState::Pending if owned => counts.claimed += count,
-                DeliveryState::Pending => counts.pending += count,
-                DeliveryState::Delivered => counts.delivered += count,
-                DeliveryState::Dead => counts.dead += count,
-                DeliveryState::Canceled => {}
-            }
-        }
-        Ok(counts)
     }
 }
 

@@ -169,26 +169,49 @@ impl AccessStore for SqliteStore {
 
     async fn purge(&self, what: Purge, before: Millis, limit: usize) -> StoreResult<u64> {
         let (sql, prefix) = match what {
+            // Only once nothing is left to deliver: no pending row, nothing held.
             Purge::Payloads => (
-                "UPDATE message SET payload = NULL WHERE id IN
-                    (SELECT m.id FROM message m WHERE m.id < ?1 AND m.payload IS NOT NULL
-                     AND NOT EXISTS (SELECT 1 FROM delivery d WHERE d.msg_id = m.id AND d.state = 0) LIMIT ?2)",
+                "UPDATE message SET payload = NULL WHERE seq IN
+                    (SELECT m.seq FROM message m WHERE m.id < ?1 AND m.payload IS NOT NULL
+                     AND NOT EXISTS (SELECT 1 FROM delivery d WHERE d.msg_seq = m.seq AND d.state = 0)
+                     AND NOT EXISTS (SELECT 1 FROM held h WHERE h.id >= m.seq * 65536 AND h.id < (m.seq + 1) * 65536)
+                     LIMIT ?2)",
                 "msg_",
             ),
             Purge::Responses => (
-                "UPDATE attempt SET response = 'EXPUNGED' WHERE id IN
-                    (SELECT id FROM attempt WHERE id < ?1 AND response <> 'EXPUNGED' LIMIT ?2)",
+                "UPDATE attempt SET response = 'EXPUNGED' WHERE seq IN
+                    (SELECT seq FROM attempt WHERE id < ?1 AND response <> 'EXPUNGED' LIMIT ?2)",
                 "atmpt_",
             ),
             Purge::Attempts => (
-                "DELETE FROM attempt WHERE id IN
-                    (SELECT a.id FROM attempt a WHERE a.id < ?1
-                     AND NOT EXISTS (SELECT 1 FROM delivery d WHERE d.id = a.delivery_id AND d.state = 0) LIMIT ?2)",
+                "DELETE FROM attempt WHERE seq IN
+                    (SELECT a.seq FROM attempt a WHERE a.id < ?1
+                     AND NOT EXISTS (SELECT 1 FROM delivery d WHERE d.id = a.delivery_id AND d.state = 0) LIMIT ?2)
+                 RETURNING msg_seq, endpoint_id, id",
                 "atmpt_",
             ),
         };
         let bound = format!("{prefix}{}", first_body_at(before));
-        self.writer.write(move |conn| Ok(conn.prepare_cached(sql)?.execute(params![bound, limit as i64])? as u64)).await
+        self.writer
+            .write(move |conn| {
+                if what != Purge::Attempts {
+                    return Ok(conn.prepare_cached(sql)?.execute(params![bound, limit as i64])? as u64);
+                }
+                // The index tables forget the attempts too.
+                let gone: Vec<(i64, String, String)> = conn
+                    .prepare_cached(sql)?
+                    .query_map(params![bound, limit as i64], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                    .collect::<Result<_, _>>()?;
+                let mut by_msg = conn.prepare_cached("DELETE FROM attempt_by_msg WHERE msg_seq = ? AND id = ?")?;
+                let mut by_endpoint =
+                    conn.prepare_cached("DELETE FROM attempt_by_endpoint WHERE endpoint_id = ? AND id = ?")?;
+                for (msg_seq, endpoint, id) in &gone {
+                    by_msg.execute(params![msg_seq, id])?;
+                    by_endpoint.execute(params![endpoint, id])?;
+                }
+                Ok(gone.len() as u64)
+            })
+            .await
     }
 
     async fn prune_idempotency(&self, before: Millis, limit: usize) -> StoreResult<u64> {

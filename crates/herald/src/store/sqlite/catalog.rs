@@ -106,6 +106,31 @@ impl CatalogStore for SqliteStore {
         let id = id.clone();
         self.writer
             .write(move |conn| {
+                // The index tables and `held` first, while the rows they point at are there.
+                conn.execute_batch(
+                    "CREATE TEMP TABLE IF NOT EXISTS gone_endpoint (id TEXT PRIMARY KEY); DELETE FROM gone_endpoint;",
+                )?;
+                conn.execute(
+                    "INSERT OR IGNORE INTO gone_endpoint SELECT id FROM endpoint WHERE app_id = ?1
+                     UNION SELECT id FROM deleted_endpoint WHERE app_id = ?1",
+                    [id.as_str()],
+                )?;
+                for sql in [
+                    "DELETE FROM dest_by_endpoint WHERE endpoint_id IN (SELECT id FROM gone_endpoint)",
+                    "DELETE FROM attempt_by_endpoint WHERE endpoint_id IN (SELECT id FROM gone_endpoint)",
+                    "DELETE FROM attempt_by_msg WHERE msg_seq IN (SELECT seq FROM message_by_app WHERE app_id = ?1)
+                        OR msg_seq IN (SELECT seq FROM message WHERE app_id = ?1)",
+                    "DELETE FROM held WHERE id / 65536 IN (SELECT seq FROM message WHERE app_id = ?1)",
+                    "DELETE FROM message_by_app WHERE app_id = ?1",
+                ] {
+                    let uses_app = sql.contains("?1");
+                    if uses_app {
+                        conn.execute(sql, [id.as_str()])?;
+                    } else {
+                        conn.execute(sql, [])?;
+                    }
+                }
+                conn.execute("DELETE FROM gone_endpoint", [])?;
                 for table in ["attempt", "delivery", "message", "endpoint", "deleted_endpoint", "portal_token"] {
                     conn.execute(&format!("DELETE FROM {table} WHERE app_id = ?"), [id.as_str()])?;
                 }

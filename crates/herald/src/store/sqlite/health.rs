@@ -104,10 +104,13 @@ impl HealthStore for SqliteStore {
             .read(move |conn| {
                 // One statement, so every count comes from the same snapshot.
                 let mut stmt = conn.prepare_cached(
-                    "SELECT (SELECT count(*) FROM delivery WHERE state = 0 AND attempts = 0),
+                    // Held deliveries are pending and not tried yet.
+                    "SELECT (SELECT count(*) FROM delivery WHERE state = 0 AND attempts = 0) + (SELECT count(*) FROM held),
                             (SELECT count(*) FROM delivery WHERE state = 0 AND attempts > 0),
                             (SELECT count(*) FROM delivery WHERE state = 2),
-                            (SELECT min(created_at) FROM delivery WHERE state = 0),
+                            (SELECT min(at) FROM (SELECT min(created_at) AS at FROM delivery WHERE state = 0
+                                                  UNION ALL SELECT created_at FROM message
+                                                  WHERE seq = (SELECT min(id) FROM held) / 65536)),
                             coalesce(sum(delivered), 0), coalesce(sum(failed), 0), coalesce(sum(delivery_ms), 0)
                      FROM stats_minute WHERE minute > ?",
                 )?;

@@ -4,8 +4,10 @@
 
 mod access;
 mod catalog;
+mod deliveries;
 mod health;
 mod history;
+mod indexer;
 mod messages;
 mod queue;
 mod readers;
@@ -25,14 +27,20 @@ use readers::Readers;
 use writer::{Batching, Writer};
 
 /// (version, SQL) in order; `PRAGMA user_version` records the last one applied.
-const MIGRATIONS: &[(i64, &str)] =
-    &[(1, include_str!("v1.sql")), (2, include_str!("v2.sql")), (3, include_str!("v3.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("v1.sql")),
+    (2, include_str!("v2.sql")),
+    (3, include_str!("v3.sql")),
+    (4, include_str!("v4.sql")),
+];
 const STATEMENT_CACHE: usize = 256;
 
 pub struct SqliteStore {
     writer: Writer,
     readers: Readers,
     signals: Signals,
+    /// The next message and attempt seqs (assigned by the writer thread).
+    seqs: Arc<messages::Seqs>,
 }
 
 impl Store for SqliteStore {
@@ -67,6 +75,7 @@ impl SqliteStore {
         // Enough cached statements that none is ever re-prepared on the hot path.
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         migrate(&conn)?;
+        let seqs = Arc::new(messages::Seqs::load(&conn)?);
         let mut readers = Vec::with_capacity(config.read_connections);
         for _ in 0..config.read_connections {
             let reader = Connection::open_with_flags(
@@ -83,7 +92,7 @@ impl SqliteStore {
             checkpoint_interval: config.checkpoint_interval,
         };
         let writer = Writer::start(conn, batching, liveness);
-        Ok(Self { writer, readers: Readers::new(readers), signals: Signals::default() })
+        Ok(Self { writer, readers: Readers::new(readers), signals: Signals::default(), seqs })
     }
 }
 
@@ -125,6 +134,14 @@ fn is_unique_violation(e: &rusqlite::Error) -> bool {
             if f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
                 || f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY
     )
+}
+
+#[cfg(test)]
+impl SqliteStore {
+    /// Fills the index tables now (the writer does it every half second).
+    pub(crate) async fn index_now(&self) {
+        self.writer.write(indexer::index).await.expect("indexing");
+    }
 }
 
 impl From<rusqlite::Error> for StoreError {
@@ -172,8 +189,11 @@ mod tests {
             "INSERT INTO app VALUES ('app_1', NULL, 'old', '{}', NULL, NULL, NULL, 1, 1);
              INSERT INTO endpoint VALUES ('ep_1', 'app_1', NULL, 'https://example.com/', '', 0, NULL, NULL, '{}',
                  NULL, '{\"x-old\":\"1\"}', 'v1.k.s', '{}', NULL, 1, 1);
+             INSERT INTO message VALUES ('msg_1', 'app_1', 'order.paid', NULL, NULL, '{}', 1);
              INSERT INTO delivery (msg_id, endpoint_id, app_id, state, attempts, next_at, trigger, owner, strict,
-                 created_at) VALUES ('msg_1', 'ep_1', 'app_1', 0, 0, 1, 0, 'someone', 0, 1);",
+                 created_at) VALUES ('msg_1', 'ep_1', 'app_1', 0, 0, 1, 0, 'someone', 0, 1);
+             INSERT INTO delivery (msg_id, endpoint_id, app_id, state, attempts, next_at, trigger, owner, strict,
+                 created_at) VALUES ('msg_gone', 'ep_1', 'app_1', 0, 0, 1, 0, NULL, 0, 1);",
         )
         .unwrap();
         drop(old);
@@ -189,6 +209,16 @@ mod tests {
         let version: i64 = reopened.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
         let resend: i64 = reopened.query_row("SELECT resend FROM delivery", [], |r| r.get(0)).unwrap();
         assert_eq!((version, resend), (MIGRATIONS.len() as i64, 0));
+        // Version 4: the message keeps its place in commit order, its delivery gets a row of
+        // its own (a delivery whose message is gone could never be sent, and is dropped).
+        let (seq, dests, delivery): (i64, String, i64) = reopened
+            .query_row("SELECT m.seq, m.dests, d.id FROM message m JOIN delivery d ON d.msg_seq = m.seq", [], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .unwrap();
+        assert_eq!((dests.as_str(), delivery), ("[]", seq * 65_536 + 32_768));
+        let left: i64 = reopened.query_row("SELECT count(*) FROM delivery", [], |r| r.get(0)).unwrap();
+        assert_eq!(left, 1);
     }
 
     #[tokio::test]
@@ -211,5 +241,92 @@ mod tests {
         SqliteStore::open(&path, &config, &Arc::default()).unwrap().insert_app(&app).await.unwrap();
         let reopened = SqliteStore::open(&path, &config, &Arc::default()).unwrap();
         assert_eq!(reopened.app("kept").await.unwrap(), Some(app));
+    }
+
+    /// Listings read the index tables up to their watermark and the rows beyond it as one:
+    /// the same answers, in the same order, wherever the watermark falls.
+    #[tokio::test]
+    async fn listings_read_the_index_tables_and_the_tail_as_one() {
+        use crate::store::conformance::{app, attempt, endpoint, message};
+        use crate::store::*;
+        let fixture = Fixture::new().await;
+        let store = &fixture.store;
+        let app = app();
+        store.insert_app(&app).await.unwrap();
+        let (fast, failing) = (endpoint(&app), endpoint(&app));
+        store.insert_endpoint(&fast).await.unwrap();
+        store.insert_endpoint(&failing).await.unwrap();
+        let mut sent = vec![];
+        for i in 0..6 {
+            if i == 3 {
+                store.index_now().await;
+            }
+            let m = message(&app, None);
+            let dests = [&fast, &failing].map(|e| NewDelivery { endpoint: e.id.clone(), strict: false }).to_vec();
+            let new = NewMessage { message: m.clone(), deliveries: dests, owner: Some("me".into()), idempotency: None };
+            let IngestResult::Created { deliveries } = store.ingest(new).await.unwrap() else { panic!("created") };
+            sent.push((m, deliveries));
+        }
+        // Every fast delivery succeeds (half the attempts indexed); the first failing one dies.
+        for (i, (m, ids)) in sent.iter().enumerate() {
+            if i == 3 {
+                store.index_now().await;
+            }
+            let mut outcomes = vec![OutcomeRecord {
+                delivery_id: ids[0],
+                message_created_at: m.created_at,
+                attempt: Some(attempt(&app, &m.id, &fast.id, true)),
+                attempts: 1,
+                next: NextState::Delivered,
+            }];
+            if i == 0 {
+                outcomes.push(OutcomeRecord {
+                    delivery_id: ids[1],
+                    message_created_at: m.created_at,
+                    attempt: Some(attempt(&app, &m.id, &failing.id, false)),
+                    attempts: 1,
+                    next: NextState::Dead,
+                });
+            }
+            assert!(store.record_outcomes("me", outcomes).await.unwrap().iter().all(|r| *r == Recorded::Applied));
+        }
+        let newest_first: Vec<MessageId> = sent.iter().rev().map(|(m, _)| m.id.clone()).collect();
+        let page = |limit, iterator: Option<&MessageId>| PageQuery {
+            limit,
+            iterator: iterator.map(|i| i.to_string()),
+            descending: true,
+        };
+        let first = store.list_messages(&app.id, &MessageFilter::default(), &page(4, None)).await.unwrap();
+        let rest = store.list_messages(&app.id, &MessageFilter::default(), &page(4, Some(&first[3].id))).await.unwrap();
+        let listed: Vec<MessageId> = first.iter().chain(&rest).map(|m| m.id.clone()).collect();
+        assert_eq!(listed, newest_first, "one order, no duplicates, across the watermark");
+
+        let (all, ten) = (MessageFilter::default(), page(10, None));
+        let by_fast = store.list_attempts(&AttemptFilter::of_endpoint(&app.id, &fast.id, false), &ten).await.unwrap();
+        assert_eq!(by_fast.len(), 6);
+        let by_msg =
+            store.list_attempts(&AttemptFilter::of_message(&app.id, &sent[0].0.id, false), &ten).await.unwrap();
+        assert_eq!(by_msg.len(), 2);
+
+        let to_fast = store.endpoint_messages(&fast.id, &all, None, &ten).await.unwrap();
+        assert_eq!(to_fast.iter().map(|(m, _)| m.id.clone()).collect::<Vec<_>>(), newest_first);
+        assert!(to_fast.iter().all(|(_, d)| d.status() == DeliveryStatus::Success), "settled at the first try");
+        let dead = store.endpoint_messages(&failing.id, &all, Some(DeliveryStatus::Fail), &ten).await.unwrap();
+        assert_eq!(dead.iter().map(|(m, _)| m.id.clone()).collect::<Vec<_>>(), vec![sent[0].0.id.clone()]);
+
+        let ascending = PageQuery { limit: 10, iterator: None, descending: false };
+        let first_message = store.message_deliveries(&sent[0].0.id, &ascending).await.unwrap();
+        let statuses: Vec<(EndpointId, DeliveryStatus)> =
+            first_message.iter().map(|d| (d.endpoint_id.clone(), d.status())).collect();
+        let mut expected = vec![(fast.id.clone(), DeliveryStatus::Success), (failing.id.clone(), DeliveryStatus::Fail)];
+        expected.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+        assert_eq!(statuses, expected);
+
+        assert_eq!(store.endpoint_stats(&fast.id, None, None).await.unwrap().success, 6);
+        let failing_stats = store.endpoint_stats(&failing.id, None, None).await.unwrap();
+        assert_eq!((failing_stats.fail, failing_stats.pending), (1, 5), "the held ones are pending");
+        let summary = store.summary(crate::clock::now_ms()).await.unwrap();
+        assert_eq!((summary.pending, summary.dead), (5, 1));
+        assert_eq!(summary.oldest_pending_at, Some(sent[1].0.created_at));
     }
 }

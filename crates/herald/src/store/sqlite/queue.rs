@@ -1,4 +1,6 @@
-//! The work queue on SQLite: claims, outcomes, releases and manual requeues.
+//! The work queue on SQLite: claims, outcomes, releases and manual requeues (schema version
+//! 4: a held delivery settles with its first successful attempt alone; anything else gives it
+//! a row, see `deliveries`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -8,13 +10,14 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::SqliteStore;
-use super::messages::insert_attempt;
+use super::deliveries::{self, LATER_PLACES, Materialize, delivery_id};
+use super::messages::{Seqs, insert_attempt};
 use super::rows::{self, MESSAGE_COLUMNS};
 use crate::clock::{Millis, now_ms};
 use crate::ids::{AppId, EndpointId, MessageId};
 use crate::store::{
     ClaimedDelivery, DeadLetter, DeadLetterFilter, DeliveryState, HourCounts, Message, MinuteCounts, NextState,
-    OutcomeRecord, QueueCounts, QueueStore, Recorded, Requeue, StoreResult, Trigger,
+    OutcomeRecord, QueueStore, Recorded, Requeue, StoreResult, Trigger,
 };
 
 #[async_trait]
@@ -30,11 +33,13 @@ impl QueueStore for SqliteStore {
     }
 
     async fn record_outcomes(&self, owner: &str, outcomes: Vec<OutcomeRecord>) -> StoreResult<Vec<Recorded>> {
-        let owner = owner.to_owned();
+        let (owner, seqs) = (owner.to_owned(), self.seqs.clone());
         self.writer
             .write_hot(move |conn| {
-                let applied: Vec<Recorded> =
-                    outcomes.iter().map(|outcome| record_outcome(conn, &owner, outcome)).collect::<StoreResult<_>>()?;
+                let applied: Vec<Recorded> = outcomes
+                    .iter()
+                    .map(|outcome| record_outcome(conn, &seqs, &owner, outcome))
+                    .collect::<StoreResult<_>>()?;
                 for (minute, counts) in
                     MinuteCounts::of(outcomes.iter().zip(&applied).filter(|(_, a)| a.recorded()).map(|(o, _)| o))
                 {
@@ -66,13 +71,16 @@ impl QueueStore for SqliteStore {
             .await
     }
 
-    async fn release(&self, owner: &str, deliveries: Vec<i64>) -> StoreResult<()> {
+    async fn release(&self, owner: &str, ids: Vec<i64>) -> StoreResult<()> {
         let owner = owner.to_owned();
         self.writer
             .write(move |conn| {
+                let now = now_ms();
                 let mut stmt = conn.prepare_cached("UPDATE delivery SET owner = NULL WHERE id = ? AND owner = ?")?;
-                for id in deliveries {
-                    stmt.execute(params![id, owner])?;
+                for id in ids {
+                    if deliveries::release_held(conn, id, id + 1, Some(&owner), now)? == 0 {
+                        stmt.execute(params![id, owner])?;
+                    }
                 }
                 Ok(())
             })
@@ -83,8 +91,20 @@ impl QueueStore for SqliteStore {
         let (owner, msg) = (owner.to_owned(), msg.to_string());
         self.writer
             .write(move |conn| {
-                let sql = "UPDATE delivery SET owner = NULL WHERE msg_id = ? AND owner = ? AND state = 0";
-                Ok(conn.execute(sql, params![msg, owner])? as u64)
+                let seq: Option<i64> = conn
+                    .prepare_cached("SELECT seq FROM message WHERE id = ?")?
+                    .query_row([&msg], |r| r.get(0))
+                    .optional()?;
+                let Some(seq) = seq else { return Ok(0) };
+                let held = deliveries::release_held(
+                    conn,
+                    delivery_id(seq, 0),
+                    delivery_id(seq + 1, 0),
+                    Some(&owner),
+                    now_ms(),
+                )?;
+                let sql = "UPDATE delivery SET owner = NULL WHERE msg_seq = ? AND owner = ? AND state = 0";
+                Ok(held + conn.execute(sql, params![seq, owner])? as u64)
             })
             .await
     }
@@ -92,13 +112,19 @@ impl QueueStore for SqliteStore {
     async fn release_owner(&self, owner: &str) -> StoreResult<u64> {
         let owner = owner.to_owned();
         self.writer
-            .write(move |conn| Ok(conn.execute("UPDATE delivery SET owner = NULL WHERE owner = ?", [&owner])? as u64))
+            .write(move |conn| {
+                let held = deliveries::release_held(conn, 0, i64::MAX, Some(&owner), now_ms())?;
+                Ok(held + conn.execute("UPDATE delivery SET owner = NULL WHERE owner = ?", [&owner])? as u64)
+            })
             .await
     }
 
     async fn release_all(&self) -> StoreResult<u64> {
         self.writer
-            .write(|conn| Ok(conn.execute("UPDATE delivery SET owner = NULL WHERE owner IS NOT NULL", [])? as u64))
+            .write(|conn| {
+                let held = deliveries::release_held(conn, 0, i64::MAX, None, now_ms())?;
+                Ok(held + conn.execute("UPDATE delivery SET owner = NULL WHERE owner IS NOT NULL", [])? as u64)
+            })
             .await
     }
 
@@ -149,28 +175,6 @@ impl QueueStore for SqliteStore {
                     })
                 })?;
                 Ok(rows.collect::<Result<_, _>>()?)
-            })
-            .await
-    }
-
-    async fn queue_counts(&self) -> StoreResult<QueueCounts> {
-        self.readers
-            .read(|conn| {
-                let mut counts = QueueCounts::default();
-                let mut stmt =
-                    conn.prepare_cached("SELECT state, owner IS NOT NULL, count(*) FROM delivery GROUP BY 1, 2")?;
-                let mut rows = stmt.query([])?;
-                while let Some(row) = rows.next()? {
-                    let (state, owned, count): (i64, bool, u64) = (row.get(0)?, row.get(1)?, row.get(2)?);
-                    match DeliveryState::from_code(state) {
-                        DeliveryState::Pending if owned => counts.claimed += count,
-                        DeliveryState::Pending => counts.pending += count,
-                        DeliveryState::Delivered => counts.delivered += count,
-                        DeliveryState::Dead => counts.dead += count,
-                        DeliveryState::Canceled => {}
-                    }
-                }
-                Ok(counts)
             })
             .await
     }
@@ -229,12 +233,13 @@ fn claim(
     Ok(out)
 }
 
-/// Records one outcome if `owner` still holds the delivery. A resend accepted meanwhile
-/// (`resend`) overrides the outcome's next state: the attempt may have started before the
-/// request, so the delivery goes back, unclaimed, for a manual attempt of its own. (Two
-/// plain statements rather than one with `RETURNING`, which makes SQLite stage its output:
-/// the first is the only one on the hot path.)
-fn record_outcome(conn: &Connection, owner: &str, outcome: &OutcomeRecord) -> StoreResult<Recorded> {
+/// Records one outcome if `owner` still holds the delivery. A held delivery settles with a
+/// success alone; any other outcome gives it a row in its next state. A delivery with a row
+/// is updated if `owner` holds it; a resend accepted meanwhile (`resend`) overrides the
+/// outcome's next state: the attempt may have started before the request, so the delivery
+/// goes back, unclaimed, for a manual attempt of its own. (Plain statements rather than one
+/// with `RETURNING`, which makes SQLite stage its output.)
+fn record_outcome(conn: &Connection, seqs: &Seqs, owner: &str, outcome: &OutcomeRecord) -> StoreResult<Recorded> {
     let now = now_ms();
     let (state, next_at, keep) = match outcome.next {
         NextState::Delivered => (DeliveryState::Delivered, now, false),
@@ -242,30 +247,66 @@ fn record_outcome(conn: &Connection, owner: &str, outcome: &OutcomeRecord) -> St
         NextState::Dead => (DeliveryState::Dead, now, false),
         NextState::Canceled => (DeliveryState::Canceled, now, false),
     };
-    let applied = conn
-        .prepare_cached(
-            "UPDATE delivery SET state = ?, attempts = ?, next_at = ?, trigger = 0,
-                owner = CASE WHEN ? THEN owner ELSE NULL END
-             WHERE id = ? AND owner = ? AND resend = 0",
-        )?
-        .execute(params![state.code(), outcome.attempts, next_at, keep, outcome.delivery_id, owner])?;
-    let recorded = if applied == 1 {
+    let id = outcome.delivery_id;
+    let last = outcome.attempt.as_ref();
+    let recorded = if deliveries::unhold(conn, id, owner)? {
+        if state != DeliveryState::Delivered {
+            let row = Materialize {
+                id,
+                state,
+                attempts: outcome.attempts,
+                next_at,
+                manual: false,
+                owner: keep.then_some(owner),
+                resend: false,
+                strict: None,
+                last,
+            };
+            deliveries::materialize(conn, &row, None)?;
+        }
         Recorded::Applied
     } else {
-        let resent = conn
+        let (status, class, error) =
+            last.map_or((None, None, None), |a| (Some(a.status_code), a.error_class.as_deref(), a.error.as_deref()));
+        let applied = conn
             .prepare_cached(
-                "UPDATE delivery SET state = 0, attempts = 0, next_at = ?, trigger = 1, owner = NULL, resend = 0
-                 WHERE id = ? AND owner = ? AND resend = 1",
+                "UPDATE delivery SET state = ?, attempts = ?, next_at = ?, trigger = 0,
+                    owner = CASE WHEN ? THEN owner ELSE NULL END,
+                    last_status = coalesce(?, last_status), last_error_class = CASE WHEN ? THEN ? ELSE last_error_class END,
+                    last_error = CASE WHEN ? THEN ? ELSE last_error END
+                 WHERE id = ? AND owner = ? AND resend = 0",
             )?
-            .execute(params![now, outcome.delivery_id, owner])?;
-        if resent == 0 {
-            // Our claim was lost (released or taken over): the outcome is not ours to record.
-            return Ok(Recorded::ClaimLost);
+            .execute(params![
+                state.code(),
+                outcome.attempts,
+                next_at,
+                keep,
+                status,
+                last.is_some(),
+                class,
+                last.is_some(),
+                error,
+                id,
+                owner
+            ])?;
+        if applied == 1 {
+            Recorded::Applied
+        } else {
+            let resent = conn
+                .prepare_cached(
+                    "UPDATE delivery SET state = 0, attempts = 0, next_at = ?, trigger = 1, owner = NULL, resend = 0
+                     WHERE id = ? AND owner = ? AND resend = 1",
+                )?
+                .execute(params![now, id, owner])?;
+            if resent == 0 {
+                // Our claim was lost (released or taken over): the outcome is not ours to record.
+                return Ok(Recorded::ClaimLost);
+            }
+            Recorded::Resent
         }
-        Recorded::Resent
     };
-    if let Some(attempt) = &outcome.attempt {
-        insert_attempt(conn, outcome.delivery_id, attempt)?;
+    if let Some(attempt) = last {
+        insert_attempt(conn, seqs, id, attempt)?;
     }
     Ok(recorded)
 }
@@ -273,26 +314,7 @@ fn record_outcome(conn: &Connection, owner: &str, outcome: &OutcomeRecord) -> St
 fn requeue(conn: &Connection, request: &Requeue) -> StoreResult<u64> {
     let now = now_ms();
     match request {
-        Requeue::Resend { app, msg, endpoint } => {
-            // Held pending by a dispatcher, its attempt may be on the wire already: mark it,
-            // so that attempt's outcome requeues it (see `record_outcome`). Otherwise it is
-            // pending again at once, with a fresh retry budget.
-            let changed = conn
-                .prepare_cached(
-                    "UPDATE delivery SET resend = (state = 0 AND owner IS NOT NULL),
-                    attempts = CASE WHEN state = 0 AND owner IS NOT NULL THEN attempts ELSE 0 END,
-                    next_at = CASE WHEN state = 0 AND owner IS NOT NULL THEN next_at ELSE ?1 END,
-                    trigger = CASE WHEN state = 0 AND owner IS NOT NULL THEN trigger ELSE 1 END,
-                    owner = CASE WHEN state = 0 THEN owner ELSE NULL END,
-                    state = 0
-                 WHERE msg_id = ?2 AND endpoint_id = ?3",
-                )?
-                .execute(params![now, msg.as_str(), endpoint.as_str()])?;
-            if changed > 0 {
-                return Ok(changed as u64);
-            }
-            insert_manual_delivery(conn, app.as_str(), msg, endpoint, now)
-        }
+        Requeue::Resend { app, msg, endpoint } => resend(conn, app, msg, endpoint, now),
         Requeue::Recover { endpoint, since, until } => Ok(conn.execute(
             "UPDATE delivery SET state = 0, attempts = 0, next_at = ?, trigger = 1, owner = NULL
              WHERE endpoint_id = ? AND state = 2 AND created_at >= ? AND created_at < ?",
@@ -312,35 +334,97 @@ fn requeue(conn: &Connection, request: &Requeue) -> StoreResult<u64> {
     }
 }
 
-/// Resending a message to an endpoint it never went to (e.g. created later) makes a new
-/// delivery, provided the message belongs to the application.
-fn insert_manual_delivery(
-    conn: &Connection,
-    app: &str,
-    msg: &MessageId,
-    endpoint: &EndpointId,
-    now: Millis,
-) -> StoreResult<u64> {
-    Ok(conn.execute(
-        "INSERT INTO delivery (msg_id, endpoint_id, app_id, state, attempts, next_at, trigger, owner, strict, created_at)
-         SELECT m.id, e.id, m.app_id, 0, 0, ?, 1, NULL, json_extract(e.delivery, '$.ordering') IS 'strict', m.created_at
-         FROM message m JOIN endpoint e ON e.id = ? WHERE m.id = ? AND m.app_id = ?",
-        params![now, endpoint.as_str(), msg.as_str(), app],
-    )? as u64)
+/// Svix `resend` of one message to one endpoint. A delivery held pending by a dispatcher may
+/// have its attempt on the wire already: it is marked, so that attempt's outcome requeues it
+/// (see `record_outcome`). Otherwise it is pending again at once, with a fresh retry budget:
+/// a row for a settled delivery made at ingest, a new delivery for an endpoint the message
+/// did not go to (provided the message belongs to the application).
+fn resend(conn: &Connection, app: &AppId, msg: &MessageId, endpoint: &EndpointId, now: Millis) -> StoreResult<u64> {
+    let found: Option<(i64, Option<i64>)> = conn
+        .prepare_cached(
+            "SELECT m.seq, (SELECT key FROM json_each(m.dests) WHERE value = ?3) FROM message m
+             WHERE m.id = ?1 AND m.app_id = ?2",
+        )?
+        .query_row(params![msg.as_str(), app.as_str(), endpoint.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let Some((seq, place)) = found else { return Ok(0) };
+    let row: Option<i64> = conn
+        .prepare_cached("SELECT id FROM delivery WHERE msg_seq = ? AND endpoint_id = ?")?
+        .query_row(params![seq, endpoint.as_str()], |r| r.get(0))
+        .optional()?;
+    if let Some(id) = row {
+        let changed = conn
+            .prepare_cached(
+                "UPDATE delivery SET resend = (state = 0 AND owner IS NOT NULL),
+                attempts = CASE WHEN state = 0 AND owner IS NOT NULL THEN attempts ELSE 0 END,
+                next_at = CASE WHEN state = 0 AND owner IS NOT NULL THEN next_at ELSE ?1 END,
+                trigger = CASE WHEN state = 0 AND owner IS NOT NULL THEN trigger ELSE 1 END,
+                owner = CASE WHEN state = 0 THEN owner ELSE NULL END,
+                state = 0
+             WHERE id = ?2",
+            )?
+            .execute(params![now, id])?;
+        return Ok(changed as u64);
+    }
+    let (id, manual) = match place {
+        Some(place) => (delivery_id(seq, place), None),
+        None => {
+            let later: i64 = conn
+                .prepare_cached("SELECT count(*) FROM delivery WHERE msg_seq = ? AND id % 65536 >= ?")?
+                .query_row(params![seq, LATER_PLACES], |r| r.get(0))?;
+            let exists: bool = conn
+                .prepare_cached("SELECT 1 FROM endpoint WHERE id = ? AND app_id = ?")?
+                .query_row(params![endpoint.as_str(), app.as_str()], |_| Ok(()))
+                .optional()?
+                .is_some();
+            if !exists {
+                return Ok(0);
+            }
+            (delivery_id(seq, LATER_PLACES + later), Some(endpoint.as_str()))
+        }
+    };
+    let holder = deliveries::holder(conn, id)?;
+    if let Some(holder) = &holder {
+        conn.prepare_cached("DELETE FROM held WHERE id = ?")?.execute([id])?;
+        // Still held: its attempt may be under way; the mark makes its outcome requeue it.
+        let marked = Materialize {
+            id,
+            state: DeliveryState::Pending,
+            attempts: 0,
+            next_at: now,
+            manual: false,
+            owner: Some(holder),
+            resend: true,
+            strict: None,
+            last: None,
+        };
+        deliveries::materialize(conn, &marked, manual)?;
+        return Ok(1);
+    }
+    let pending = Materialize {
+        id,
+        state: DeliveryState::Pending,
+        attempts: 0,
+        next_at: now,
+        manual: true,
+        owner: None,
+        resend: false,
+        strict: None,
+        last: None,
+    };
+    Ok(u64::from(deliveries::materialize(conn, &pending, manual)?))
 }
 
-/// Dead letters with their last attempt; a dead delivery's `next_at` is when it died.
+/// Dead letters with their last attempt's result (kept in the row); a dead delivery's
+/// `next_at` is when it died.
 const DEAD_LETTERS: &str = "
     SELECT d.id, d.app_id, d.endpoint_id, d.msg_id, m.event_type, d.next_at, d.attempts,
-           coalesce(a.status_code, 0), a.error_class, a.error
+           coalesce(d.last_status, 0), d.last_error_class, d.last_error
     FROM delivery d
-    JOIN message m ON m.id = d.msg_id
-    LEFT JOIN attempt a ON a.id = (SELECT id FROM attempt
-                                   WHERE msg_id = d.msg_id AND endpoint_id = d.endpoint_id
-                                   ORDER BY id DESC LIMIT 1)
+    JOIN message m ON m.seq = d.msg_seq
     WHERE d.state = 2 AND d.next_at >= ?1 AND (?2 IS NULL OR d.next_at < ?2)
       AND (?3 IS NULL OR d.app_id = ?3) AND (?4 IS NULL OR d.endpoint_id = ?4)
-      AND (?5 IS NULL OR coalesce(a.status_code, 0) = ?5) AND (?6 IS NULL OR a.error_class = ?6)
+      AND (?5 IS NULL OR coalesce(d.last_status, 0) = ?5) AND (?6 IS NULL OR d.last_error_class = ?6)
       AND (?7 IS NULL OR m.event_type = ?7)
     ORDER BY d.next_at DESC
     LIMIT ?8";

@@ -219,3 +219,29 @@ impl Query {
         if self.conditions.is_empty() { String::new() } else { format!(" WHERE {}", self.conditions.join(" AND ")) }
     }
 }
+
+/// A source of one page: `FROM {from}` with its conditions, in the order of `key` (an
+/// indexed column holding the page's ordering value, the same in every branch).
+pub struct Branch<'a> {
+    pub from: &'a str,
+    pub key: &'a str,
+    pub query: Query,
+}
+
+/// One page from several sources at once (an index table up to its watermark and the tail
+/// beyond it, say): each branch is ordered and cut on its own key, then the branches are
+/// merged and cut again. The rows are `columns` followed by the key.
+pub fn merged_page(columns: &str, branches: Vec<Branch<'_>>, page: &PageQuery) -> (String, Vec<Value>) {
+    let dir = if page.descending { "DESC" } else { "ASC" };
+    let mut parts = Vec::with_capacity(branches.len());
+    let mut params = Vec::new();
+    for Branch { from, key, mut query } in branches {
+        let tail = query.page(key, page);
+        parts.push(format!(
+            "SELECT * FROM (SELECT {columns}, {key} AS page_key FROM {from}{}{tail})",
+            query.where_clause()
+        ));
+        params.extend(query.params);
+    }
+    (format!("{} ORDER BY page_key {dir} LIMIT {}", parts.join(" UNION ALL "), page.limit), params)
+}

@@ -15,8 +15,8 @@
 //! (less written per message, fewer fsyncs). An operation arriving after a quiet spell is
 //! committed at once.
 //!
-//! The writer also checkpoints the write-ahead log, between batches, once per
-//! `checkpoint_interval`. It must be this thread: a checkpoint that completes while no
+//! Between batches the writer also fills the index tables every `INDEX_INTERVAL`
+//! (`indexer`), and checkpoints the write-ahead log once per `checkpoint_interval`. It must be this thread: a checkpoint that completes while no
 //! write is in progress lets the next commit start the log over from its beginning, while a
 //! checkpointer running beside a busy writer never sees that moment, and the log grows
 //! until a blocking truncation stalls every commit.
@@ -125,14 +125,22 @@ impl Writer {
     }
 }
 
+/// How often the index tables are brought up to date: what queries read past them is at
+/// most about this much of the traffic.
+const INDEX_INTERVAL: Duration = Duration::from_millis(500);
+
 fn run(conn: Connection, rx: mpsc::Receiver<Box<dyn WriteOp>>, batching: Batching) {
     let mut batch = Vec::with_capacity(batching.max_ops);
     let mut last_commit = Instant::now() - batching.commit_interval;
     let mut last_checkpoint = Instant::now();
+    let mut last_index = Instant::now();
     loop {
-        let first = match rx.recv_timeout(batching.checkpoint_interval) {
+        let first = match rx.recv_timeout(batching.checkpoint_interval.min(INDEX_INTERVAL)) {
             Ok(op) => op,
             Err(RecvTimeoutError::Timeout) => {
+                if last_index.elapsed() >= INDEX_INTERVAL {
+                    index(&conn, &mut last_index);
+                }
                 checkpoint(&conn, &mut last_checkpoint);
                 continue;
             }
@@ -141,6 +149,9 @@ fn run(conn: Connection, rx: mpsc::Receiver<Box<dyn WriteOp>>, batching: Batchin
         batch.push(first);
         collect(&rx, &mut batch, batching.max_ops, last_commit + batching.commit_interval);
         commit_batch(&conn, &mut batch);
+        if last_index.elapsed() >= INDEX_INTERVAL {
+            index(&conn, &mut last_index);
+        }
         if last_checkpoint.elapsed() >= batching.checkpoint_interval {
             checkpoint(&conn, &mut last_checkpoint);
         }
@@ -149,6 +160,14 @@ fn run(conn: Connection, rx: mpsc::Receiver<Box<dyn WriteOp>>, batching: Batchin
         last_commit = Instant::now();
     }
     checkpoint(&conn, &mut last_checkpoint);
+}
+
+/// Brings the index tables up to date (a failure leaves them behind, to catch up later).
+fn index(conn: &Connection, last: &mut Instant) {
+    *last = Instant::now();
+    if let Err(e) = super::indexer::catch_up(conn) {
+        tracing::warn!(error = %e, "filling the index tables failed");
+    }
 }
 
 /// Copies the log back into the database (never blocking readers).
