@@ -192,6 +192,8 @@ pub struct DeliveryConfig {
 pub struct QueueConfig {
     pub memory_limit: usize,
     pub poll_interval: Duration,
+    /// PostgreSQL: how often the database is asked whether claimable work waits; `None`: never.
+    pub probe_interval: Option<Duration>,
     pub retry_horizon: Duration,
     pub shutdown_grace: Duration,
     pub lease: Duration,
@@ -402,6 +404,7 @@ struct RawDelivery {
 struct RawQueue {
     memory_limit: usize,
     poll_interval_ms: u64,
+    probe_interval_ms: u64,
     retry_horizon_ms: u64,
     shutdown_grace_ms: u64,
     lease_ms: u64,
@@ -620,6 +623,8 @@ impl Raw {
             queue: QueueConfig {
                 memory_limit: self.queue.memory_limit,
                 poll_interval: Duration::from_millis(self.queue.poll_interval_ms),
+                probe_interval: (self.queue.probe_interval_ms > 0)
+                    .then(|| Duration::from_millis(self.queue.probe_interval_ms)),
                 retry_horizon: Duration::from_millis(self.queue.retry_horizon_ms),
                 shutdown_grace: Duration::from_millis(self.queue.shutdown_grace_ms),
                 lease: Duration::from_millis(self.queue.lease_ms.max(1000)),

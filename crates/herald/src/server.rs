@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::alerts::{Alerts, Sender};
-use crate::api::{self, AdminToken, ApiSettings, AppState, Limits, RateLimiter};
+use crate::api::{self, AdminToken, ApiSettings, AppState, Limits, RateLimiter, Services};
 use crate::catalog::Catalog;
 use crate::config::{Config, Role};
 use crate::data_dir::DataDir;
@@ -106,7 +106,7 @@ impl Server {
         let ingestor =
             Arc::new(Ingestor::new(store.clone(), catalog.clone(), dispatcher.clone(), delivers, history.clone()));
 
-        let state = AppState {
+        let state = AppState::new(Services {
             store: store.clone(),
             catalog: catalog.clone(),
             ingestor,
@@ -136,7 +136,7 @@ impl Server {
             redactor: Arc::new(Redactor::new(config.redaction.fields.clone(), &config.redaction.keys)),
             replays: Default::default(),
             liveness: liveness.clone(),
-        };
+        });
         let router = match config.server.role {
             Role::Worker => api::health_router(state),
             Role::All | Role::Api => api::router(state),
@@ -287,6 +287,8 @@ async fn open_store(
             ingest_batch_max: config.store.ingest_batch_max,
             ingest_linger: config.store.ingest_linger,
             max_payload_bytes: config.server.max_payload_bytes,
+            // An API-only process claims nothing: nothing to probe for.
+            probe_interval: config.queue.probe_interval.filter(|_| config.server.role != Role::Api),
         };
         let store: Arc<dyn Store> = Arc::new(PgStore::connect(url, &options, liveness).await?);
         return Ok((store, None, token));

@@ -46,6 +46,10 @@ pub fn parse_json<T: DeserializeOwned>(raw: &[u8]) -> Result<T, ApiError> {
     if json_depth(raw) > MAX_JSON_DEPTH {
         return Err(ApiError::BadRequest(format!("the body is nested deeper than {MAX_JSON_DEPTH} levels")));
     }
+    // The common case in one pass; a refusal is parsed again to say where it went wrong.
+    if let Ok(value) = serde_json::from_slice(raw) {
+        return Ok(value);
+    }
     let mut de = serde_json::Deserializer::from_slice(raw);
     serde_path_to_error::deserialize(&mut de).map_err(|err| {
         let inner = err.inner();

@@ -72,9 +72,27 @@ pub struct ApiSettings {
     pub portal: crate::config::PortalConfig,
 }
 
-/// Everything a handler can reach.
+/// Everything a handler can reach: one shared allocation, so the extractors' clones cost an
+/// atomic increment, not one per service.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Services>);
+
+impl AppState {
+    pub fn new(services: Services) -> Self {
+        Self(Arc::new(services))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Services;
+
+    fn deref(&self) -> &Services {
+        &self.0
+    }
+}
+
+/// The services behind [`AppState`].
+pub struct Services {
     pub store: Arc<dyn Store>,
     pub catalog: Arc<Catalog>,
     pub ingestor: Arc<Ingestor>,
@@ -94,7 +112,7 @@ pub struct AppState {
     pub liveness: Arc<Liveness>,
 }
 
-impl AppState {
+impl Services {
     /// The masking a principal's reads get: none with the `sensitive` permission.
     pub fn mask_for(&self, principal: &Principal) -> Option<&Redactor> {
         (!principal.sees_sensitive()).then_some(&*self.redactor)

@@ -70,8 +70,13 @@ async fn run(pool: Pool, mut rx: mpsc::UnboundedReceiver<Request>, max: usize, l
     }
 }
 
-/// Commits a batch; returns one result per message, in order.
+/// Commits a batch; returns one result per message, in order. Without idempotency keys it
+/// is one statement (its own transaction, one round trip); keys need a transaction that
+/// claims them first.
 async fn commit(pool: &Pool, news: &[NewMessage]) -> StoreResult<Vec<IngestResult>> {
+    if news.iter().all(|n| n.idempotency.is_none()) {
+        return commit_plain(pool, news).await;
+    }
     let mut client = pool.get().await.map_err(super::pool_err)?;
     let tx = client.transaction().await.map_err(db_err)?;
     let mut results: Vec<Option<IngestResult>> = vec![None; news.len()];
@@ -108,6 +113,140 @@ async fn commit(pool: &Pool, news: &[NewMessage]) -> StoreResult<Vec<IngestResul
     }
     tx.commit().await.map_err(db_err)?;
     Ok(results.into_iter().map(|r| r.expect("every message has a result")).collect())
+}
+
+/// A batch without idempotency keys: the messages and their deliveries in one statement.
+async fn commit_plain(pool: &Pool, news: &[NewMessage]) -> StoreResult<Vec<IngestResult>> {
+    let client = pool.get().await.map_err(super::pool_err)?;
+    let all: Vec<&NewMessage> = news.iter().collect();
+    let m = MessageColumns::of(&all);
+    let d = DeliveryColumns::of(all.iter().copied());
+    let rows = client
+        .query(
+            "WITH m AS (
+                 INSERT INTO herald.message (id, app_id, event_type, event_id, channels, payload, created_at)
+                 SELECT id, app_id, event_type, event_id,
+                        CASE WHEN ch IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(ch::jsonb)) END,
+                        payload, created_at
+                 FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int8[])
+                      AS t(id, app_id, event_type, event_id, ch, payload, created_at)
+                 ON CONFLICT DO NOTHING
+                 RETURNING id
+             ), d AS (
+                 INSERT INTO herald.delivery
+                     (msg_id, endpoint_id, app_id, state, attempts, next_at, trigger, owner, strict, created_at)
+                 SELECT msg_id, endpoint_id, app_id, 0, 0, created_at, 0, owner, strict, created_at
+                 FROM UNNEST($8::text[], $9::text[], $10::text[], $11::text[], $12::bool[], $13::int8[])
+                      AS t(msg_id, endpoint_id, app_id, owner, strict, created_at)
+                 WHERE msg_id IN (SELECT id FROM m)
+                 RETURNING msg_id, endpoint_id, id
+             )
+             SELECT id, NULL::text, NULL::int8 FROM m UNION ALL SELECT msg_id, endpoint_id, id FROM d",
+            &[
+                &m.ids,
+                &m.apps,
+                &m.types,
+                &m.event_ids,
+                &m.channels,
+                &m.payloads,
+                &m.created,
+                &d.msg,
+                &d.endpoint,
+                &d.app,
+                &d.owner,
+                &d.strict,
+                &d.at,
+            ],
+        )
+        .await
+        .map_err(db_err)?;
+    let mut created = HashSet::new();
+    let mut ids = HashMap::new();
+    for row in &rows {
+        let msg: String = row.get(0);
+        match row.get::<_, Option<String>>(1) {
+            None => {
+                created.insert(msg);
+            }
+            Some(endpoint) => {
+                ids.insert((msg, endpoint), row.get::<_, i64>(2));
+            }
+        }
+    }
+    let unclaimed = news
+        .iter()
+        .any(|n| created.contains(n.message.id.as_str()) && n.deliveries.iter().any(|d| n.owner.is_none() || d.strict));
+    if unclaimed {
+        // A wake-up for the other processes; after the commit is soon enough.
+        client.execute("SELECT pg_notify('herald_work', '')", &[]).await.map_err(db_err)?;
+    }
+    Ok(news
+        .iter()
+        .map(|n| {
+            if !created.contains(n.message.id.as_str()) {
+                return IngestResult::DuplicateEventId;
+            }
+            let deliveries =
+                n.deliveries.iter().map(|d| ids[&(n.message.id.to_string(), d.endpoint.to_string())]).collect();
+            IngestResult::Created { deliveries }
+        })
+        .collect())
+}
+
+/// The message columns of a batch, for `UNNEST`.
+struct MessageColumns {
+    ids: Vec<Option<String>>,
+    apps: Vec<Option<String>>,
+    types: Vec<Option<String>>,
+    event_ids: Vec<Option<String>>,
+    channels: Vec<Option<String>>,
+    payloads: Vec<Option<String>>,
+    created: Vec<i64>,
+}
+
+impl MessageColumns {
+    fn of(fresh: &[&NewMessage]) -> Self {
+        let column =
+            |f: &dyn Fn(&NewMessage) -> Option<String>| -> Vec<Option<String>> { fresh.iter().map(|n| f(n)).collect() };
+        Self {
+            ids: column(&|n| Some(n.message.id.to_string())),
+            apps: column(&|n| Some(n.message.app_id.to_string())),
+            types: column(&|n| Some(n.message.event_type.clone())),
+            event_ids: column(&|n| n.message.event_id.clone()),
+            channels: column(&|n| n.message.channels.as_ref().map(|c| serde_json::to_string(c).expect("strings"))),
+            payloads: column(&|n| n.message.payload.as_deref().map(str::to_owned)),
+            created: fresh.iter().map(|n| n.message.created_at).collect(),
+        }
+    }
+}
+
+/// The delivery columns of a batch (one per message and endpoint), for `UNNEST`.
+#[derive(Default)]
+struct DeliveryColumns {
+    msg: Vec<String>,
+    endpoint: Vec<String>,
+    app: Vec<String>,
+    owner: Vec<Option<String>>,
+    strict: Vec<bool>,
+    at: Vec<i64>,
+}
+
+impl DeliveryColumns {
+    fn of<'a>(news: impl Iterator<Item = &'a NewMessage>) -> Self {
+        let mut c = Self::default();
+        for n in news {
+            for d in &n.deliveries {
+                c.msg.push(n.message.id.to_string());
+                c.endpoint.push(d.endpoint.to_string());
+                c.app.push(n.message.app_id.to_string());
+                // Strictly ordered deliveries are never claimed here: they go out head first.
+                c.owner.push(if d.strict { None } else { n.owner.clone() });
+                c.strict.push(d.strict);
+                c.at.push(n.message.created_at);
+            }
+        }
+        c
+    }
 }
 
 /// Claims the batch's idempotency keys before anything else: inserting a key takes its
@@ -179,15 +318,7 @@ async fn insert_messages(
     tx: &deadpool_postgres::Transaction<'_>,
     fresh: &[&NewMessage],
 ) -> StoreResult<HashSet<String>> {
-    let column =
-        |f: &dyn Fn(&NewMessage) -> Option<String>| -> Vec<Option<String>> { fresh.iter().map(|n| f(n)).collect() };
-    let ids = column(&|n| Some(n.message.id.to_string()));
-    let apps = column(&|n| Some(n.message.app_id.to_string()));
-    let types = column(&|n| Some(n.message.event_type.clone()));
-    let event_ids = column(&|n| n.message.event_id.clone());
-    let channels = column(&|n| n.message.channels.as_ref().map(|c| serde_json::to_string(c).expect("strings")));
-    let payloads = column(&|n| n.message.payload.as_deref().map(str::to_owned));
-    let created: Vec<i64> = fresh.iter().map(|n| n.message.created_at).collect();
+    let m = MessageColumns::of(fresh);
     let rows = tx
         .query(
             "INSERT INTO herald.message (id, app_id, event_type, event_id, channels, payload, created_at)
@@ -198,7 +329,7 @@ async fn insert_messages(
                   AS t(id, app_id, event_type, event_id, ch, payload, created_at)
              ON CONFLICT DO NOTHING
              RETURNING id",
-            &[&ids, &apps, &types, &event_ids, &channels, &payloads, &created],
+            &[&m.ids, &m.apps, &m.types, &m.event_ids, &m.channels, &m.payloads, &m.created],
         )
         .await
         .map_err(db_err)?;
@@ -210,19 +341,7 @@ async fn insert_deliveries<'a>(
     tx: &deadpool_postgres::Transaction<'_>,
     created: impl Iterator<Item = &'a &'a NewMessage>,
 ) -> StoreResult<HashMap<(String, String), i64>> {
-    let (mut msg, mut endpoint, mut app, mut owner, mut strict, mut at) =
-        (vec![], vec![], vec![], vec![], vec![], vec![]);
-    for n in created {
-        for d in &n.deliveries {
-            msg.push(n.message.id.to_string());
-            endpoint.push(d.endpoint.to_string());
-            app.push(n.message.app_id.to_string());
-            // Strictly ordered deliveries are never claimed here: they go out head first.
-            owner.push(if d.strict { None } else { n.owner.clone() });
-            strict.push(d.strict);
-            at.push(n.message.created_at);
-        }
-    }
+    let d = DeliveryColumns::of(created.copied());
     let rows = tx
         .query(
             "INSERT INTO herald.delivery
@@ -231,7 +350,7 @@ async fn insert_deliveries<'a>(
              FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[], $6::int8[])
                   AS t(msg_id, endpoint_id, app_id, owner, strict, created_at)
              RETURNING msg_id, endpoint_id, id",
-            &[&msg, &endpoint, &app, &owner, &strict, &at],
+            &[&d.msg, &d.endpoint, &d.app, &d.owner, &d.strict, &d.at],
         )
         .await
         .map_err(db_err)?;

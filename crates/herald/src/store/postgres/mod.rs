@@ -13,6 +13,7 @@ mod ingest;
 mod listen;
 mod messages;
 mod migrate;
+mod probe;
 mod queue;
 mod rows;
 
@@ -39,6 +40,9 @@ pub struct PgOptions {
     pub ingest_linger: Duration,
     /// Written to `herald.setting` for `herald.send_message`.
     pub max_payload_bytes: usize,
+    /// How often the database is asked whether claimable work waits (outbox messages, due
+    /// retries); `None`: never (the loader's poll only).
+    pub probe_interval: Option<Duration>,
 }
 
 pub struct PgStore {
@@ -86,6 +90,9 @@ impl PgStore {
             .await?;
         let signals = Signals::default();
         listen::start(config, signals.clone(), liveness);
+        if let Some(every) = options.probe_interval {
+            probe::start(pool.clone(), signals.clone(), every, liveness);
+        }
         let ingest = ingest::Batcher::start(pool.clone(), options.ingest_batch_max, options.ingest_linger, liveness);
         Ok(Self { pool, ingest, signals })
     }
@@ -175,6 +182,7 @@ mod tests {
                 ingest_batch_max: 64,
                 ingest_linger: Duration::from_millis(1),
                 max_payload_bytes: 262_144,
+                probe_interval: None,
             };
             let liveness = Arc::default();
             Self { store: PgStore::connect(&url, &options, &liveness).await.unwrap(), _cluster: cluster }
@@ -219,6 +227,7 @@ mod tests {
             ingest_batch_max: 8,
             ingest_linger: Duration::from_millis(1),
             max_payload_bytes: 262_144,
+            probe_interval: None,
         };
         let store = PgStore::connect(&url, &options, &Arc::default()).await.unwrap();
         let endpoint = store.endpoint_by_id(&crate::ids::EndpointId::from_trusted("ep_1".into())).await.unwrap();

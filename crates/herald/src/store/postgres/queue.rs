@@ -12,8 +12,8 @@ use super::{PgStore, db_err};
 use crate::clock::{Millis, now_ms};
 use crate::ids::{AppId, EndpointId, MessageId};
 use crate::store::{
-    ClaimedDelivery, DeadLetter, DeadLetterFilter, DeliveryState, HourCounts, MinuteCounts, NextState, OutcomeRecord,
-    QueueStore, Recorded, Requeue, StoreResult, Trigger, keep_trying,
+    ClaimedDelivery, DeadLetter, DeadLetterFilter, DeliveryState, NextState, OutcomeRecord, QueueStore, Recorded,
+    Requeue, StoreResult, Trigger, keep_trying,
 };
 
 const NOTIFY_WORK: &str = "SELECT pg_notify('herald_work', '')";
@@ -133,11 +133,13 @@ impl QueueStore for PgStore {
     async fn claim_heads(&self, owner: &str, due_before: Millis, limit: usize) -> StoreResult<Vec<ClaimedDelivery>> {
         self.claim_with(CLAIM_HEADS, owner, due_before, limit).await
     }
-    /// A resend accepted while the attempt was under way (`resend`) overrides the outcome's
-    /// next state: the delivery goes back, unclaimed, for a manual attempt of its own.
+    /// One statement (so one round trip, and its own transaction): the deliveries still
+    /// held by `owner` take their next state, and only their attempts are appended and
+    /// counted in the per-minute and per-endpoint-hour totals. A resend accepted while the
+    /// attempt was under way (`resend`) overrides the outcome's next state: the delivery
+    /// goes back, unclaimed, for a manual attempt of its own.
     async fn record_outcomes(&self, owner: &str, outcomes: Vec<OutcomeRecord>) -> StoreResult<Vec<Recorded>> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(db_err)?;
+        let client = self.client().await?;
         let now = now_ms();
         let (mut ids, mut states, mut attempts, mut next, mut keep) = (vec![], vec![], vec![], vec![], vec![]);
         for o in &outcomes {
@@ -153,71 +155,56 @@ impl QueueStore for PgStore {
             next.push(at);
             keep.push(kept);
         }
+        let mut c = AttemptColumns::default();
+        for o in &outcomes {
+            if let Some(a) = &o.attempt {
+                c.push(o.delivery_id, a, o.message_created_at, matches!(o.next, NextState::Dead));
+            }
+        }
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 24] = [
+            &ids,
+            &states,
+            &attempts,
+            &next,
+            &keep,
+            &owner,
+            &now,
+            &c.delivery,
+            &c.id,
+            &c.msg,
+            &c.endpoint,
+            &c.app,
+            &c.created,
+            &c.url,
+            &c.status,
+            &c.duration,
+            &c.delivered,
+            &c.class,
+            &c.error,
+            &c.response,
+            &c.trigger,
+            &c.number,
+            &c.message_created,
+            &c.dead,
+        ];
         // Every expression reads the row as it was; `trigger` comes back 1 only for a resend.
-        let applied: HashMap<i64, Recorded> = tx
-            .query(
-                "UPDATE herald.delivery d SET state = CASE WHEN d.resend THEN 0 ELSE u.state END,
-                     attempts = CASE WHEN d.resend THEN 0 ELSE u.attempts END,
-                     next_at = CASE WHEN d.resend THEN $7 ELSE u.next_at END,
-                     trigger = CASE WHEN d.resend THEN 1 ELSE 0 END,
-                     owner = CASE WHEN u.keep AND NOT d.resend THEN d.owner ELSE NULL END,
-                     resend = false
-                 FROM UNNEST($1::int8[], $2::int2[], $3::int4[], $4::int8[], $5::bool[])
-                      AS u(id, state, attempts, next_at, keep)
-                 WHERE d.id = u.id AND d.owner = $6
-                 RETURNING d.id, d.trigger",
-                &[&ids, &states, &attempts, &next, &keep, &owner, &now],
-            )
+        let applied: HashMap<i64, Recorded> = client
+            .query(RECORD_OUTCOMES, &params)
             .await
             .map_err(db_err)?
             .iter()
             .map(|r| (r.get(0), if r.get::<_, i16>(1) == 1 { Recorded::Resent } else { Recorded::Applied }))
             .collect();
         let outcome_of = |o: &OutcomeRecord| applied.get(&o.delivery_id).copied().unwrap_or(Recorded::ClaimLost);
-        let recorded = || outcomes.iter().filter(|o| outcome_of(o).recorded());
-        insert_attempts(&tx, recorded()).await?;
-        for (minute, c) in MinuteCounts::of(recorded()) {
-            tx.execute(
-                "INSERT INTO herald.stats_minute (minute, delivered, failed, delivery_ms, dead)
-                 VALUES ($1, $2, $3, $4, $5)
-                 ON CONFLICT (minute) DO UPDATE SET delivered = herald.stats_minute.delivered + excluded.delivered,
-                     failed = herald.stats_minute.failed + excluded.failed,
-                     delivery_ms = herald.stats_minute.delivery_ms + excluded.delivery_ms,
-                     dead = herald.stats_minute.dead + excluded.dead",
-                &[&minute, &c.delivered, &c.failed, &c.delivery_ms, &c.dead],
-            )
-            .await
-            .map_err(db_err)?;
-        }
-        // One statement for every (endpoint, hour) of the batch, its rows locked in that
-        // order, so two processes never deadlock here.
-        let hours = HourCounts::of(recorded());
-        if !hours.is_empty() {
-            let endpoints: Vec<&str> = hours.keys().map(|(e, _)| e.as_str()).collect();
-            let starts: Vec<i64> = hours.keys().map(|(_, h)| *h).collect();
-            let succeeded: Vec<i64> = hours.values().map(|c| c.succeeded).collect();
-            let failed: Vec<i64> = hours.values().map(|c| c.failed).collect();
-            tx.execute(
-                "INSERT INTO herald.endpoint_hour (endpoint_id, hour, succeeded, failed)
-                 SELECT e, h, s, f FROM UNNEST($1::text[], $2::int8[], $3::int8[], $4::int8[]) WITH ORDINALITY AS u(e, h, s, f, n)
-                 ORDER BY n
-                 ON CONFLICT (endpoint_id, hour) DO UPDATE SET
-                     succeeded = herald.endpoint_hour.succeeded + excluded.succeeded,
-                     failed = herald.endpoint_hour.failed + excluded.failed",
-                &[&endpoints, &starts, &succeeded, &failed],
-            )
-            .await
-            .map_err(db_err)?;
-        }
         let released = outcomes.iter().any(|o| match outcome_of(o) {
             Recorded::Resent => true,
             Recorded::Applied => matches!(o.next, NextState::Retry { keep: false, .. }),
             Recorded::ClaimLost => false,
         });
         if released {
-            tx.execute(NOTIFY_WORK, &[]).await.map_err(db_err)?;
+            // A wake-up, not data: after the commit is soon enough (the probe would find it too).
+            client.execute(NOTIFY_WORK, &[]).await.map_err(db_err)?;
         }
-        tx.commit().await.map_err(db_err)?;
         Ok(outcomes.iter().map(outcome_of).collect())
     }
 
@@ -432,10 +419,15 @@ struct AttemptColumns {
     response: Vec<String>,
     trigger: Vec<i16>,
     number: Vec<i32>,
+    /// For the totals: when the message was accepted, and whether the outcome killed it.
+    message_created: Vec<Millis>,
+    dead: Vec<bool>,
 }
 
 impl AttemptColumns {
-    fn push(&mut self, delivery_id: i64, a: &crate::store::Attempt) {
+    fn push(&mut self, delivery_id: i64, a: &crate::store::Attempt, message_created_at: Millis, dead: bool) {
+        self.message_created.push(message_created_at);
+        self.dead.push(dead);
         self.id.push(a.id.to_string());
         self.delivery.push(delivery_id);
         self.msg.push(a.msg_id.to_string());
@@ -454,46 +446,51 @@ impl AttemptColumns {
     }
 }
 
-async fn insert_attempts<'a>(
-    tx: &deadpool_postgres::Transaction<'_>,
-    outcomes: impl Iterator<Item = &'a OutcomeRecord>,
-) -> StoreResult<()> {
-    let mut c = AttemptColumns::default();
-    for o in outcomes {
-        if let Some(a) = &o.attempt {
-            c.push(o.delivery_id, a);
-        }
-    }
-    if c.id.is_empty() {
-        return Ok(());
-    }
-    tx.execute(
-        "INSERT INTO herald.attempt (id, delivery_id, msg_id, endpoint_id, app_id, created_at, url, status_code,
-             duration_ms, delivered, error_class, error, response, trigger, attempt_no)
-         SELECT * FROM UNNEST($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[], $6::int8[], $7::text[],
-             $8::int4[], $9::int8[], $10::bool[], $11::text[], $12::text[], $13::text[], $14::int2[], $15::int4[])",
-        &[
-            &c.id,
-            &c.delivery,
-            &c.msg,
-            &c.endpoint,
-            &c.app,
-            &c.created,
-            &c.url,
-            &c.status,
-            &c.duration,
-            &c.delivered,
-            &c.class,
-            &c.error,
-            &c.response,
-            &c.trigger,
-            &c.number,
-        ],
+/// The outcomes of a batch in one statement: the update of the deliveries still held
+/// (`$6`), then, for those alone, their attempts, the per-minute totals and the
+/// per-endpoint-hour counts (rows locked in key order, so two processes never deadlock).
+const RECORD_OUTCOMES: &str = "
+    WITH u AS (
+        UPDATE herald.delivery d SET state = CASE WHEN d.resend THEN 0 ELSE u.state END,
+            attempts = CASE WHEN d.resend THEN 0 ELSE u.attempts END,
+            next_at = CASE WHEN d.resend THEN $7 ELSE u.next_at END,
+            trigger = CASE WHEN d.resend THEN 1 ELSE 0 END,
+            owner = CASE WHEN u.keep AND NOT d.resend THEN d.owner ELSE NULL END,
+            resend = false
+        FROM UNNEST($1::int8[], $2::int2[], $3::int4[], $4::int8[], $5::bool[]) AS u(id, state, attempts, next_at, keep)
+        WHERE d.id = u.id AND d.owner = $6
+        RETURNING d.id, d.trigger
+    ), o AS (
+        SELECT t.* FROM UNNEST($8::int8[], $9::text[], $10::text[], $11::text[], $12::text[], $13::int8[],
+                $14::text[], $15::int4[], $16::int8[], $17::bool[], $18::text[], $19::text[], $20::text[],
+                $21::int2[], $22::int4[], $23::int8[], $24::bool[])
+            AS t(delivery_id, id, msg_id, endpoint_id, app_id, created_at, url, status_code, duration_ms,
+                 delivered, error_class, error, response, trigger, attempt_no, message_created_at, dead)
+        WHERE t.delivery_id IN (SELECT id FROM u)
+    ), a AS (
+        INSERT INTO herald.attempt (id, delivery_id, msg_id, endpoint_id, app_id, created_at, url, status_code,
+            duration_ms, delivered, error_class, error, response, trigger, attempt_no)
+        SELECT id, delivery_id, msg_id, endpoint_id, app_id, created_at, url, status_code, duration_ms, delivered,
+            error_class, error, response, trigger, attempt_no FROM o
+    ), m AS (
+        INSERT INTO herald.stats_minute (minute, delivered, failed, delivery_ms, dead)
+        SELECT created_at / 60000, count(*) FILTER (WHERE delivered), count(*) FILTER (WHERE NOT delivered),
+               coalesce(sum(greatest(created_at - message_created_at, 0)) FILTER (WHERE delivered), 0),
+               count(*) FILTER (WHERE dead)
+        FROM o GROUP BY 1 ORDER BY 1
+        ON CONFLICT (minute) DO UPDATE SET delivered = herald.stats_minute.delivered + excluded.delivered,
+            failed = herald.stats_minute.failed + excluded.failed,
+            delivery_ms = herald.stats_minute.delivery_ms + excluded.delivery_ms,
+            dead = herald.stats_minute.dead + excluded.dead
+    ), h AS (
+        INSERT INTO herald.endpoint_hour (endpoint_id, hour, succeeded, failed)
+        SELECT endpoint_id, created_at / 3600000, count(*) FILTER (WHERE delivered), count(*) FILTER (WHERE NOT delivered)
+        FROM o GROUP BY 1, 2 ORDER BY 1, 2
+        ON CONFLICT (endpoint_id, hour) DO UPDATE SET
+            succeeded = herald.endpoint_hour.succeeded + excluded.succeeded,
+            failed = herald.endpoint_hour.failed + excluded.failed
     )
-    .await
-    .map_err(db_err)?;
-    Ok(())
-}
+    SELECT id, trigger FROM u";
 
 /// Dead letters with their last attempt; a dead delivery's `next_at` is when it died.
 const DEAD_LETTERS: &str = "
