@@ -115,15 +115,9 @@ async fn commit(pool: &Pool, news: &[NewMessage]) -> StoreResult<Vec<IngestResul
     Ok(results.into_iter().map(|r| r.expect("every message has a result")).collect())
 }
 
-/// A batch without idempotency keys: the messages and their deliveries in one statement.
-async fn commit_plain(pool: &Pool, news: &[NewMessage]) -> StoreResult<Vec<IngestResult>> {
-    let client = pool.get().await.map_err(super::pool_err)?;
-    let all: Vec<&NewMessage> = news.iter().collect();
-    let m = MessageColumns::of(&all);
-    let d = DeliveryColumns::of(all.iter().copied());
-    let rows = client
-        .query(
-            "WITH m AS (
+/// A batch's messages, and the deliveries of those created (a repeated event id creates
+/// nothing), in one statement.
+const INGEST_PLAIN: &str = "WITH m AS (
                  INSERT INTO herald.message (id, app_id, event_type, event_id, channels, payload, created_at)
                  SELECT id, app_id, event_type, event_id,
                         CASE WHEN ch IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(ch::jsonb)) END,
@@ -141,7 +135,18 @@ async fn commit_plain(pool: &Pool, news: &[NewMessage]) -> StoreResult<Vec<Inges
                  WHERE msg_id IN (SELECT id FROM m)
                  RETURNING msg_id, endpoint_id, id
              )
-             SELECT id, NULL::text, NULL::int8 FROM m UNION ALL SELECT msg_id, endpoint_id, id FROM d",
+             SELECT id, NULL::text, NULL::int8 FROM m UNION ALL SELECT msg_id, endpoint_id, id FROM d";
+
+/// A batch without idempotency keys: the messages and their deliveries in one statement.
+async fn commit_plain(pool: &Pool, news: &[NewMessage]) -> StoreResult<Vec<IngestResult>> {
+    let client = pool.get().await.map_err(super::pool_err)?;
+    let all: Vec<&NewMessage> = news.iter().collect();
+    let m = MessageColumns::of(&all);
+    let d = DeliveryColumns::of(all.iter().copied());
+    let statement = client.prepare_cached(INGEST_PLAIN).await.map_err(db_err)?;
+    let rows = client
+        .query(
+            &statement,
             &[
                 &m.ids,
                 &m.apps,
@@ -270,10 +275,14 @@ async fn claim_keys(
     let ats: Vec<i64> = keyed.iter().map(|(_, r)| r.response.created_at).collect();
     let mut mine: HashSet<(String, String)> = tx
         .query(
-            "INSERT INTO herald.idempotency (scope, key, status, body, created_at)
+            &tx.prepare_cached(
+                "INSERT INTO herald.idempotency (scope, key, status, body, created_at)
              SELECT * FROM UNNEST($1::text[], $2::text[], $3::int4[], $4::text[], $5::int8[])
              ON CONFLICT DO NOTHING
              RETURNING scope, key",
+            )
+            .await
+            .map_err(db_err)?,
             &[&scopes, &keys, &statuses, &bodies, &ats],
         )
         .await
@@ -292,9 +301,13 @@ async fn claim_keys(
     let keys: Vec<&str> = taken.iter().map(|(_, r)| r.key.as_str()).collect();
     let stored: HashMap<(String, String), StoredResponse> = tx
         .query(
-            "SELECT i.scope, i.key, i.status, i.body, i.created_at
+            &tx.prepare_cached(
+                "SELECT i.scope, i.key, i.status, i.body, i.created_at
              FROM herald.idempotency i JOIN UNNEST($1::text[], $2::text[]) AS k(scope, key)
                ON i.scope = k.scope AND i.key = k.key",
+            )
+            .await
+            .map_err(db_err)?,
             &[&scopes, &keys],
         )
         .await
@@ -321,7 +334,8 @@ async fn insert_messages(
     let m = MessageColumns::of(fresh);
     let rows = tx
         .query(
-            "INSERT INTO herald.message (id, app_id, event_type, event_id, channels, payload, created_at)
+            &tx.prepare_cached(
+                "INSERT INTO herald.message (id, app_id, event_type, event_id, channels, payload, created_at)
              SELECT id, app_id, event_type, event_id,
                     CASE WHEN ch IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(ch::jsonb)) END,
                     payload, created_at
@@ -329,6 +343,9 @@ async fn insert_messages(
                   AS t(id, app_id, event_type, event_id, ch, payload, created_at)
              ON CONFLICT DO NOTHING
              RETURNING id",
+            )
+            .await
+            .map_err(db_err)?,
             &[&m.ids, &m.apps, &m.types, &m.event_ids, &m.channels, &m.payloads, &m.created],
         )
         .await
@@ -344,12 +361,16 @@ async fn insert_deliveries<'a>(
     let d = DeliveryColumns::of(created.copied());
     let rows = tx
         .query(
-            "INSERT INTO herald.delivery
+            &tx.prepare_cached(
+                "INSERT INTO herald.delivery
                  (msg_id, endpoint_id, app_id, state, attempts, next_at, trigger, owner, strict, created_at)
              SELECT msg_id, endpoint_id, app_id, 0, 0, created_at, 0, owner, strict, created_at
              FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[], $6::int8[])
                   AS t(msg_id, endpoint_id, app_id, owner, strict, created_at)
              RETURNING msg_id, endpoint_id, id",
+            )
+            .await
+            .map_err(db_err)?,
             &[&d.msg, &d.endpoint, &d.app, &d.owner, &d.strict, &d.at],
         )
         .await

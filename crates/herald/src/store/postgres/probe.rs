@@ -25,12 +25,10 @@ async fn run(pool: Pool, signals: Signals, every: Duration) {
         ticks.tick().await;
         // A failure (the database is away) is the loader's to report; the probe asks again.
         let Ok(client) = pool.get().await else { continue };
-        let waiting = client
-            .query_opt(
-                "SELECT 1 FROM herald.delivery WHERE state = 0 AND owner IS NULL AND NOT strict AND next_at <= $1 LIMIT 1",
-                &[&now_ms()],
-            )
-            .await;
+        let sql =
+            "SELECT 1 FROM herald.delivery WHERE state = 0 AND owner IS NULL AND NOT strict AND next_at <= $1 LIMIT 1";
+        let Ok(statement) = client.prepare_cached(sql).await else { continue };
+        let waiting = client.query_opt(&statement, &[&now_ms()]).await;
         if matches!(waiting, Ok(Some(_))) {
             signals.work.notify_waiters();
         }

@@ -71,14 +71,16 @@ impl PgStore {
         // never learnt of them (stranded until it restarts).
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db_err)?;
-        let claimed = tx.query(sql, &[&owner, &due_before, &(limit as i64)]).await.map_err(db_err)?;
+        let statement = tx.prepare_cached(sql).await.map_err(db_err)?;
+        let claimed = tx.query(&statement, &[&owner, &due_before, &(limit as i64)]).await.map_err(db_err)?;
         if claimed.is_empty() {
             return Ok(vec![]);
         }
         let msg_ids: Vec<String> = claimed.iter().map(|r| r.get(1)).collect();
         let sql = format!("SELECT {MESSAGE_COLUMNS} FROM herald.message m WHERE m.id = ANY ($1)");
+        let statement = tx.prepare_cached(&sql).await.map_err(db_err)?;
         let messages: HashMap<String, Arc<crate::store::Message>> = tx
-            .query(&sql, &[&msg_ids])
+            .query(&statement, &[&msg_ids])
             .await
             .map_err(db_err)?
             .iter()
@@ -188,8 +190,9 @@ impl QueueStore for PgStore {
             &c.dead,
         ];
         // Every expression reads the row as it was; `trigger` comes back 1 only for a resend.
+        let statement = client.prepare_cached(RECORD_OUTCOMES).await.map_err(db_err)?;
         let applied: HashMap<i64, Recorded> = client
-            .query(RECORD_OUTCOMES, &params)
+            .query(&statement, &params)
             .await
             .map_err(db_err)?
             .iter()
