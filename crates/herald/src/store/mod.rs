@@ -11,6 +11,7 @@
 pub mod conformance;
 mod model;
 pub mod postgres;
+mod sql;
 pub mod sqlite;
 
 use std::sync::Arc;

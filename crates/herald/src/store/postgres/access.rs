@@ -6,9 +6,10 @@ use super::{PgStore, db_err};
 use crate::clock::Millis;
 use crate::ids::AppId;
 use crate::ids::first_body_at;
+use crate::store::sql;
 use crate::store::{AccessStore, EndSessions, PortalToken, Purge, Session, StoreResult, StoredResponse};
 
-const SESSION_COLUMNS: &str = "hash, id, app_id, token_hash, created_at, expires_at";
+use crate::store::sql::SESSION_COLUMNS;
 
 fn session(r: &tokio_postgres::Row) -> Session {
     Session {
@@ -37,8 +38,7 @@ impl AccessStore for PgStore {
         let client = self.client().await?;
         client
             .execute(
-                "INSERT INTO herald.portal_token (hash, app_id, expires_at, created_at, sensitive) \
-                 VALUES ($1, $2, $3, $4, $5)",
+                sql::INSERT_TOKEN,
                 &[&token.hash, &token.app_id.as_str(), &token.expires_at, &token.created_at, &token.sensitive],
             )
             .await
@@ -48,38 +48,24 @@ impl AccessStore for PgStore {
 
     async fn token(&self, hash: &str) -> StoreResult<Option<PortalToken>> {
         let client = self.client().await?;
-        let row = client
-            .query_opt(
-                "SELECT hash, app_id, expires_at, created_at, sensitive FROM herald.portal_token WHERE hash = $1",
-                &[&hash],
-            )
-            .await
-            .map_err(db_err)?;
+        let row = client.query_opt(sql::TOKEN, &[&hash]).await.map_err(db_err)?;
         Ok(row.as_ref().map(token_row))
     }
 
     async fn revoke_token(&self, hash: &str) -> StoreResult<()> {
         let client = self.client().await?;
-        client.execute("DELETE FROM herald.portal_token WHERE hash = $1", &[&hash]).await.map_err(db_err)?;
+        client.execute(sql::REVOKE_TOKEN, &[&hash]).await.map_err(db_err)?;
         Ok(())
     }
 
     async fn expire_tokens(&self, app: &AppId, at: Millis) -> StoreResult<u64> {
         let client = self.client().await?;
-        let sql = "UPDATE herald.portal_token SET expires_at = $2 WHERE app_id = $1 AND expires_at > $2";
-        client.execute(sql, &[&app.as_str(), &at]).await.map_err(db_err)
+        client.execute(sql::EXPIRE_TOKENS, &[&app.as_str(), &at]).await.map_err(db_err)
     }
 
     async fn app_tokens(&self, app: &AppId, now: Millis) -> StoreResult<Vec<PortalToken>> {
         let client = self.client().await?;
-        let rows = client
-            .query(
-                "SELECT hash, app_id, expires_at, created_at, sensitive FROM herald.portal_token
-                 WHERE app_id = $1 AND expires_at > $2 ORDER BY created_at DESC",
-                &[&app.as_str(), &now],
-            )
-            .await
-            .map_err(db_err)?;
+        let rows = client.query(sql::APP_TOKENS, &[&app.as_str(), &now]).await.map_err(db_err)?;
         Ok(rows.iter().map(token_row).collect())
     }
 
@@ -87,7 +73,7 @@ impl AccessStore for PgStore {
         let client = self.client().await?;
         client
             .execute(
-                &format!("INSERT INTO herald.session ({SESSION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)"),
+                sql::INSERT_SESSION,
                 &[&s.hash, &s.id, &s.app_id.as_ref().map(AppId::as_str), &s.token_hash, &s.created_at, &s.expires_at],
             )
             .await
@@ -97,8 +83,7 @@ impl AccessStore for PgStore {
 
     async fn session(&self, hash: &str) -> StoreResult<Option<Session>> {
         let client = self.client().await?;
-        let sql = format!("SELECT {SESSION_COLUMNS} FROM herald.session WHERE hash = $1");
-        Ok(client.query_opt(&sql, &[&hash]).await.map_err(db_err)?.as_ref().map(session))
+        Ok(client.query_opt(sql::SESSION, &[&hash]).await.map_err(db_err)?.as_ref().map(session))
     }
 
     async fn list_sessions(&self, app: Option<&AppId>) -> StoreResult<Vec<Session>> {
@@ -113,39 +98,25 @@ impl AccessStore for PgStore {
     async fn end_sessions(&self, which: EndSessions) -> StoreResult<u64> {
         let client = self.client().await?;
         let ended = match &which {
-            EndSessions::Hash(hash) => client.execute("DELETE FROM herald.session WHERE hash = $1", &[hash]).await,
-            EndSessions::Id(id) => client.execute("DELETE FROM herald.session WHERE id = $1", &[id]).await,
-            EndSessions::App(app) => {
-                client.execute("DELETE FROM herald.session WHERE app_id = $1", &[&app.as_str()]).await
-            }
-            EndSessions::All => client.execute("DELETE FROM herald.session", &[]).await,
-            EndSessions::ExpiredBefore(at) => {
-                client.execute("DELETE FROM herald.session WHERE expires_at < $1", &[at]).await
-            }
+            EndSessions::Hash(hash) => client.execute(sql::END_SESSION_BY_HASH, &[hash]).await,
+            EndSessions::Id(id) => client.execute(sql::END_SESSION_BY_ID, &[id]).await,
+            EndSessions::App(app) => client.execute(sql::END_SESSIONS_OF_APP, &[&app.as_str()]).await,
+            EndSessions::All => client.execute(sql::END_ALL_SESSIONS, &[]).await,
+            EndSessions::ExpiredBefore(at) => client.execute(sql::END_EXPIRED_SESSIONS, &[at]).await,
         };
         ended.map_err(db_err)
     }
 
     async fn idempotent_response(&self, scope: &str, key: &str) -> StoreResult<Option<StoredResponse>> {
         let client = self.client().await?;
-        let row = client
-            .query_opt(
-                "SELECT status, body, created_at FROM herald.idempotency WHERE scope = $1 AND key = $2",
-                &[&scope, &key],
-            )
-            .await
-            .map_err(db_err)?;
+        let row = client.query_opt(sql::STORED_RESPONSE, &[&scope, &key]).await.map_err(db_err)?;
         Ok(row.map(|r| StoredResponse { status: r.get::<_, i32>(0) as u16, body: r.get(1), created_at: r.get(2) }))
     }
 
     async fn save_idempotent_response(&self, scope: &str, key: &str, r: &StoredResponse) -> StoreResult<()> {
         let client = self.client().await?;
         client
-            .execute(
-                "INSERT INTO herald.idempotency (scope, key, status, body, created_at)
-                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
-                &[&scope, &key, &i32::from(r.status), &r.body, &r.created_at],
-            )
+            .execute(sql::SAVE_RESPONSE, &[&scope, &key, &i32::from(r.status), &r.body, &r.created_at])
             .await
             .map_err(db_err)?;
         Ok(())
@@ -179,14 +150,7 @@ impl AccessStore for PgStore {
 
     async fn prune_idempotency(&self, before: Millis, limit: usize) -> StoreResult<u64> {
         let client = self.client().await?;
-        let deleted = client
-            .execute(
-                "DELETE FROM herald.idempotency WHERE (scope, key) IN
-                     (SELECT scope, key FROM herald.idempotency WHERE created_at < $1 LIMIT $2)",
-                &[&before, &(limit as i64)],
-            )
-            .await
-            .map_err(db_err)?;
+        let deleted = client.execute(sql::PRUNE_IDEMPOTENCY, &[&before, &(limit as i64)]).await.map_err(db_err)?;
         Ok(deleted)
     }
 }

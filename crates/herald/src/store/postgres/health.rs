@@ -8,6 +8,7 @@ use crate::breaker::Breaker;
 use crate::clock::{Millis, now_ms};
 use crate::ids::{AppId, EndpointId};
 use crate::latency::Histogram;
+use crate::store::sql;
 use crate::store::{HealthStore, StoreResult, SummaryCounts};
 
 #[async_trait]
@@ -15,14 +16,8 @@ impl HealthStore for PgStore {
     async fn save_breaker(&self, endpoint: &EndpointId, breaker: Option<&Breaker>) -> StoreResult<()> {
         let client = self.client().await?;
         match breaker {
-            Some(breaker) => client
-                .execute(
-                    "INSERT INTO herald.endpoint_health (endpoint_id, breaker, updated_at) VALUES ($1, $2, $3)
-                     ON CONFLICT (endpoint_id) DO UPDATE SET breaker = excluded.breaker, updated_at = excluded.updated_at",
-                    &[&endpoint.as_str(), &Json(breaker), &now_ms()],
-                )
-                .await,
-            None => client.execute("DELETE FROM herald.endpoint_health WHERE endpoint_id = $1", &[&endpoint.as_str()]).await,
+            Some(breaker) => client.execute(sql::SAVE_BREAKER, &[&endpoint.as_str(), &Json(breaker), &now_ms()]).await,
+            None => client.execute(sql::FORGET_BREAKER, &[&endpoint.as_str()]).await,
         }
         .map_err(db_err)?;
         Ok(())
@@ -37,8 +32,7 @@ impl HealthStore for PgStore {
 
     async fn breakers(&self) -> StoreResult<Vec<(EndpointId, Breaker)>> {
         let client = self.client().await?;
-        let rows =
-            client.query("SELECT endpoint_id, breaker FROM herald.endpoint_health", &[]).await.map_err(db_err)?;
+        let rows = client.query(sql::BREAKERS, &[]).await.map_err(db_err)?;
         Ok(rows.iter().map(|r| (EndpointId::from_trusted(r.get(0)), r.get::<_, Json<Breaker>>(1).0)).collect())
     }
 
@@ -119,13 +113,10 @@ impl HealthStore for PgStore {
     async fn prune_health(&self, before: Millis) -> StoreResult<u64> {
         let client = self.client().await?;
         let hour = before.div_euclid(3_600_000);
-        let hours = client.execute("DELETE FROM herald.latency WHERE hour < $1", &[&hour]).await.map_err(db_err)?
-            + client.execute("DELETE FROM herald.endpoint_hour WHERE hour < $1", &[&hour]).await.map_err(db_err)?
-            + client.execute("DELETE FROM herald.breaker_event WHERE at < $1", &[&before]).await.map_err(db_err)?;
-        let minutes = client
-            .execute("DELETE FROM herald.stats_minute WHERE minute < $1", &[&before.div_euclid(60_000)])
-            .await
-            .map_err(db_err)?;
+        let hours = client.execute(sql::PRUNE_LATENCY, &[&hour]).await.map_err(db_err)?
+            + client.execute(sql::PRUNE_ENDPOINT_HOURS, &[&hour]).await.map_err(db_err)?
+            + client.execute(sql::PRUNE_BREAKER_EVENTS, &[&before]).await.map_err(db_err)?;
+        let minutes = client.execute(sql::PRUNE_MINUTES, &[&before.div_euclid(60_000)]).await.map_err(db_err)?;
         Ok(hours + minutes)
     }
 }

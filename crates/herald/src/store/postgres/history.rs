@@ -5,7 +5,9 @@ use async_trait::async_trait;
 use super::{PgStore, db_err};
 use crate::clock::Millis;
 use crate::ids::EndpointId;
-use crate::store::{BreakerEvent, BreakerEventKind, HistoryStore, HourCounts, MinuteTotals, StoreError, StoreResult};
+use crate::store::{
+    BreakerEvent, BreakerEventKind, HistoryStore, HourCounts, MinuteTotals, StoreError, StoreResult, sql,
+};
 
 #[async_trait]
 impl HistoryStore for PgStore {
@@ -42,14 +44,7 @@ impl HistoryStore for PgStore {
 
     async fn minute_totals(&self, since_minute: i64) -> StoreResult<Vec<MinuteTotals>> {
         let client = self.client().await?;
-        let rows = client
-            .query(
-                "SELECT minute, accepted, delivered, failed, dead, pending, retrying FROM herald.stats_minute
-                 WHERE minute >= $1 ORDER BY minute",
-                &[&since_minute],
-            )
-            .await
-            .map_err(db_err)?;
+        let rows = client.query(sql::MINUTE_TOTALS, &[&since_minute]).await.map_err(db_err)?;
         let count = |r: &tokio_postgres::Row, i: usize| r.get::<_, i64>(i) as u64;
         let sampled = |r: &tokio_postgres::Row, i: usize| r.get::<_, Option<i64>>(i).map(|v| v as u64);
         Ok(rows
@@ -93,8 +88,7 @@ impl HistoryStore for PgStore {
         let client = self.client().await?;
         client
             .execute(
-                "INSERT INTO herald.breaker_event (endpoint_id, at, kind, failures, cooldown_ms)
-                 VALUES ($1, $2, $3, $4, $5)",
+                sql::LOG_BREAKER,
                 &[
                     &endpoint.as_str(),
                     &event.at,
@@ -115,14 +109,8 @@ impl HistoryStore for PgStore {
         limit: usize,
     ) -> StoreResult<Vec<BreakerEvent>> {
         let client = self.client().await?;
-        let rows = client
-            .query(
-                "SELECT at, kind, failures, cooldown_ms FROM herald.breaker_event WHERE endpoint_id = $1 AND at >= $2
-                 ORDER BY at DESC LIMIT $3",
-                &[&endpoint.as_str(), &since, &(limit as i64)],
-            )
-            .await
-            .map_err(db_err)?;
+        let rows =
+            client.query(sql::BREAKER_EVENTS, &[&endpoint.as_str(), &since, &(limit as i64)]).await.map_err(db_err)?;
         rows.iter()
             .map(|r| {
                 let kind: String = r.get(1);

@@ -8,9 +8,10 @@ use super::messages::{save_response, stored_response};
 use crate::clock::Millis;
 use crate::ids::AppId;
 use crate::ids::first_body_at;
+use crate::store::sql::{self, sqlite};
 use crate::store::{AccessStore, EndSessions, PortalToken, Purge, Session, StoreResult, StoredResponse};
 
-const SESSION_COLUMNS: &str = "hash, id, app_id, token_hash, created_at, expires_at";
+use crate::store::sql::SESSION_COLUMNS;
 
 fn session(r: &rusqlite::Row<'_>) -> rusqlite::Result<Session> {
     Ok(Session {
@@ -40,7 +41,7 @@ impl AccessStore for SqliteStore {
         self.writer
             .write(move |conn| {
                 conn.execute(
-                    "INSERT INTO portal_token (hash, app_id, expires_at, created_at, sensitive) VALUES (?, ?, ?, ?, ?)",
+                    sqlite(sql::INSERT_TOKEN),
                     params![token.hash, token.app_id.as_str(), token.expires_at, token.created_at, token.sensitive],
                 )?;
                 Ok(())
@@ -51,14 +52,7 @@ impl AccessStore for SqliteStore {
     async fn token(&self, hash: &str) -> StoreResult<Option<PortalToken>> {
         let hash = hash.to_owned();
         self.readers
-            .read(move |conn| {
-                Ok(conn
-                    .prepare_cached(
-                        "SELECT hash, app_id, expires_at, created_at, sensitive FROM portal_token WHERE hash = ?",
-                    )?
-                    .query_row([&hash], token_row)
-                    .optional()?)
-            })
+            .read(move |conn| Ok(conn.prepare_cached(sqlite(sql::TOKEN))?.query_row([&hash], token_row).optional()?))
             .await
     }
 
@@ -66,7 +60,7 @@ impl AccessStore for SqliteStore {
         let hash = hash.to_owned();
         self.writer
             .write(move |conn| {
-                conn.execute("DELETE FROM portal_token WHERE hash = ?", [&hash])?;
+                conn.execute(sqlite(sql::REVOKE_TOKEN), [&hash])?;
                 Ok(())
             })
             .await
@@ -76,10 +70,7 @@ impl AccessStore for SqliteStore {
         let app = app.clone();
         self.writer
             .write(move |conn| {
-                let changed = conn.execute(
-                    "UPDATE portal_token SET expires_at = ?2 WHERE app_id = ?1 AND expires_at > ?2",
-                    params![app.as_str(), at],
-                )?;
+                let changed = conn.execute(sqlite(sql::EXPIRE_TOKENS), params![app.as_str(), at])?;
                 Ok(changed as u64)
             })
             .await
@@ -89,10 +80,7 @@ impl AccessStore for SqliteStore {
         let app = app.clone();
         self.readers
             .read(move |conn| {
-                let mut stmt = conn.prepare_cached(
-                    "SELECT hash, app_id, expires_at, created_at, sensitive FROM portal_token
-                     WHERE app_id = ? AND expires_at > ? ORDER BY created_at DESC",
-                )?;
+                let mut stmt = conn.prepare_cached(sqlite(sql::APP_TOKENS))?;
                 let found = stmt.query_map(params![app.as_str(), now], token_row)?.collect::<Result<_, _>>()?;
                 Ok(found)
             })
@@ -104,7 +92,7 @@ impl AccessStore for SqliteStore {
         self.writer
             .write(move |conn| {
                 conn.execute(
-                    &format!("INSERT INTO session ({SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"),
+                    sqlite(sql::INSERT_SESSION),
                     params![
                         s.hash,
                         s.id,
@@ -122,10 +110,7 @@ impl AccessStore for SqliteStore {
     async fn session(&self, hash: &str) -> StoreResult<Option<Session>> {
         let hash = hash.to_owned();
         self.readers
-            .read(move |conn| {
-                let sql = format!("SELECT {SESSION_COLUMNS} FROM session WHERE hash = ?");
-                Ok(conn.prepare_cached(&sql)?.query_row([&hash], session).optional()?)
-            })
+            .read(move |conn| Ok(conn.prepare_cached(sqlite(sql::SESSION))?.query_row([&hash], session).optional()?))
             .await
     }
 
@@ -146,11 +131,11 @@ impl AccessStore for SqliteStore {
         self.writer
             .write(move |conn| {
                 let ended = match &which {
-                    EndSessions::Hash(hash) => conn.execute("DELETE FROM session WHERE hash = ?", [hash])?,
-                    EndSessions::Id(id) => conn.execute("DELETE FROM session WHERE id = ?", [id])?,
-                    EndSessions::App(app) => conn.execute("DELETE FROM session WHERE app_id = ?", [app.as_str()])?,
-                    EndSessions::All => conn.execute("DELETE FROM session", [])?,
-                    EndSessions::ExpiredBefore(at) => conn.execute("DELETE FROM session WHERE expires_at < ?", [at])?,
+                    EndSessions::Hash(hash) => conn.execute(sqlite(sql::END_SESSION_BY_HASH), [hash])?,
+                    EndSessions::Id(id) => conn.execute(sqlite(sql::END_SESSION_BY_ID), [id])?,
+                    EndSessions::App(app) => conn.execute(sqlite(sql::END_SESSIONS_OF_APP), [app.as_str()])?,
+                    EndSessions::All => conn.execute(sqlite(sql::END_ALL_SESSIONS), [])?,
+                    EndSessions::ExpiredBefore(at) => conn.execute(sqlite(sql::END_EXPIRED_SESSIONS), [at])?,
                 };
                 Ok(ended as u64)
             })
@@ -217,11 +202,7 @@ impl AccessStore for SqliteStore {
     async fn prune_idempotency(&self, before: Millis, limit: usize) -> StoreResult<u64> {
         self.writer
             .write(move |conn| {
-                let deleted = conn.execute(
-                    "DELETE FROM idempotency WHERE (scope, key) IN
-                        (SELECT scope, key FROM idempotency WHERE created_at < ? LIMIT ?)",
-                    params![before, limit as i64],
-                )?;
+                let deleted = conn.execute(sqlite(sql::PRUNE_IDEMPOTENCY), params![before, limit as i64])?;
                 Ok(deleted as u64)
             })
             .await

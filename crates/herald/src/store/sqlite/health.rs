@@ -9,6 +9,7 @@ use crate::breaker::Breaker;
 use crate::clock::{Millis, now_ms};
 use crate::ids::{AppId, EndpointId};
 use crate::latency::Histogram;
+use crate::store::sql::{self, sqlite};
 use crate::store::{HealthStore, StoreError, StoreResult, SummaryCounts};
 
 fn json_err(e: serde_json::Error) -> StoreError {
@@ -26,12 +27,10 @@ impl HealthStore for SqliteStore {
         self.writer
             .write(move |conn| {
                 match breaker {
-                    Some(json) => conn.execute(
-                        "INSERT INTO endpoint_health (endpoint_id, breaker, updated_at) VALUES (?, ?, ?)
-                         ON CONFLICT (endpoint_id) DO UPDATE SET breaker = excluded.breaker, updated_at = excluded.updated_at",
-                        params![endpoint.as_str(), json, now_ms()],
-                    )?,
-                    None => conn.execute("DELETE FROM endpoint_health WHERE endpoint_id = ?", [endpoint.as_str()])?,
+                    Some(json) => {
+                        conn.execute(sqlite(sql::SAVE_BREAKER), params![endpoint.as_str(), json, now_ms()])?
+                    }
+                    None => conn.execute(sqlite(sql::FORGET_BREAKER), [endpoint.as_str()])?,
                 };
                 Ok(())
             })
@@ -41,7 +40,7 @@ impl HealthStore for SqliteStore {
     async fn breakers(&self) -> StoreResult<Vec<(EndpointId, Breaker)>> {
         self.readers
             .read(|conn| {
-                let mut stmt = conn.prepare_cached("SELECT endpoint_id, breaker FROM endpoint_health")?;
+                let mut stmt = conn.prepare_cached(sqlite(sql::BREAKERS))?;
                 let rows: Vec<(String, String)> =
                     stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
                 rows.into_iter()
@@ -134,10 +133,10 @@ impl HealthStore for SqliteStore {
         self.writer
             .write(move |conn| {
                 let hour = before.div_euclid(3_600_000);
-                let hours = conn.execute("DELETE FROM latency WHERE hour < ?", [hour])?
-                    + conn.execute("DELETE FROM endpoint_hour WHERE hour < ?", [hour])?
-                    + conn.execute("DELETE FROM breaker_event WHERE at < ?", [before])?;
-                let minutes = conn.execute("DELETE FROM stats_minute WHERE minute < ?", [before.div_euclid(60_000)])?;
+                let hours = conn.execute(sqlite(sql::PRUNE_LATENCY), [hour])?
+                    + conn.execute(sqlite(sql::PRUNE_ENDPOINT_HOURS), [hour])?
+                    + conn.execute(sqlite(sql::PRUNE_BREAKER_EVENTS), [before])?;
+                let minutes = conn.execute(sqlite(sql::PRUNE_MINUTES), [before.div_euclid(60_000)])?;
                 Ok((hours + minutes) as u64)
             })
             .await

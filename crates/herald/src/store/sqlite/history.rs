@@ -6,6 +6,7 @@ use rusqlite::params;
 use super::SqliteStore;
 use crate::clock::Millis;
 use crate::ids::EndpointId;
+use crate::store::sql::{self, sqlite};
 use crate::store::{BreakerEvent, BreakerEventKind, HistoryStore, HourCounts, MinuteTotals, StoreError, StoreResult};
 
 #[async_trait]
@@ -43,10 +44,7 @@ impl HistoryStore for SqliteStore {
     async fn minute_totals(&self, since_minute: i64) -> StoreResult<Vec<MinuteTotals>> {
         self.readers
             .read(move |conn| {
-                let mut stmt = conn.prepare_cached(
-                    "SELECT minute, accepted, delivered, failed, dead, pending, retrying FROM stats_minute
-                     WHERE minute >= ? ORDER BY minute",
-                )?;
+                let mut stmt = conn.prepare_cached(sqlite(sql::MINUTE_TOTALS))?;
                 let rows = stmt.query_map([since_minute], |r| {
                     let queue: (Option<u64>, Option<u64>) = (r.get(5)?, r.get(6)?);
                     Ok(MinuteTotals {
@@ -93,10 +91,7 @@ impl HistoryStore for SqliteStore {
         let (endpoint, event) = (endpoint.clone(), event.clone());
         self.writer
             .write(move |conn| {
-                conn.prepare_cached(
-                    "INSERT INTO breaker_event (endpoint_id, at, kind, failures, cooldown_ms) VALUES (?, ?, ?, ?, ?)",
-                )?
-                .execute(params![
+                conn.prepare_cached(sqlite(sql::LOG_BREAKER))?.execute(params![
                     endpoint.as_str(),
                     event.at,
                     event.kind.name(),
@@ -117,10 +112,7 @@ impl HistoryStore for SqliteStore {
         let endpoint = endpoint.clone();
         self.readers
             .read(move |conn| {
-                let mut stmt = conn.prepare_cached(
-                    "SELECT at, kind, failures, cooldown_ms FROM breaker_event WHERE endpoint_id = ? AND at >= ?
-                     ORDER BY at DESC LIMIT ?",
-                )?;
+                let mut stmt = conn.prepare_cached(sqlite(sql::BREAKER_EVENTS))?;
                 let rows = stmt.query_map(params![endpoint.as_str(), since, limit as i64], |r| {
                     Ok((r.get::<_, Millis>(0)?, r.get::<_, String>(1)?, r.get::<_, u32>(2)?, r.get::<_, u64>(3)?))
                 })?;

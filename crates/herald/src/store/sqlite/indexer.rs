@@ -36,8 +36,13 @@ pub fn catch_up(conn: &Connection) -> StoreResult<()> {
     Ok(())
 }
 
+/// The most rows of each table one pass indexes: passes stay short (the writer waits for
+/// them), and a backlog is caught up over a few.
+const PASS: i64 = 2_000;
+
 pub(super) fn index(conn: &Connection) -> StoreResult<()> {
     let (from, to) = (watermark(conn, "message")?, newest(conn, "message")?);
+    let to = to.min(from + PASS);
     if to > from {
         conn.prepare_cached(
             "INSERT INTO message_by_app SELECT app_id, id, seq FROM message WHERE seq > ?1 AND seq <= ?2
@@ -53,6 +58,7 @@ pub(super) fn index(conn: &Connection) -> StoreResult<()> {
         set(conn, "message", to)?;
     }
     let (from, to) = (watermark(conn, "attempt")?, newest(conn, "attempt")?);
+    let to = to.min(from + PASS);
     if to > from {
         conn.prepare_cached(
             "INSERT INTO attempt_by_msg SELECT msg_seq, id, seq FROM attempt WHERE seq > ?1 AND seq <= ?2

@@ -15,6 +15,7 @@ use super::rows::{self, ATTEMPT_COLUMNS, Branch, MESSAGE_COLUMNS, Query, merged_
 use super::{SqliteStore, is_unique_violation};
 use crate::clock::Millis;
 use crate::ids::{AppId, EndpointId, MessageId};
+use crate::store::sql::{self, sqlite};
 use crate::store::{
     Attempt, AttemptFilter, DeliveryState, DeliveryStatus, DeliveryView, EndpointStats, IngestResult, Message,
     MessageFilter, MessageStore, NewMessage, PageQuery, StoreResult, StoredResponse, Trigger,
@@ -259,7 +260,7 @@ fn ingest(conn: &Connection, seqs: &Seqs, new: &NewMessage) -> StoreResult<Inges
 
 pub(super) fn stored_response(conn: &Connection, scope: &str, key: &str) -> StoreResult<Option<StoredResponse>> {
     Ok(conn
-        .prepare_cached("SELECT status, body, created_at FROM idempotency WHERE scope = ? AND key = ?")?
+        .prepare_cached(sqlite(sql::STORED_RESPONSE))?
         .query_row([scope, key], |row| {
             Ok(StoredResponse { status: row.get(0)?, body: row.get(1)?, created_at: row.get(2)? })
         })
@@ -267,10 +268,7 @@ pub(super) fn stored_response(conn: &Connection, scope: &str, key: &str) -> Stor
 }
 
 pub(super) fn save_response(conn: &Connection, scope: &str, key: &str, r: &StoredResponse) -> StoreResult<()> {
-    conn.prepare_cached(
-        "INSERT OR IGNORE INTO idempotency (scope, key, status, body, created_at) VALUES (?, ?, ?, ?, ?)",
-    )?
-    .execute(params![scope, key, r.status, r.body, r.created_at])?;
+    conn.prepare_cached(sqlite(sql::SAVE_RESPONSE))?.execute(params![scope, key, r.status, r.body, r.created_at])?;
     Ok(())
 }
 

@@ -125,9 +125,9 @@ impl Writer {
     }
 }
 
-/// How often the index tables are brought up to date: what queries read past them is at
-/// most about this much of the traffic.
-const INDEX_INTERVAL: Duration = Duration::from_millis(500);
+/// How often the index tables are brought up to date (in passes of a bounded size, see
+/// `indexer`): what queries read past them is about this much of the traffic.
+const INDEX_INTERVAL: Duration = Duration::from_millis(100);
 
 fn run(conn: Connection, rx: mpsc::Receiver<Box<dyn WriteOp>>, batching: Batching) {
     let mut batch = Vec::with_capacity(batching.max_ops);
