@@ -20,7 +20,7 @@ use crate::signing::EndpointKey;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use crate::store::{App, CatalogChange, Endpoint, Headers, PageQuery, Store, StoreResult};
+use crate::store::{App, CatalogChange, CatalogStore, Endpoint, Headers, PageQuery, StoreResult};
 
 /// The settings of an application the dispatcher enforces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,7 +165,7 @@ pub fn routes_to(endpoint: &Endpoint, event_type: &str, channels: Option<&[Strin
 }
 
 pub struct Catalog {
-    store: Arc<dyn Store>,
+    store: Arc<dyn CatalogStore>,
     defaults: Defaults,
     keyring: Arc<Keyring>,
     /// Bumped by every invalidation, so a load that raced with a change is not cached.
@@ -176,7 +176,7 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    pub fn new(store: Arc<dyn Store>, defaults: Defaults, keyring: Arc<Keyring>) -> Self {
+    pub fn new(store: Arc<dyn CatalogStore>, defaults: Defaults, keyring: Arc<Keyring>) -> Self {
         Self {
             store,
             defaults,

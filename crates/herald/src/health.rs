@@ -9,12 +9,12 @@ use crate::clock::Millis;
 use crate::dispatch::Dispatcher;
 use crate::ids::EndpointId;
 use crate::latency::{Histogram, WINDOW_HOURS, hour_of};
-use crate::store::{Store, StoreResult};
+use crate::store::{HealthStore, StoreResult};
 
 /// Circuit breakers: the saved ones (every process's last transition), overridden by this
 /// process's live ones.
 pub async fn breakers(
-    store: &dyn Store,
+    store: &dyn HealthStore,
     dispatcher: &Dispatcher,
     only: Option<&EndpointId>,
 ) -> StoreResult<HashMap<EndpointId, Breaker>> {
@@ -33,7 +33,7 @@ pub async fn breakers(
 /// Latency histograms over the last 24 hours: what every process flushed to the store, plus
 /// what this process has not flushed yet.
 pub async fn latency(
-    store: &dyn Store,
+    store: &dyn HealthStore,
     dispatcher: &Dispatcher,
     only: Option<&EndpointId>,
     now: Millis,

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::{Millis, now_ms};
 use crate::ids::EndpointId;
 use crate::latency::{Histogram, LatencySummary, hour_of};
-use crate::store::{MinuteTotals, Store, StoreResult};
+use crate::store::{HistoryStore, MinuteTotals, Store, StoreResult};
 
 pub const HOUR_MS: Millis = 3_600_000;
 pub const MINUTE_MS: Millis = 60_000;
@@ -96,7 +96,12 @@ impl Totals {
 
 /// The server's totals over the last `periods` periods of `period_ms` (a minute or an
 /// hour), the current one included.
-pub async fn totals(store: &dyn Store, period_ms: Millis, periods: i64, now: Millis) -> StoreResult<Vec<Totals>> {
+pub async fn totals(
+    store: &dyn HistoryStore,
+    period_ms: Millis,
+    periods: i64,
+    now: Millis,
+) -> StoreResult<Vec<Totals>> {
     let current = now.div_euclid(period_ms);
     let first = current - periods + 1;
     let mut sums: BTreeMap<i64, Totals> = BTreeMap::new();
@@ -126,7 +131,7 @@ impl Recorder {
     }
 
     /// Adds the counts to the store's; kept for next time if the store fails.
-    async fn flush(&self, store: &dyn Store) {
+    async fn flush(&self, store: &dyn HistoryStore) {
         let taken = std::mem::take(&mut *lock(&self.accepted));
         if taken.is_empty() {
             return;

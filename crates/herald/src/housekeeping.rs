@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::now_ms;
 use crate::config::RetentionConfig;
-use crate::store::{EndSessions, Purge, Store};
+use crate::store::{AccessStore, EndSessions, Purge, Store};
 
 /// Records deleted per transaction.
 const BATCH: usize = 1000;
@@ -44,7 +44,7 @@ pub async fn run(store: Arc<dyn Store>, idempotency_ttl: Duration, every: Durati
 }
 
 /// Purges what the retention settings say is too old, every `retention.interval`.
-pub async fn retention(store: Arc<dyn Store>, retention: RetentionConfig, shutdown: CancellationToken) {
+pub async fn retention(store: Arc<dyn AccessStore>, retention: RetentionConfig, shutdown: CancellationToken) {
     loop {
         tokio::select! {
             _ = tokio::time::sleep(retention.interval) => {}

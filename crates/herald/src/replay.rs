@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use crate::clock::{Millis, now_ms};
 use crate::dispatch::Dispatcher;
 use crate::ids::{AppId, TaskId};
-use crate::store::{Requeue, Store};
+use crate::store::{QueueStore, Requeue};
 
 /// Deliveries requeued per store call.
 const CHUNK: usize = 200;
@@ -56,7 +56,7 @@ impl ReplayTasks {
     /// Starts replaying `deliveries` (dead letters of `app`); returns the task at once.
     pub fn start(
         &self,
-        store: Arc<dyn Store>,
+        store: Arc<dyn QueueStore>,
         dispatcher: Arc<Dispatcher>,
         app: AppId,
         deliveries: Vec<i64>,
@@ -87,7 +87,7 @@ impl ReplayTasks {
     }
 }
 
-async fn run(task: Arc<ReplayTask>, store: Arc<dyn Store>, dispatcher: Arc<Dispatcher>, deliveries: Vec<i64>) {
+async fn run(task: Arc<ReplayTask>, store: Arc<dyn QueueStore>, dispatcher: Arc<Dispatcher>, deliveries: Vec<i64>) {
     for chunk in deliveries.chunks(CHUNK) {
         match store.requeue(Requeue::DeadLetters { ids: chunk.to_vec() }).await {
             Ok(n) => {

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::{Millis, now_ms};
 use crate::ids::EndpointId;
 use crate::latency::{Histogram, WINDOW_HOURS, Window, hour_of};
-use crate::store::Store;
+use crate::store::HealthStore;
 
 #[derive(Default)]
 pub struct Tracker {
@@ -68,7 +68,7 @@ impl Tracker {
     }
 
     /// Seeds the local windows from the store (start-up).
-    pub async fn load(&self, store: &dyn Store) {
+    pub async fn load(&self, store: &dyn HealthStore) {
         let since = hour_of(now_ms()) - WINDOW_HOURS + 1;
         match store.latency_since(since, None).await {
             Ok(rows) => {
@@ -82,7 +82,7 @@ impl Tracker {
     }
 
     /// Writes the unflushed counts to the store; on failure they are kept for next time.
-    pub async fn flush(&self, store: &dyn Store) {
+    pub async fn flush(&self, store: &dyn HealthStore) {
         let taken: Vec<(EndpointId, i64, Histogram)> = lock(&self.unflushed)
             .drain()
             .flat_map(|(endpoint, mut window)| {
@@ -103,7 +103,7 @@ impl Tracker {
 }
 
 /// Flushes every `every` until `stop`, and once more at the end.
-pub async fn run(tracker: Arc<Tracker>, store: Arc<dyn Store>, every: Duration, stop: CancellationToken) {
+pub async fn run(tracker: Arc<Tracker>, store: Arc<dyn HealthStore>, every: Duration, stop: CancellationToken) {
     loop {
         tokio::select! {
             _ = tokio::time::sleep(every) => tracker.flush(store.as_ref()).await,
