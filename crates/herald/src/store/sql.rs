@@ -30,8 +30,6 @@ pub const STORED_RESPONSE: &str =
     "SELECT status, body, created_at FROM herald.idempotency WHERE scope = $1 AND key = $2";
 pub const SAVE_RESPONSE: &str = "INSERT INTO herald.idempotency (scope, key, status, body, created_at)
      VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING";
-pub const PRUNE_IDEMPOTENCY: &str = "DELETE FROM herald.idempotency WHERE (scope, key) IN
-     (SELECT scope, key FROM herald.idempotency WHERE created_at < $1 LIMIT $2)";
 
 pub const SAVE_BREAKER: &str =
     "INSERT INTO herald.endpoint_health (endpoint_id, breaker, updated_at) VALUES ($1, $2, $3)
@@ -82,6 +80,6 @@ mod tests {
             "UPDATE portal_token SET expires_at = ?2 WHERE app_id = ?1 AND expires_at > ?2"
         );
         assert!(std::ptr::eq(sqlite(EXPIRE_TOKENS), sqlite(EXPIRE_TOKENS)), "converted once");
-        assert!(!sqlite(PRUNE_IDEMPOTENCY).contains("herald.") && !sqlite(PRUNE_IDEMPOTENCY).contains('$'));
+        assert!(!sqlite(SAVE_RESPONSE).contains("herald.") && !sqlite(SAVE_RESPONSE).contains('$'));
     }
 }

@@ -150,7 +150,10 @@ impl AccessStore for PgStore {
 
     async fn prune_idempotency(&self, before: Millis, limit: usize) -> StoreResult<u64> {
         let client = self.client().await?;
-        let deleted = client.execute(sql::PRUNE_IDEMPOTENCY, &[&before, &(limit as i64)]).await.map_err(db_err)?;
+        let deleted = client.execute(PRUNE_IDEMPOTENCY, &[&before, &(limit as i64)]).await.map_err(db_err)?;
         Ok(deleted)
     }
 }
+
+const PRUNE_IDEMPOTENCY: &str = "DELETE FROM herald.idempotency WHERE (scope, key) IN
+     (SELECT scope, key FROM herald.idempotency WHERE created_at < $1 LIMIT $2)";

@@ -202,9 +202,14 @@ impl AccessStore for SqliteStore {
     async fn prune_idempotency(&self, before: Millis, limit: usize) -> StoreResult<u64> {
         self.writer
             .write(move |conn| {
-                let deleted = conn.execute(sqlite(sql::PRUNE_IDEMPOTENCY), params![before, limit as i64])?;
+                let deleted = conn.execute(PRUNE_IDEMPOTENCY, params![before, limit as i64])?;
                 Ok(deleted as u64)
             })
             .await
     }
 }
+
+/// The oldest `?2` records, those of them made before `?1`: creation order is append order
+/// (give or take the writer's batching), so the walk stops where the live records begin.
+const PRUNE_IDEMPOTENCY: &str = "DELETE FROM idempotency WHERE created_at < ?1 AND seq IN
+     (SELECT seq FROM idempotency ORDER BY seq LIMIT ?2)";

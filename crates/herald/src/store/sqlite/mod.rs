@@ -32,6 +32,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (2, include_str!("v2.sql")),
     (3, include_str!("v3.sql")),
     (4, include_str!("v4.sql")),
+    (5, include_str!("v5.sql")),
 ];
 const STATEMENT_CACHE: usize = 256;
 
@@ -193,7 +194,9 @@ mod tests {
              INSERT INTO delivery (msg_id, endpoint_id, app_id, state, attempts, next_at, trigger, owner, strict,
                  created_at) VALUES ('msg_1', 'ep_1', 'app_1', 0, 0, 1, 0, 'someone', 0, 1);
              INSERT INTO delivery (msg_id, endpoint_id, app_id, state, attempts, next_at, trigger, owner, strict,
-                 created_at) VALUES ('msg_gone', 'ep_1', 'app_1', 0, 0, 1, 0, NULL, 0, 1);",
+                 created_at) VALUES ('msg_gone', 'ep_1', 'app_1', 0, 0, 1, 0, NULL, 0, 1);
+             INSERT INTO idempotency VALUES ('app_1', 'key-2', 'f', 202, '{\"b\":2}', 20);
+             INSERT INTO idempotency VALUES ('app_1', 'key-1', 'f', 202, '{\"b\":1}', 10);",
         )
         .unwrap();
         drop(old);
@@ -219,6 +222,19 @@ mod tests {
         assert_eq!((dests.as_str(), delivery), ("[]", seq * 65_536 + 32_768));
         let left: i64 = reopened.query_row("SELECT count(*) FROM delivery", [], |r| r.get(0)).unwrap();
         assert_eq!(left, 1);
+        // Version 5: idempotency records in creation order, still found by their key.
+        let kept: Vec<(i64, String)> = reopened
+            .prepare("SELECT seq, key FROM idempotency ORDER BY seq")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(kept, [(1, "key-1".to_owned()), (2, "key-2".to_owned())]);
+        drop(reopened);
+        let store = SqliteStore::open(&path, &Config::defaults().store, &Arc::default()).unwrap();
+        let stored = store.idempotent_response("app_1", "key-2").await.unwrap().expect("kept by its key");
+        assert_eq!(stored.status, 202);
     }
 
     #[tokio::test]
