@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${HERALD_CACHE_DIR:-$HOME/.cache/herald}/target}"
-cargo build --release --quiet --bin herald --bin herald-bench
+cargo build --release --quiet -p herald -p herald-bench
 bench="$CARGO_TARGET_DIR/release/herald-bench"
 mkdir -p bench-results
 out="bench-results/$(date +%Y%m%d-%H%M%S).jsonl"

@@ -115,18 +115,27 @@ async fn commit(pool: &Pool, news: &[NewMessage]) -> StoreResult<Vec<IngestResul
     Ok(results.into_iter().map(|r| r.expect("every message has a result")).collect())
 }
 
+/// Inserts a batch's messages (`$1`–`$7`, one array per column), returning the ids of those
+/// created (a repeated event id creates nothing). A macro, so that statements can embed it.
+macro_rules! insert_messages_sql {
+    () => {
+        "INSERT INTO herald.message (id, app_id, event_type, event_id, channels, payload, created_at)
+         SELECT id, app_id, event_type, event_id,
+                CASE WHEN ch IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(ch::jsonb)) END,
+                payload, created_at
+         FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int8[])
+              AS t(id, app_id, event_type, event_id, ch, payload, created_at)
+         ON CONFLICT DO NOTHING
+         RETURNING id"
+    };
+}
+
 /// A batch's messages, and the deliveries of those created (a repeated event id creates
 /// nothing), in one statement.
-const INGEST_PLAIN: &str = "WITH m AS (
-                 INSERT INTO herald.message (id, app_id, event_type, event_id, channels, payload, created_at)
-                 SELECT id, app_id, event_type, event_id,
-                        CASE WHEN ch IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(ch::jsonb)) END,
-                        payload, created_at
-                 FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int8[])
-                      AS t(id, app_id, event_type, event_id, ch, payload, created_at)
-                 ON CONFLICT DO NOTHING
-                 RETURNING id
-             ), d AS (
+const INGEST_PLAIN: &str = concat!(
+    "WITH m AS (",
+    insert_messages_sql!(),
+    "), d AS (
                  INSERT INTO herald.delivery
                      (msg_id, endpoint_id, app_id, state, attempts, next_at, trigger, owner, strict, created_at)
                  SELECT msg_id, endpoint_id, app_id, 0, 0, created_at, 0, owner, strict, created_at
@@ -135,7 +144,8 @@ const INGEST_PLAIN: &str = "WITH m AS (
                  WHERE msg_id IN (SELECT id FROM m)
                  RETURNING msg_id, endpoint_id, id
              )
-             SELECT id, NULL::text, NULL::int8 FROM m UNION ALL SELECT msg_id, endpoint_id, id FROM d";
+             SELECT id, NULL::text, NULL::int8 FROM m UNION ALL SELECT msg_id, endpoint_id, id FROM d"
+);
 
 /// A batch without idempotency keys: the messages and their deliveries in one statement.
 async fn commit_plain(pool: &Pool, news: &[NewMessage]) -> StoreResult<Vec<IngestResult>> {
@@ -334,18 +344,7 @@ async fn insert_messages(
     let m = MessageColumns::of(fresh);
     let rows = tx
         .query(
-            &tx.prepare_cached(
-                "INSERT INTO herald.message (id, app_id, event_type, event_id, channels, payload, created_at)
-             SELECT id, app_id, event_type, event_id,
-                    CASE WHEN ch IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(ch::jsonb)) END,
-                    payload, created_at
-             FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int8[])
-                  AS t(id, app_id, event_type, event_id, ch, payload, created_at)
-             ON CONFLICT DO NOTHING
-             RETURNING id",
-            )
-            .await
-            .map_err(db_err)?,
+            &tx.prepare_cached(insert_messages_sql!()).await.map_err(db_err)?,
             &[&m.ids, &m.apps, &m.types, &m.event_ids, &m.channels, &m.payloads, &m.created],
         )
         .await

@@ -26,51 +26,53 @@ pub fn catch_up(conn: &Connection) -> StoreResult<()> {
         return Ok(());
     }
     conn.execute_batch("BEGIN IMMEDIATE")?;
-    match index(conn) {
-        Ok(()) => conn.execute_batch("COMMIT")?,
-        Err(e) => {
-            let _ = conn.execute_batch("ROLLBACK");
-            return Err(e);
-        }
+    let done = index(conn).and_then(|()| Ok(conn.execute_batch("COMMIT")?));
+    // A failed COMMIT may leave the transaction open: the writer's next batch must not
+    // find it so.
+    if done.is_err() && !conn.is_autocommit() {
+        let _ = conn.execute_batch("ROLLBACK");
     }
-    Ok(())
+    done
 }
 
 /// The most rows of each table one pass indexes: passes stay short (the writer waits for
 /// them), and a backlog is caught up over a few.
 const PASS: i64 = 2_000;
 
-pub(super) fn index(conn: &Connection) -> StoreResult<()> {
-    let (from, to) = (watermark(conn, "message")?, newest(conn, "message")?);
-    let to = to.min(from + PASS);
-    if to > from {
-        conn.prepare_cached(
+/// Each watermark's table and the statements that index its rows `?1 < seq <= ?2`, each
+/// inserting in its index's order.
+const INDEXES: [(&str, [&str; 2]); 2] = [
+    (
+        "message",
+        [
             "INSERT INTO message_by_app SELECT app_id, id, seq FROM message WHERE seq > ?1 AND seq <= ?2
              ORDER BY app_id, id",
-        )?
-        .execute(params![from, to])?;
-        conn.prepare_cached(
             "INSERT OR IGNORE INTO dest_by_endpoint
              SELECT j.value, m.id, m.seq * 65536 + j.key FROM message m, json_each(m.dests) j
              WHERE m.seq > ?1 AND m.seq <= ?2 ORDER BY 1, 2",
-        )?
-        .execute(params![from, to])?;
-        set(conn, "message", to)?;
-    }
-    let (from, to) = (watermark(conn, "attempt")?, newest(conn, "attempt")?);
-    let to = to.min(from + PASS);
-    if to > from {
-        conn.prepare_cached(
+        ],
+    ),
+    (
+        "attempt",
+        [
             "INSERT INTO attempt_by_msg SELECT msg_seq, id, seq FROM attempt WHERE seq > ?1 AND seq <= ?2
              ORDER BY msg_seq, id",
-        )?
-        .execute(params![from, to])?;
-        conn.prepare_cached(
             "INSERT INTO attempt_by_endpoint SELECT endpoint_id, id, seq FROM attempt WHERE seq > ?1 AND seq <= ?2
              ORDER BY endpoint_id, id",
-        )?
-        .execute(params![from, to])?;
-        set(conn, "attempt", to)?;
+        ],
+    ),
+];
+
+pub(super) fn index(conn: &Connection) -> StoreResult<()> {
+    for (name, statements) in INDEXES {
+        let (from, to) = (watermark(conn, name)?, newest(conn, name)?);
+        let to = to.min(from + PASS);
+        if to > from {
+            for sql in statements {
+                conn.prepare_cached(sql)?.execute(params![from, to])?;
+            }
+            set(conn, name, to)?;
+        }
     }
     Ok(())
 }

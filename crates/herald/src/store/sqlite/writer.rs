@@ -141,7 +141,9 @@ fn run(conn: Connection, rx: mpsc::Receiver<Box<dyn WriteOp>>, batching: Batchin
                 if last_index.elapsed() >= INDEX_INTERVAL {
                     index(&conn, &mut last_index);
                 }
-                checkpoint(&conn, &mut last_checkpoint);
+                if last_checkpoint.elapsed() >= batching.checkpoint_interval {
+                    checkpoint(&conn, &mut last_checkpoint);
+                }
                 continue;
             }
             Err(RecvTimeoutError::Disconnected) => break,
@@ -199,6 +201,10 @@ fn execute(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
 }
 
 fn commit_batch(conn: &Connection, batch: &mut Vec<Box<dyn WriteOp>>) {
+    if !conn.is_autocommit() {
+        tracing::error!("a transaction was left open on the writing connection; rolling it back");
+        let _ = execute(conn, "ROLLBACK");
+    }
     if let Err(e) = execute(conn, "BEGIN IMMEDIATE") {
         let message = map_err(e).to_string();
         batch.drain(..).for_each(|op| op.abort(StoreError::Unavailable(message.clone())));
@@ -210,12 +216,16 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Box<dyn WriteOp>>) {
     for op in ops.by_ref() {
         if op.guarded() {
             finishes.extend(run_guarded(conn, op));
-            continue;
+        } else {
+            let (ok, finish) = op.run(conn);
+            finishes.push(finish);
+            doomed = !ok;
         }
-        let (ok, finish) = op.run(conn);
-        finishes.push(finish);
-        if !ok {
-            doomed = true;
+        // SQLite answers some errors (a full disk, an I/O error) by rolling back the whole
+        // transaction: the operations after it would run outside any, each statement
+        // committed on its own (a message without its deliveries), so the batch ends here.
+        doomed |= conn.is_autocommit();
+        if doomed {
             break;
         }
     }
@@ -246,6 +256,9 @@ fn run_guarded(conn: &Connection, op: Box<dyn WriteOp>) -> Option<Finish> {
     let (ok, finish) = op.run(conn);
     let restored = if ok {
         execute(conn, "RELEASE op")
+    } else if conn.is_autocommit() {
+        // The error took the whole transaction with it; the batch is doomed (see above).
+        Ok(())
     } else {
         execute(conn, "ROLLBACK TO op").and_then(|()| execute(conn, "RELEASE op"))
     };
@@ -306,6 +319,35 @@ mod tests {
         assert!(matches!(results[0], Err(StoreError::Conflict(_))));
         assert!(results[1].is_ok());
         assert_eq!(count(&w).await.unwrap(), 2);
+    }
+
+    /// A full disk makes SQLite roll back the whole transaction, not just the statement:
+    /// nothing after it in the batch may run, since it would be committed piecemeal.
+    #[tokio::test]
+    async fn a_write_that_ends_the_transaction_fails_the_whole_batch() {
+        let (w, _dir) = writer();
+        w.write(|conn| {
+            conn.execute_batch("CREATE TABLE u (b BLOB)")?;
+            let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+            conn.execute_batch(&format!("PRAGMA max_page_count = {}", pages + 4))?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+        let full = w.write(|conn: &Connection| {
+            conn.execute("INSERT INTO u VALUES (zeroblob(100000))", [])?;
+            Ok(())
+        });
+        let after = w.write_hot(|conn: &Connection| {
+            conn.execute("INSERT INTO t (x) VALUES (1)", [])?;
+            conn.execute("INSERT INTO t (x) VALUES (2)", [])?;
+            Ok(())
+        });
+        let results = same_batch(&w, vec![Box::pin(w.write(insert(3))), Box::pin(full), Box::pin(after)]).await;
+        assert!(results.iter().all(|r| matches!(r, Err(StoreError::Unavailable(_)))), "{results:?}");
+        assert_eq!(count(&w).await.unwrap(), 0, "nothing of the batch was committed, before or after");
+        w.write_hot(insert(4)).await.unwrap();
+        assert_eq!(count(&w).await.unwrap(), 1, "the writer carries on");
     }
 
     #[tokio::test]
