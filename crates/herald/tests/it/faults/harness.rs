@@ -261,6 +261,9 @@ pub struct Run {
     pub last_fault_healed: Instant,
     /// How long after healing the last ingest refused during the faults was accepted.
     pub reingested: Duration,
+    /// Ingests still refused a minute after healing (a violation; the plan is reported, with
+    /// its processes' logs, rather than abandoned).
+    pub still_refused: usize,
     pub faults: Vec<Injected>,
 }
 
@@ -313,9 +316,9 @@ pub async fn run(plan: Plan) -> Run {
     let last_fault_healed = Instant::now();
     resending.await.unwrap();
     operator.abort();
-    resend_until_accepted(&client, &herald.bases, &app, &ledger).await;
+    let still_refused = resend_until_accepted(&client, &herald.bases, &app, &ledger).await;
     let reingested = last_fault_healed.elapsed();
-    Run { plan, herald, receivers, ledger, app, endpoints, last_fault_healed, reingested, faults }
+    Run { plan, herald, receivers, ledger, app, endpoints, last_fault_healed, reingested, still_refused, faults }
 }
 
 /// An application (cap 8 per process) with its endpoints: the three every message must
@@ -529,17 +532,20 @@ async fn resend_while(
     producing.await.unwrap();
 }
 
-/// After healing: resends until every ingest is accepted.
+/// After healing: resends until every ingest is accepted, for at most a minute; how many
+/// were still refused then.
 async fn resend_until_accepted(
     client: &reqwest::Client,
     bases: &Mutex<Vec<String>>,
     app: &str,
     ledger: &Mutex<Ledger>,
-) {
+) -> usize {
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !ledger.lock().unwrap().open.is_empty() {
+    loop {
         let open = ledger.lock().unwrap().open.len();
-        assert!(Instant::now() < deadline, "{open} ingests still refused a minute after healing");
+        if open == 0 || Instant::now() >= deadline {
+            return open;
+        }
         resend_open(client, bases, app, ledger, usize::MAX).await;
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

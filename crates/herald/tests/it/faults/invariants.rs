@@ -108,6 +108,9 @@ pub async fn check(run: Run) -> Report {
             }
         }
         let mut violations = ledger.violations.clone();
+        if run.still_refused > 0 {
+            violations.push(format!("{} ingests still refused a minute after healing", run.still_refused));
+        }
         for (key, ids) in &ledger.ids {
             if ids.len() > 1 {
                 violations.push(format!("I4: key {key} made {} messages", ids.len()));
