@@ -43,6 +43,9 @@ pub struct Report {
     pub lost: usize,
     /// Up to ten lost deliveries, as "message → endpoint path".
     pub lost_examples: Vec<String>,
+    /// Herald's own view of those: the message's deliveries and attempts, as its API
+    /// answers them (what it believes became of each).
+    pub lost_views: Vec<Value>,
     pub unexpected: usize,
     pub duplicates: usize,
     /// Duplicates sent again after an attempt Herald recorded without an answer (a timeout
@@ -236,6 +239,10 @@ pub async fn check(run: Run) -> Report {
     if most > APP_CAP * run.herald.processes() {
         violations.push(format!("I5: {most} attempts in flight for one application (cap {APP_CAP} per process)"));
     }
+    let mut lost_views = Vec::new();
+    for (id, _) in lost.iter().take(10) {
+        lost_views.push(herald_view(&client, &base, &run.app, id).await);
+    }
     let report = Report {
         backend: format!("{:?}", run.plan.backend),
         seed: run.plan.seed,
@@ -249,6 +256,7 @@ pub async fn check(run: Run) -> Report {
         wrongly_dead: wrongly_dead.len(),
         lost: lost.len(),
         lost_examples: lost.iter().take(10).map(|(id, path)| format!("{id} → {path}")).collect(),
+        lost_views,
         unexpected,
         duplicates,
         duplicates_after_unanswered,
@@ -489,6 +497,21 @@ fn fault_drains(run: &Run, acked: &Acks, poison: &HashSet<String>) -> Vec<String
 }
 
 /// Delivery states (Svix status codes) of one message, by receiver path.
+/// What Herald's API says of one message: its deliveries and its attempts.
+async fn herald_view(client: &reqwest::Client, base: &str, app: &str, msg: &str) -> Value {
+    let get = |path: String| async move {
+        match client.get(format!("{base}/api/v1/app/{app}/{path}")).bearer_auth(ADMIN_TOKEN).send().await {
+            Ok(response) => response.json::<Value>().await.unwrap_or(Value::Null)["data"].take(),
+            Err(e) => Value::String(e.to_string()),
+        }
+    };
+    serde_json::json!({
+        "msg": msg,
+        "deliveries": get(format!("msg/{msg}/endpoint")).await,
+        "attempts": get(format!("attempt/msg/{msg}?limit=250")).await,
+    })
+}
+
 async fn delivery_states(
     client: &reqwest::Client,
     base: &str,
