@@ -216,12 +216,17 @@ pub struct Receivers {
     pub flapping: Arc<AtomicBool>,
     /// (webhook-id, path) answered 2xx, and when (once per time).
     pub acked: Arc<Mutex<Acks>>,
+    /// (webhook-id, path) answered 2xx only after the attempt timeout (while flapping).
+    /// Herald normally hung up first; a process paused meanwhile (SIGSTOP) may find the
+    /// answer waiting when it resumes and rightly count the delivery as made.
+    pub late: Arc<Mutex<HashSet<(String, String)>>>,
 }
 
 async fn receivers() -> Receivers {
     let flapping = Arc::new(AtomicBool::new(false));
     let acked: Arc<Mutex<Acks>> = Arc::default();
-    let (flag, log) = (flapping.clone(), acked.clone());
+    let late: Arc<Mutex<HashSet<(String, String)>>> = Arc::default();
+    let (flag, log, late_log) = (flapping.clone(), acked.clone(), late.clone());
     let turn = Arc::new(AtomicU64::new(0));
     let receiver = Receiver::start(move |r, _| {
         if r.path == GONE_PATH {
@@ -234,6 +239,7 @@ async fn receivers() -> Receivers {
             } else {
                 // Herald hangs up at its 1 s timeout, counted from before this request
                 // arrived: counting it for 950 ms never overlaps the next attempt.
+                late_log.lock().unwrap().insert((r.header("webhook-id").to_owned(), r.path.clone()));
                 Reply::ok().after(Duration::from_millis(1500)).counted_for(Duration::from_millis(950))
             };
         }
@@ -246,7 +252,7 @@ async fn receivers() -> Receivers {
     })
     .await;
     let proxy = Proxy::start(receiver.addr).await;
-    Receivers { receiver, proxy, flapping, acked }
+    Receivers { receiver, proxy, flapping, acked, late }
 }
 
 /// Everything a finished run leaves for the checks.

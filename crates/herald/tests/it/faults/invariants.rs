@@ -46,6 +46,9 @@ pub struct Report {
     /// Herald's own view of those: the message's deliveries and attempts, as its API
     /// answers them (what it believes became of each).
     pub lost_views: Vec<Value>,
+    /// Deliveries whose only 2xx came after the attempt timeout and that Herald recorded
+    /// as delivered (it was paused while the answer arrived): delivered, not lost.
+    pub late_answers_accepted: usize,
     pub unexpected: usize,
     pub duplicates: usize,
     /// Duplicates sent again after an attempt Herald recorded without an answer (a timeout
@@ -141,13 +144,19 @@ pub async fn check(run: Run) -> Report {
     // when an attempt started after them.
     let limit = LEASE + Duration::from_secs(30);
     let mut dead: HashSet<(String, String)> = HashSet::new();
+    // Answered late, and Herald says delivered (see `Receivers::late`).
+    let mut late_delivered: HashSet<(String, String)> = HashSet::new();
     let mut noted = Instant::now();
     let mut waiting: Vec<Delivery>;
     let mut unsettled: Vec<Delivery>;
     let mut unanswered: Vec<String>;
     loop {
         let acked = run.receivers.acked.lock().unwrap().clone();
-        waiting = owed.iter().filter(|d| !acked.contains_key(*d) && !dead.contains(*d)).cloned().collect();
+        waiting = owed
+            .iter()
+            .filter(|d| !acked.contains_key(*d) && !dead.contains(*d) && !late_delivered.contains(*d))
+            .cloned()
+            .collect();
         unsettled = doomed.iter().filter(|d| !dead.contains(*d)).cloned().collect();
         unanswered = unanswered_resends(&client, &base, &run, &resends).await;
         if waiting.is_empty() && unsettled.is_empty() && unanswered.is_empty() {
@@ -176,10 +185,14 @@ pub async fn check(run: Run) -> Report {
             async move { (delivery_states(client, base, app, &id, endpoints).await, id) }
         });
         let answers: Vec<_> = futures_util::stream::iter(asked).buffer_unordered(16).collect().await;
+        let late = run.receivers.late.lock().unwrap().clone();
         for (states, id) in answers {
             for (path, status) in states {
+                let delivery = (id.clone(), path);
                 if status == 2 {
-                    dead.insert((id.clone(), path));
+                    dead.insert(delivery);
+                } else if status == 0 && late.contains(&delivery) {
+                    late_delivered.insert(delivery);
                 }
             }
         }
@@ -189,7 +202,10 @@ pub async fn check(run: Run) -> Report {
     let acked = run.receivers.acked.lock().unwrap().clone();
     let wrongly_dead: Vec<&(String, String)> =
         owed.iter().filter(|d| !acked.contains_key(*d) && dead.contains(*d)).collect();
-    let lost: Vec<&(String, String)> = owed.iter().filter(|d| !acked.contains_key(*d) && !dead.contains(*d)).collect();
+    let lost: Vec<&(String, String)> = owed
+        .iter()
+        .filter(|d| !acked.contains_key(*d) && !dead.contains(*d) && !late_delivered.contains(*d))
+        .collect();
     if drain > limit && lost.is_empty() {
         violations.push(format!("I6: the backlog drained in {drain:?}, more than the lease plus 30 s"));
     }
@@ -257,6 +273,7 @@ pub async fn check(run: Run) -> Report {
         lost: lost.len(),
         lost_examples: lost.iter().take(10).map(|(id, path)| format!("{id} → {path}")).collect(),
         lost_views,
+        late_answers_accepted: late_delivered.len(),
         unexpected,
         duplicates,
         duplicates_after_unanswered,
