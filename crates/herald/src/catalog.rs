@@ -11,16 +11,17 @@ use http::{HeaderName, HeaderValue};
 use url::Url;
 
 use crate::clock::Millis;
-use crate::deliver::is_reserved_header;
+use crate::deliver::{is_reserved_header, is_sensitive_header};
 use crate::endpoint_settings::{Defaults, EffectiveSettings};
 use crate::ids::{AppId, EndpointId};
-use crate::postback::Template;
+use crate::postback::{PostbackMethod, Template};
+use crate::scripts::{self, Rewrite, Sandbox, Verdict};
 use crate::sealing::Keyring;
 use crate::signing::EndpointKey;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use crate::store::{App, CatalogChange, CatalogStore, Endpoint, Headers, PageQuery, StoreResult};
+use crate::store::{App, CatalogChange, CatalogStore, Endpoint, Headers, Message, PageQuery, StoreResult};
 
 /// The settings of an application the dispatcher enforces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,6 +132,60 @@ impl Target {
     /// Whether a message with this event type and these channels goes to this endpoint.
     pub fn accepts(&self, event_type: &str, channels: Option<&[String]>) -> bool {
         routes_to(&self.endpoint, event_type, channels)
+    }
+
+    /// Whether the endpoint's filter (if any) lets `message` through.
+    pub async fn filter(&self, sandbox: &Sandbox, message: &Message) -> Verdict {
+        match &self.endpoint.scripts.filter {
+            None => Verdict::Pass,
+            Some(code) => Verdict::of(sandbox.eval(code, &self.script_input(message)).await),
+        }
+    }
+
+    /// Runs the endpoint's transform (if any) on the request its settings make: `None`
+    /// without a transform, else the request to send, `Ok(None)` to drop the delivery, or
+    /// why the transform failed.
+    pub async fn transform(&self, sandbox: &Sandbox, message: &Message) -> Option<Result<Option<Rewrite>, String>> {
+        let code = self.endpoint.scripts.transform.as_ref()?;
+        let Some(plain) = self.plain_request(message) else {
+            return Some(Err("the stored URL does not parse".into()));
+        };
+        let output = sandbox.eval(code, &self.script_input(message)).await;
+        Some(output.map_err(|e| e.to_string()).and_then(|output| scripts::rewrite(output, &plain)))
+    }
+
+    /// The endpoint's headers whose values scripts never see (credentials): sent as set,
+    /// after whatever a transform did.
+    pub fn sensitive_headers(&self) -> impl Iterator<Item = &(HeaderName, HeaderValue)> {
+        self.headers.iter().flatten().filter(|(name, _)| is_sensitive_header(name.as_str()))
+    }
+
+    fn visible_headers(&self) -> Vec<(HeaderName, HeaderValue)> {
+        self.headers.iter().flatten().filter(|(name, _)| !is_sensitive_header(name.as_str())).cloned().collect()
+    }
+
+    fn method(&self) -> http::Method {
+        match self.endpoint.request.as_ref().map(|r| r.method()) {
+            Some(PostbackMethod::Get) => http::Method::GET,
+            Some(PostbackMethod::Put) => http::Method::PUT,
+            Some(PostbackMethod::Post) | None => http::Method::POST,
+        }
+    }
+
+    /// The request as the endpoint's settings make it, before any transform (its
+    /// credentials aside): what a transform's changes apply to.
+    fn plain_request(&self, message: &Message) -> Option<Rewrite> {
+        Some(Rewrite {
+            method: self.method(),
+            url: self.url.clone()?,
+            headers: self.visible_headers(),
+            body: message.payload.as_deref().map(|p| bytes::Bytes::copy_from_slice(p.as_bytes())).unwrap_or_default(),
+        })
+    }
+
+    /// The JSON a filter or transform of this endpoint runs on for `message`.
+    fn script_input(&self, message: &Message) -> Vec<u8> {
+        scripts::input(message, &self.visible_headers(), self.method().as_str(), &self.endpoint.url)
     }
 }
 
@@ -398,6 +453,7 @@ mod tests {
             request: None,
             created_at: 0,
             updated_at: 0,
+            scripts: Default::default(),
         }
     }
 

@@ -69,6 +69,20 @@ pub struct Config {
     pub alerts: AlertsConfig,
     pub retention: RetentionConfig,
     pub portal: PortalConfig,
+    pub scripts: ScriptsConfig,
+}
+
+/// The jq sandbox that runs endpoint filters and transforms (see `scripts`).
+#[derive(Debug, Clone)]
+pub struct ScriptsConfig {
+    /// Longest one evaluation may run before its worker is killed.
+    pub timeout: Duration,
+    /// Address space of one sandbox worker process.
+    pub memory_bytes: u64,
+    /// Sandbox worker processes (evaluations run in parallel across them).
+    pub workers: usize,
+    /// The program started as a worker (with `sandbox-worker`); `None`: this executable.
+    pub worker_program: Option<std::path::PathBuf>,
 }
 
 /// The customer portal: who may embed it, and the server's brand.
@@ -233,6 +247,31 @@ struct Raw {
     alerts: RawAlerts,
     retention: RawRetention,
     portal: RawPortal,
+    scripts: RawScripts,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScripts {
+    timeout_ms: u64,
+    memory_mb: u64,
+    workers: usize,
+    worker_program: String,
+}
+
+impl RawScripts {
+    fn validate(self) -> anyhow::Result<ScriptsConfig> {
+        if self.timeout_ms == 0 || self.memory_mb < 64 {
+            bail!("scripts.timeout_ms must be positive and scripts.memory_mb at least 64");
+        }
+        let cores = std::thread::available_parallelism().map_or(2, usize::from);
+        Ok(ScriptsConfig {
+            timeout: Duration::from_millis(self.timeout_ms),
+            memory_bytes: self.memory_mb * 1024 * 1024,
+            workers: if self.workers == 0 { cores } else { self.workers },
+            worker_program: (!self.worker_program.is_empty()).then(|| self.worker_program.into()),
+        })
+    }
 }
 
 #[derive(Deserialize)]
@@ -645,6 +684,7 @@ impl Raw {
             alerts: self.alerts.validate()?,
             retention: self.retention.validate()?,
             portal: self.portal.validate()?,
+            scripts: self.scripts.validate()?,
         })
     }
 }

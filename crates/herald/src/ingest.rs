@@ -10,6 +10,7 @@ use crate::dispatch::{Dispatcher, Job};
 use crate::endpoint_settings::Ordering;
 use crate::history::Recorder;
 use crate::ids::EndpointId;
+use crate::scripts::{Sandbox, Verdict};
 use crate::store::{
     IdempotencyRecord, IngestResult, Message, NewDelivery, NewMessage, Store, StoreError, StoreResult, Trigger,
     keep_trying,
@@ -23,6 +24,8 @@ pub struct Ingestor {
     delivers: bool,
     /// Counts what is accepted, for the charts.
     history: Arc<Recorder>,
+    /// Runs endpoint filters.
+    sandbox: Arc<Sandbox>,
 }
 
 /// Which endpoints a message goes to.
@@ -40,8 +43,9 @@ impl Ingestor {
         dispatcher: Arc<Dispatcher>,
         delivers: bool,
         history: Arc<Recorder>,
+        sandbox: Arc<Sandbox>,
     ) -> Self {
-        Self { store, catalog, dispatcher, delivers, history }
+        Self { store, catalog, dispatcher, delivers, history, sandbox }
     }
 
     /// Commits `message` and its deliveries; returns once the commit is durable.
@@ -60,6 +64,11 @@ impl Ingestor {
             })
             .collect();
         let chosen: Vec<Arc<Target>> = chosen.into_iter().cloned().collect();
+        // Payload filters are the routing rule's last word (send-example goes around them).
+        let chosen = match route {
+            Route::Matching => self.filtered(&message, chosen).await,
+            Route::Only(_) => chosen,
+        };
         let deliveries: Vec<NewDelivery> = chosen
             .iter()
             .map(|t| NewDelivery { endpoint: t.endpoint.id.clone(), strict: t.settings.ordering == Ordering::Strict })
@@ -113,6 +122,27 @@ impl Ingestor {
             result
         });
         committing.await.map_err(|e| StoreError::Other(anyhow::anyhow!("the ingest task failed: {e}")))?
+    }
+}
+
+impl Ingestor {
+    /// The targets whose filter (if any) lets `message` through, evaluated side by side.
+    async fn filtered(&self, message: &Message, targets: Vec<Arc<Target>>) -> Vec<Arc<Target>> {
+        if targets.iter().all(|t| t.endpoint.scripts.filter.is_none()) {
+            return targets;
+        }
+        let verdicts = futures_util::future::join_all(targets.iter().map(|t| t.filter(&self.sandbox, message))).await;
+        targets
+            .into_iter()
+            .zip(verdicts)
+            .filter_map(|(target, verdict)| match verdict {
+                Verdict::Pass => Some(target),
+                Verdict::Drop(why) => {
+                    tracing::debug!(msg = %message.id, endpoint = %target.endpoint.id, why, "filtered out");
+                    None
+                }
+            })
+            .collect()
     }
 }
 

@@ -31,6 +31,7 @@ pub mod postback;
 pub mod redaction;
 pub mod replay;
 pub mod retry;
+pub mod scripts;
 pub mod sealing;
 pub mod server;
 pub mod signing;

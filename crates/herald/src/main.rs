@@ -50,10 +50,17 @@ enum Command {
     DefaultConfig,
     /// Print Herald's OpenAPI document.
     Openapi,
+    /// Run jq filters and transforms for a parent Herald (started by it, not by hand).
+    #[command(hide = true)]
+    SandboxWorker {
+        #[arg(long)]
+        memory_bytes: u64,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
+        Command::SandboxWorker { memory_bytes } => Ok(herald::scripts::worker::serve(memory_bytes)?),
         Command::Serve { config, listen, data_dir, database_url, role } => {
             let flags = [
                 ("server.listen", listen),

@@ -37,6 +37,9 @@ pub enum Failure {
     ResponseTooLarge,
     /// The message cannot fill the endpoint's URL template (a field is missing).
     Template,
+    /// The endpoint's transform failed, ran out of time or memory, or asked for a request
+    /// Herald may not send.
+    Transform,
     /// Herald's own failure (render, unreadable payload, panic).
     Internal,
 }
@@ -77,9 +80,11 @@ pub fn classify(result: &AttemptResult) -> OutcomeClass {
             Failure::Timeout | Failure::Connection | Failure::DnsTemporary | Failure::ResponseTooLarge => {
                 OutcomeClass::Transient
             }
-            Failure::DnsNotFound | Failure::Tls | Failure::BlockedDestination | Failure::Template => {
-                OutcomeClass::Permanent
-            }
+            Failure::DnsNotFound
+            | Failure::Tls
+            | Failure::BlockedDestination
+            | Failure::Template
+            | Failure::Transform => OutcomeClass::Permanent,
             Failure::Internal => OutcomeClass::Internal,
         },
     }
@@ -100,6 +105,7 @@ pub fn error_class(result: &AttemptResult) -> Option<&'static str> {
             Failure::BlockedDestination => "blocked_destination",
             Failure::ResponseTooLarge => "response_too_large",
             Failure::Template => "template",
+            Failure::Transform => "transform_error",
             Failure::Internal => "internal",
         }),
     }

@@ -26,6 +26,7 @@ use crate::ids::random_token;
 use crate::ingest::Ingestor;
 use crate::metrics::Metrics;
 use crate::redaction::Redactor;
+use crate::scripts::Sandbox;
 use crate::sealing::{Keyring, generate_key};
 use crate::signing::SigningKey;
 use crate::ssrf::Guard;
@@ -86,10 +87,16 @@ impl Server {
             },
         );
         let metrics = Arc::new(Metrics::default());
+        let worker_program = match &config.scripts.worker_program {
+            Some(program) => program.clone(),
+            None => std::env::current_exe().context("finding the herald executable for the jq sandbox")?,
+        };
+        let sandbox = Arc::new(Sandbox::new(worker_program, config.scripts.clone()));
         let dispatcher = Dispatcher::new(
             store.clone(),
             catalog.clone(),
             deliverer,
+            sandbox.clone(),
             DispatchConfig {
                 owner: format!("node-{}", random_token(12)),
                 queue: config.queue.clone(),
@@ -103,13 +110,20 @@ impl Server {
         // An API-only process never claims: what it accepts is left for the workers.
         let delivers = config.server.role != Role::Api;
         let history = Arc::new(Recorder::default());
-        let ingestor =
-            Arc::new(Ingestor::new(store.clone(), catalog.clone(), dispatcher.clone(), delivers, history.clone()));
+        let ingestor = Arc::new(Ingestor::new(
+            store.clone(),
+            catalog.clone(),
+            dispatcher.clone(),
+            delivers,
+            history.clone(),
+            sandbox.clone(),
+        ));
 
         let state = AppState::new(Services {
             store: store.clone(),
             catalog: catalog.clone(),
             ingestor,
+            sandbox,
             dispatcher: dispatcher.clone(),
             metrics: metrics.clone(),
             guard,

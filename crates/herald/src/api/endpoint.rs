@@ -18,6 +18,7 @@ use crate::deliver::is_reserved_header;
 use crate::endpoint_settings::{DeliverySettings, EffectiveSettings};
 use crate::ids::EndpointId;
 use crate::postback::{RequestSettings, Template};
+use crate::scripts::{self, Scripts};
 use crate::signing::{EndpointKey, SigningKey};
 use crate::store::{App, Endpoint, Headers, Metadata, SealedHeaders, Secrets};
 
@@ -43,6 +44,13 @@ pub struct EndpointIn {
     pub delivery: Option<DeliverySettings>,
     /// Herald extension: method, URL template and body format (postbacks).
     pub request: Option<RequestSettings>,
+    /// Herald extension: a jq expression run on `{eventType, channels, payload, headers,
+    /// method, url}` at ingest; the endpoint gets the message only if it yields `true`.
+    pub filter: Option<String>,
+    /// Herald extension: a jq expression run on the same object before each attempt; its
+    /// result (an object with any of `payload`, `headers`, `method`, `url`) replaces those
+    /// parts of the request, and `null` drops the delivery.
+    pub transform: Option<String>,
 }
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -72,6 +80,14 @@ pub struct EndpointPatch {
     #[serde(default, deserialize_with = "double_option")]
     #[schema(value_type = Option<RequestSettings>)]
     pub request: Option<Option<RequestSettings>>,
+    /// `null` removes the filter.
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<String>)]
+    pub filter: Option<Option<String>>,
+    /// `null` removes the transform.
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<String>)]
+    pub transform: Option<Option<String>>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -99,6 +115,12 @@ pub struct EndpointOut {
     /// Herald extension: the request settings, when set (postbacks).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub request: Option<RequestSettings>,
+    /// Herald extension: the jq filter, when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
+    /// Herald extension: the jq transform, when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transform: Option<String>,
 }
 
 impl EndpointOut {
@@ -120,6 +142,8 @@ impl EndpointOut {
             filter_types: e.event_types.clone(),
             delivery: e.delivery.resolve(state.catalog.defaults()),
             request: e.request.clone(),
+            filter: e.scripts.filter.clone(),
+            transform: e.scripts.transform.clone(),
         }
     }
 }
@@ -182,7 +206,29 @@ pub fn check_endpoint(state: &AppState, e: &Endpoint) -> ApiResult<()> {
             p.push("request.urlTemplate", problem.to_string());
         }
     }
+    check_scripts(&mut p, e);
     p.finish()
+}
+
+/// Longest filter or transform accepted.
+const MAX_SCRIPT_BYTES: usize = 16 * 1024;
+
+/// Filters and transforms must compile (the problem names the line and column), and a
+/// transform cannot be combined with postback request settings.
+fn check_scripts(p: &mut Problems, e: &Endpoint) {
+    for (field, code) in [("filter", &e.scripts.filter), ("transform", &e.scripts.transform)] {
+        let Some(code) = code else { continue };
+        if code.len() > MAX_SCRIPT_BYTES {
+            p.push(field, format!("is longer than {MAX_SCRIPT_BYTES} bytes"));
+        } else if let Err(problem) = scripts::check(code) {
+            p.push(field, problem.to_string());
+        }
+    }
+    p.check(
+        e.scripts.transform.is_none() || e.request.is_none(),
+        "transform",
+        "cannot be combined with request settings (a transform sets the method, URL and body itself)",
+    );
 }
 
 /// Every event type an endpoint filters on must exist and not be archived, as in Svix (a
@@ -272,6 +318,7 @@ fn new_endpoint(state: &AppState, app: &App, input: EndpointIn, uid_from_path: O
         request: None,
         created_at: now,
         updated_at: now,
+        scripts: Scripts::default(),
     };
     replace_fields(state, blank, input)
 }
@@ -295,6 +342,7 @@ fn replace_fields(state: &AppState, base: Endpoint, input: EndpointIn) -> ApiRes
         headers,
         delivery: input.delivery.unwrap_or_default(),
         request: input.request,
+        scripts: Scripts { filter: input.filter, transform: input.transform },
         updated_at: now_ms(),
         ..base
     })
@@ -426,6 +474,12 @@ pub async fn patch_endpoint(
     }
     if let Some(delivery) = patch.delivery {
         e.delivery = delivery.unwrap_or_default();
+    }
+    if let Some(filter) = patch.filter {
+        e.scripts.filter = filter;
+    }
+    if let Some(transform) = patch.transform {
+        e.scripts.transform = transform;
     }
     e.updated_at = now_ms();
     check_rate_bound(&principal, &app, e.throttle_rate)?;

@@ -19,17 +19,11 @@ use super::routes::Routes;
 use super::validate::Problems;
 use super::{AppState, visible_endpoint};
 use crate::clock::{now_ms, to_rfc3339};
+use crate::deliver::is_sensitive_header;
 use crate::ids::{MessageId, TaskId};
 use crate::ingest::Route;
 use crate::signing::EndpointKey;
 use crate::store::{Endpoint, EndpointStats, IngestResult, Message, PreviousSecret, Requeue, Secrets};
-
-/// Headers whose values are never returned, only their names.
-fn is_sensitive_header(name: &str) -> bool {
-    let name = name.to_ascii_lowercase();
-    matches!(name.as_str(), "authorization" | "proxy-authorization" | "cookie" | "x-api-key" | "api-key")
-        || ["secret", "token", "password"].iter().any(|word| name.contains(word))
-}
 
 pub fn routes() -> Routes {
     Routes::new()

@@ -22,6 +22,7 @@ mod rate_limit;
 mod routes;
 mod session;
 pub(crate) mod stats;
+pub(crate) mod transformation;
 mod validate;
 
 use std::sync::Arc;
@@ -96,6 +97,8 @@ pub struct Services {
     pub store: Arc<dyn Store>,
     pub catalog: Arc<Catalog>,
     pub ingestor: Arc<Ingestor>,
+    /// Runs endpoint filters and transforms (the simulate call).
+    pub sandbox: Arc<crate::scripts::Sandbox>,
     pub dispatcher: Arc<Dispatcher>,
     pub metrics: Arc<Metrics>,
     pub guard: Arc<Guard>,
@@ -125,6 +128,7 @@ fn api_routes() -> Routes {
         .merge(application::routes())
         .merge(endpoint::routes())
         .merge(endpoint_ops::routes())
+        .merge(transformation::routes())
         .merge(message::routes())
         .merge(attempt::routes())
         .merge(event_type::routes())

@@ -26,6 +26,8 @@ fn draft(fields: &Fields, problems: Vec<(Option<String>, String)>) -> Draft {
         event_types: fields.all("event_types"),
         channels: fields.get("channels").unwrap_or_default().to_owned(),
         throttle_rate: fields.get("throttle_rate").unwrap_or_default().to_owned(),
+        filter: fields.get("filter").unwrap_or_default().to_owned(),
+        transform: fields.get("transform").unwrap_or_default().to_owned(),
         problems,
     }
 }
@@ -44,6 +46,8 @@ fn settings_json(fields: &Fields) -> Result<Value, ApiError> {
         "filterTypes": (!types.is_empty()).then_some(types),
         "channels": fields.list("channels"),
         "throttleRate": rate,
+        "filter": fields.given("filter"),
+        "transform": fields.given("transform"),
     }))
 }
 

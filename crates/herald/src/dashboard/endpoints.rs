@@ -12,6 +12,7 @@ use super::catalog::{self, Catalogued};
 use super::log;
 use super::names::{Names, small_id};
 use super::pages::{DAY_MS, dead_letter_rows, dead_letter_table, page_of};
+use super::scripts::{self, Trial};
 use super::trends::{self, Window};
 use super::view::{circuit_label, csrf, live, ms, when};
 use super::{Page, Viewer};
@@ -28,6 +29,8 @@ pub struct Draft {
     pub event_types: Vec<String>,
     pub channels: String,
     pub throttle_rate: String,
+    pub filter: String,
+    pub transform: String,
     /// (field, message); a `None` field is about the whole form.
     pub problems: Vec<(Option<String>, String)>,
 }
@@ -40,6 +43,8 @@ impl Draft {
             event_types: endpoint.event_types.clone().unwrap_or_default(),
             channels: endpoint.channels.clone().unwrap_or_default().join(", "),
             throttle_rate: endpoint.throttle_rate.map(|r| r.to_string()).unwrap_or_default(),
+            filter: endpoint.scripts.filter.clone().unwrap_or_default(),
+            transform: endpoint.scripts.transform.clone().unwrap_or_default(),
             problems: vec![],
         }
     }
@@ -86,6 +91,14 @@ pub fn settings_form(app: &App, endpoint: Option<&str>, draft: &Draft, types: &[
             input #throttle_rate type="number" name="throttle_rate" min="1" max=[app.throttle_rate]
                 value=(draft.throttle_rate);
             (draft.problem("throttleRate"))
+            label for="filter" { "Filter (jq; the endpoint gets a message only if this yields true; empty: every message)" }
+            textarea #filter name="filter" rows="2" spellcheck="false"
+                placeholder=".payload.amount > 100" { (draft.filter) }
+            (draft.problem("filter"))
+            label for="transform" { "Transform (jq; yields {payload, headers, method, url} or null to skip; empty: none)" }
+            textarea #transform name="transform" rows="4" spellcheck="false"
+                placeholder="{payload: {id: .payload.id, kind: .eventType}}" { (draft.transform) }
+            (draft.problem("transform"))
             button type="submit" { @if endpoint.is_some() { "Save" } @else { "Add endpoint" } }
         }
     }
@@ -123,7 +136,7 @@ pub async fn detail(
 ) -> Result<Page, Page> {
     let (app, endpoint) = visible_endpoint(&state, &viewer.principal, &app_id, &endpoint_id).await?;
     let draft = Draft::of(&endpoint);
-    let shown = Shown { test: q.test.as_deref(), window: Window::from_query(q.window.as_deref()) };
+    let shown = Shown { test: q.test.as_deref(), window: Window::from_query(q.window.as_deref()), trial: None };
     endpoint_page(&state, &viewer, &app, &endpoint, &draft, shown, StatusCode::OK).await
 }
 
@@ -132,11 +145,13 @@ pub async fn detail(
 pub struct Shown<'a> {
     pub test: Option<&'a str>,
     pub window: Window,
+    /// A "try it" just made, with what was tried (see `scripts`).
+    pub trial: Option<&'a Trial>,
 }
 
 impl Default for Shown<'_> {
     fn default() -> Self {
-        Self { test: None, window: Window::Short }
+        Self { test: None, window: Window::Short, trial: None }
     }
 }
 
@@ -203,6 +218,8 @@ pub async fn endpoint_page(
         }
         h2 { "Settings" }
         (settings_form(app, Some(endpoint.id.as_str()), draft, &types, &viewer.csrf))
+        h2 { "Try the filter and transform" }
+        (scripts::trial_form(&base, shown.trial, &viewer.csrf))
         form.inline method="post" action={ (base) "/enabled" } {
             (csrf(&viewer.csrf))
             @if endpoint.disabled {

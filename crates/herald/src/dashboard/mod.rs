@@ -16,6 +16,7 @@ mod look;
 mod names;
 mod overview;
 mod pages;
+mod scripts;
 mod session;
 mod trends;
 mod view;
@@ -61,6 +62,7 @@ pub fn routes() -> Routes {
         .post("/app/{app_id}/endpoint/{endpoint_id}/secret/rotate", endpoint_forms::rotate)
         .post("/app/{app_id}/endpoint/{endpoint_id}/test", endpoint_forms::test_event)
         .post("/app/{app_id}/endpoint/{endpoint_id}/retry", endpoint_forms::retry)
+        .post("/app/{app_id}/endpoint/{endpoint_id}/simulate", scripts::try_it)
         .get("/app/{app_id}/msg/{msg_id}", log::message)
         .get("/app/{app_id}/replay/{task_id}", log::replay_progress)
         .post("/app/{app_id}/msg/{msg_id}/endpoint/{endpoint_id}/resend", actions::resend)

@@ -19,7 +19,7 @@ use hyper_util::rt::TokioExecutor;
 use tokio::time::Instant;
 
 pub use connector::{Budgeted, ConnectError, GuardedConnector, SetupTimeout};
-pub use request::{Outgoing, Standard, is_reserved_header};
+pub use request::{Outgoing, Standard, is_reserved_header, is_sensitive_header};
 pub use resolver::{ResolveError, Resolver};
 
 use crate::outcome::{AttemptResult, Failure};

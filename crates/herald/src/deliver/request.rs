@@ -15,6 +15,7 @@ use crate::catalog::Target;
 use crate::clock::Millis;
 use crate::outcome::Failure;
 use crate::postback::{BodyFormat, PostbackMethod, RenderError, Template, Values, form_body, request_target};
+use crate::scripts::Rewrite;
 use crate::signing::signature_header;
 use crate::store::Message;
 
@@ -67,6 +68,14 @@ pub fn is_reserved_header(name: &str) -> bool {
     RESERVED_HEADERS.contains(&name) || RESERVED_PREFIXES.iter().any(|prefix| name.starts_with(prefix))
 }
 
+/// Headers whose values are never shown, only their names (the API's header listing, the
+/// transform simulation), and never given to filters and transforms.
+pub fn is_sensitive_header(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    matches!(name.as_str(), "authorization" | "proxy-authorization" | "cookie" | "x-api-key" | "api-key")
+        || ["secret", "token", "password"].iter().any(|word| name.contains(word))
+}
+
 /// The headers Herald sets on every attempt, besides the endpoint's own.
 pub struct Standard<'a> {
     pub body_format: BodyFormat,
@@ -110,6 +119,9 @@ pub struct Outgoing<'a> {
     pub target: &'a Target,
     pub message: &'a Message,
     pub payload: &'a str,
+    /// The request the endpoint's transform made of it, if it has one: its method, URL,
+    /// headers and body replace the plain ones (Herald's own headers still go on top).
+    pub rewrite: Option<&'a Rewrite>,
     /// 1 for the first attempt of the delivery's current round.
     pub attempt_no: u32,
     /// The message's position in its endpoint's stream (increasing, stable across retries).
@@ -139,6 +151,12 @@ impl Outgoing<'_> {
         }
         let settings = self.target.endpoint.request.clone().unwrap_or_default();
         let template = self.target.template.as_ref().map_err(|e| (Failure::Template, e.clone()))?;
+        if let Some(rewrite) = self.rewrite {
+            if template.is_some() {
+                return Err((Failure::Transform, "a transform cannot be combined with a URL template".to_owned()));
+            }
+            return self.build_rewritten(rewrite, user_agent);
+        }
         let msg_id = self.message.id.as_str();
         let timestamp = self.now.div_euclid(1000);
         // Plain JSON deliveries send the payload as stored; only templates and form bodies
@@ -179,17 +197,47 @@ impl Outgoing<'_> {
         let own = self.target.headers.as_ref().ok_or_else(|| {
             (Failure::Internal, "the endpoint's headers cannot be opened with the configured server key".to_owned())
         })?;
+        let request = self.assemble(method, uri, own, settings.body_format(), &signature, user_agent, body)?;
+        Ok(Built { request, recorded_url })
+    }
+
+    /// A transformed request: signed over the body it actually carries.
+    fn build_rewritten(&self, rewrite: &Rewrite, user_agent: &str) -> Result<Built, (Failure, String)> {
+        let msg_id = self.message.id.as_str();
+        let timestamp = self.now.div_euclid(1000);
+        let signature = signature_header(self.target.signing_keys(self.now), msg_id, timestamp, &rewrite.body);
+        let uri: Uri =
+            rewrite.url.as_str().parse().map_err(|e| (Failure::Transform, format!("URL not usable: {e}")))?;
+        let (method, body) = (rewrite.method.clone(), rewrite.body.clone());
+        // The endpoint's credentials, which the transform never saw, go on as set.
+        let own: Vec<_> = rewrite.headers.iter().chain(self.target.sensitive_headers()).cloned().collect();
+        let request = self.assemble(method, uri, &own, BodyFormat::Json, &signature, user_agent, body)?;
+        Ok(Built { request, recorded_url: Some(rewrite.url.to_string()) })
+    }
+
+    /// The request with the endpoint's headers, then Herald's own on top.
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        &self,
+        method: Method,
+        uri: Uri,
+        own: &[(http::HeaderName, HeaderValue)],
+        body_format: BodyFormat,
+        signature: &str,
+        user_agent: &str,
+        body: Bytes,
+    ) -> Result<Request<Full<Bytes>>, (Failure, String)> {
         let mut request = Request::builder().method(method).uri(uri);
         let headers = request.headers_mut().expect("a fresh builder has headers");
         for (name, value) in own {
             headers.insert(name.clone(), value.clone());
         }
         let standard = Standard {
-            body_format: settings.body_format(),
+            body_format,
             user_agent,
-            msg_id,
-            timestamp,
-            signature: &signature,
+            msg_id: self.message.id.as_str(),
+            timestamp: self.now.div_euclid(1000),
+            signature,
             attempt_no: self.attempt_no,
             sequence: self.sequence,
         };
@@ -198,9 +246,7 @@ impl Outgoing<'_> {
                 HeaderValue::try_from(value).map_err(|e| (Failure::Internal, format!("bad header value: {e}")))?;
             headers.insert(name, value);
         }
-        let request =
-            request.body(Full::new(body)).map_err(|e| (Failure::Internal, format!("building the request: {e}")))?;
-        Ok(Built { request, recorded_url })
+        request.body(Full::new(body)).map_err(|e| (Failure::Internal, format!("building the request: {e}")))
     }
 
     /// Renders a template and signs its request target; `{signature}` is filled with the

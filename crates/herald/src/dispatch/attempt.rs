@@ -18,6 +18,9 @@ use crate::ids::{AttemptId, EndpointId};
 use crate::outcome::{AttemptResult, Decision, Failure, OutcomeClass, classify, decide, error_class};
 use crate::store::{Attempt, BreakerEvent, BreakerEventKind, NextState, OutcomeRecord};
 
+/// A delivery its endpoint's transform dropped, and why.
+struct Skipped(String);
+
 /// Saves of one breaker transition at most (each later one only if the state moved again).
 const BREAKER_SAVE_TRIES: usize = 3;
 
@@ -28,7 +31,18 @@ impl Dispatcher {
         // another process's by now: send nothing.
         let lease_held = self.lease.may_start();
         let sent = match &target {
-            Ok(Some(target)) if lease_held && !target.endpoint.disabled => Some(self.send(target, &job).await),
+            Ok(Some(target)) if lease_held && !target.endpoint.disabled => match self.send(target, &job).await {
+                Ok(sent) => Some(sent),
+                Err(Skipped(why)) => {
+                    drop(permit);
+                    self.lanes().finished(job.app());
+                    self.lanes().release_probe(job.app(), &job.endpoint_id);
+                    self.wake_pump.notify_one();
+                    let attempt = self.skipped(target, &job, why);
+                    self.conclude(job, NextState::Canceled, Some(attempt));
+                    return;
+                }
+            },
             _ => None,
         };
         drop(permit);
@@ -62,14 +76,24 @@ impl Dispatcher {
         self.conclude(job, next, attempt);
     }
 
-    async fn send(&self, target: &Target, job: &Job) -> Sent {
+    /// Sends one attempt, after the endpoint's transform (if any); `Err` when the transform
+    /// dropped the delivery.
+    async fn send(&self, target: &Target, job: &Job) -> Result<Sent, Skipped> {
         let Some(payload) = job.message.payload.clone() else {
-            return Sent::failed(Failure::Internal, "the message payload was expunged", Duration::ZERO);
+            return Ok(Sent::failed(Failure::Internal, "the message payload was expunged", Duration::ZERO));
+        };
+        let started = std::time::Instant::now();
+        let rewrite = match target.transform(&self.sandbox, &job.message).await {
+            None => None,
+            Some(Ok(Some(rewrite))) => Some(rewrite),
+            Some(Ok(None)) => return Err(Skipped("the transform returned null".into())),
+            Some(Err(why)) => return Ok(Sent::failed(Failure::Transform, why, started.elapsed())),
         };
         let out = Outgoing {
             target,
             message: &job.message,
             payload: &payload,
+            rewrite: rewrite.as_ref(),
             attempt_no: job.attempts + 1,
             sequence: job.delivery_id,
             now: now_ms(),
@@ -84,10 +108,31 @@ impl Dispatcher {
             self.deliverer.send(out).await
         };
         // A panic inside one attempt is our own failure for that delivery, nothing more.
-        AssertUnwindSafe(attempt)
+        Ok(AssertUnwindSafe(attempt)
             .catch_unwind()
             .await
-            .unwrap_or_else(|_| Sent::failed(Failure::Internal, "the attempt panicked", Duration::ZERO))
+            .unwrap_or_else(|_| Sent::failed(Failure::Internal, "the attempt panicked", Duration::ZERO)))
+    }
+
+    /// The record of a delivery its transform dropped: no request was sent.
+    fn skipped(&self, target: &Target, job: &Job, why: String) -> Attempt {
+        Attempt {
+            id: AttemptId::generate(),
+            msg_id: job.message.id.clone(),
+            endpoint_id: job.endpoint_id.clone(),
+            app_id: job.message.app_id.clone(),
+            created_at: now_ms(),
+            url: target.endpoint.url.clone(),
+            status_code: 0,
+            duration_ms: 0,
+            delivered: false,
+            error_class: Some("skipped".into()),
+            error: Some(why),
+            response: String::new(),
+            trigger: job.trigger,
+            attempt_no: job.attempts + 1,
+            delivery_id: job.delivery_id,
+        }
     }
 
     /// Feeds an attempt into the endpoint's latency window, its circuit breaker and the
@@ -97,8 +142,10 @@ impl Dispatcher {
         let class = classify(&sent.result);
         self.metrics.attempt(job.app(), &job.endpoint_id, class, sent.duration.as_secs_f64());
         // Herald's own failures and refused destinations say nothing about the endpoint.
-        let about_endpoint =
-            !matches!(sent.result, AttemptResult::Failed(Failure::Internal | Failure::BlockedDestination));
+        let about_endpoint = !matches!(
+            sent.result,
+            AttemptResult::Failed(Failure::Internal | Failure::BlockedDestination | Failure::Transform)
+        );
         if !about_endpoint {
             self.lanes().release_probe(job.app(), &job.endpoint_id);
             return None;

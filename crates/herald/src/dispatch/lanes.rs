@@ -544,6 +544,7 @@ mod tests {
                 request: None,
                 created_at: 0,
                 updated_at: 0,
+                scripts: Default::default(),
             };
             tune(&mut endpoint);
             let defaults = Defaults { timeout: std::time::Duration::from_secs(1), retry: Default::default() };

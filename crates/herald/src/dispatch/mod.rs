@@ -30,6 +30,7 @@ use crate::clock::{Millis, now_ms};
 use crate::config::{FaultsConfig, QueueConfig};
 use crate::deliver::Deliverer;
 use crate::metrics::Metrics;
+use crate::scripts::Sandbox;
 use crate::store::Store;
 use crate::supervisor::{Liveness, spawn_loop};
 
@@ -63,6 +64,8 @@ pub struct Dispatcher {
     store: Arc<dyn Store>,
     catalog: Arc<Catalog>,
     deliverer: Deliverer,
+    /// Runs endpoint transforms before each attempt.
+    sandbox: Arc<Sandbox>,
     config: DispatchConfig,
     lanes: Mutex<Lanes>,
     slots: Arc<Semaphore>,
@@ -86,6 +89,7 @@ impl Dispatcher {
         store: Arc<dyn Store>,
         catalog: Arc<Catalog>,
         deliverer: Deliverer,
+        sandbox: Arc<Sandbox>,
         config: DispatchConfig,
         metrics: Arc<Metrics>,
         liveness: Arc<Liveness>,
@@ -96,6 +100,7 @@ impl Dispatcher {
             store,
             catalog,
             deliverer,
+            sandbox,
             lanes: Mutex::new(Lanes::new(config.queue.memory_limit)),
             slots: Arc::new(Semaphore::new(config.max_in_flight)),
             wake_pump: Notify::new(),

@@ -40,6 +40,8 @@ pub(crate) fn endpoint(app: &App) -> Endpoint {
         request: None,
         created_at: now_ms(),
         updated_at: now_ms(),
+        // Stored and read back like every other field (the store never runs them).
+        scripts: crate::scripts::Scripts { filter: Some(".payload.ok == true".into()), transform: Some(".".into()) },
     }
 }
 

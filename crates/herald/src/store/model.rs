@@ -86,6 +86,8 @@ pub struct Endpoint {
     pub request: Option<crate::postback::RequestSettings>,
     pub created_at: Millis,
     pub updated_at: Millis,
+    /// Herald extension: the jq filter and transform.
+    pub scripts: crate::scripts::Scripts,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -190,6 +190,7 @@ fn body_for(op: &Operation, url: &str) -> Option<Value> {
         "v1.endpoint.recover" => json!({"since": (chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339()}),
         "herald.dead-letters.replay" => json!({"dryRun": true}),
         "v1.endpoint.send-example" => json!({"eventType": "svix.ping"}),
+        "herald.endpoint.transformation-simulate" => json!({"eventType": EVENT_TYPE, "payload": {"probe": true}}),
         "v1.message.create" => json!({"eventType": EVENT_TYPE, "payload": {"probe": true}}),
         "v1.event-type.create" => json!({"name": "probe.created", "description": "probe"}),
         "v1.event-type.update" | "patch_event_type" => json!({"description": "probe"}),

@@ -20,6 +20,7 @@ mod postgres;
 mod redaction;
 mod resume;
 mod retention;
+mod scripts;
 mod sdk;
 mod sessions;
 mod ssrf;

@@ -183,3 +183,53 @@ async fn a_customer_retries_an_open_circuit_and_edits_disables_and_deletes_an_en
     let (status, _): (StatusCode, Value) = server.get(&format!("/api/v1/app/{app}/endpoint/{ep}")).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_customer_sets_a_filter_and_a_transform_and_tries_them() {
+    let server = TestServer::start().await;
+    let receiver = Receiver::ok().await;
+    let app = server.create_app("shop").await;
+    let endpoint = server.create_endpoint(&app, &receiver.url("/hook"), json!({})).await;
+    let ep = endpoint["id"].as_str().unwrap().to_owned();
+    let browser = Browser::start().await;
+    enter(&server, &browser, &app).await;
+    let page = server.url(&format!("/app/{app}/endpoint/{ep}"));
+    browser.goto(&page).await;
+
+    // A filter that does not parse: refused with its position, next to the field, kept as typed.
+    browser.type_into("#filter", ".payload.amount >").await;
+    browser.click("form.settings button[type=submit]").await;
+    let reason = browser.text(".field-error").await;
+    assert!(reason.starts_with("line 1, column"), "the parse error's position: {reason}");
+    assert_eq!(browser.run("return document.getElementById('filter').value;").await, ".payload.amount >");
+    assert!(server.get(&format!("/api/v1/app/{app}/endpoint/{ep}")).await.1.get("filter").is_none());
+    browser.audit_refusal("portal-endpoint-filter-refused", 422).await;
+
+    browser.run("document.getElementById('filter').value = '.payload.amount > 100';").await;
+    browser.type_into("#transform", "{payload: {cents: (.payload.amount * 100)}}").await;
+    browser.click("form.settings button[type=submit]").await;
+    browser.until_url("the endpoint's page", |u| u.ends_with(&ep)).await;
+    let (_, read) = server.get(&format!("/api/v1/app/{app}/endpoint/{ep}")).await;
+    assert_eq!(read["filter"], ".payload.amount > 100");
+    assert_eq!(read["transform"], "{payload: {cents: (.payload.amount * 100)}}");
+
+    // Try it: filtered out, then what would be sent.
+    browser.type_into("#try-type", "invoice.paid").await;
+    browser.run("document.getElementById('try-payload').value = '{\"amount\": 5}';").await;
+    browser.click("#try-it button").await;
+    assert_eq!(browser.text("#trial-outcome").await, "Filtered out: the filter yielded false");
+    browser.run("document.getElementById('try-payload').value = '{\"amount\": 150}';").await;
+    browser.click("#try-it button").await;
+    assert_eq!(browser.text("#trial-request").await, format!("POST {}", receiver.url("/hook")));
+    assert_eq!(browser.text("#trial-body").await, r#"{"cents":15000}"#);
+    browser.audit("portal-endpoint-trial").await;
+    assert!(receiver.requests().is_empty(), "trying sends nothing");
+
+    // And for real: only the large one arrives, transformed.
+    server.send(&app, json!({"eventType": "invoice.paid", "payload": {"amount": 5}})).await;
+    server.send(&app, json!({"eventType": "invoice.paid", "payload": {"amount": 150}})).await;
+    let got = receiver.wait_for(Some("/hook"), 1).await;
+    assert_eq!(got[0].body.as_ref(), br#"{"cents":15000}"#);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(receiver.requests().len(), 1);
+}

@@ -6,8 +6,12 @@ use anyhow::Context;
 use deadpool_postgres::Pool;
 
 /// (version, SQL) in order. Applied versions are recorded in `herald.schema_migrations`.
-const MIGRATIONS: &[(i32, &str)] =
-    &[(1, include_str!("v1.sql")), (2, include_str!("v2.sql")), (3, include_str!("v3.sql"))];
+const MIGRATIONS: &[(i32, &str)] = &[
+    (1, include_str!("v1.sql")),
+    (2, include_str!("v2.sql")),
+    (3, include_str!("v3.sql")),
+    (4, include_str!("v4.sql")),
+];
 
 /// Any constant shared by every Herald: the key of the migration lock.
 const LOCK_KEY: i64 = 0x6865_7261_6c64; // "herald"

@@ -30,12 +30,12 @@ pub fn app(row: &Row) -> App {
 }
 
 pub const ENDPOINT_COLUMNS: &str = "id, app_id, uid, url, description, disabled, event_types, channels, metadata, \
-     throttle_rate, headers, secrets, delivery, request, created_at, updated_at";
+     throttle_rate, headers, secrets, delivery, request, created_at, updated_at, scripts";
 
 /// `ENDPOINT_COLUMNS` of a row being deleted, as its tombstone keeps them: no headers, no
 /// secrets.
 pub const KEPT_ENDPOINT_COLUMNS: &str = "id, app_id, uid, url, description, disabled, event_types, channels, \
-     metadata, throttle_rate, '', '', delivery, request, created_at, updated_at";
+     metadata, throttle_rate, '', '', delivery, request, created_at, updated_at, scripts";
 
 pub fn endpoint(row: &Row) -> Endpoint {
     Endpoint {
@@ -55,6 +55,7 @@ pub fn endpoint(row: &Row) -> Endpoint {
         request: row.get::<_, Option<Json<_>>>(13).map(|j| j.0),
         created_at: row.get(14),
         updated_at: row.get(15),
+        scripts: row.get::<_, Option<Json<_>>>(16).map(|j| j.0).unwrap_or_default(),
     }
 }
 

@@ -33,6 +33,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (3, include_str!("v3.sql")),
     (4, include_str!("v4.sql")),
     (5, include_str!("v5.sql")),
+    (6, include_str!("v6.sql")),
 ];
 const STATEMENT_CACHE: usize = 256;
 

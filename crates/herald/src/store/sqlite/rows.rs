@@ -56,12 +56,12 @@ pub fn app(row: &Row<'_>) -> rusqlite::Result<App> {
 }
 
 pub const ENDPOINT_COLUMNS: &str = "id, app_id, uid, url, description, disabled, event_types, channels, metadata, \
-     throttle_rate, headers, secrets, delivery, request, created_at, updated_at";
+     throttle_rate, headers, secrets, delivery, request, created_at, updated_at, scripts";
 
 /// `ENDPOINT_COLUMNS` of a row being deleted, as its tombstone keeps them: no headers, no
 /// secrets.
 pub const KEPT_ENDPOINT_COLUMNS: &str = "id, app_id, uid, url, description, disabled, event_types, channels, \
-     metadata, throttle_rate, '', '', delivery, request, created_at, updated_at";
+     metadata, throttle_rate, '', '', delivery, request, created_at, updated_at, scripts";
 
 pub fn endpoint(row: &Row<'_>) -> rusqlite::Result<Endpoint> {
     Ok(Endpoint {
@@ -81,6 +81,7 @@ pub fn endpoint(row: &Row<'_>) -> rusqlite::Result<Endpoint> {
         request: opt_json(row, 13)?,
         created_at: row.get(14)?,
         updated_at: row.get(15)?,
+        scripts: opt_json(row, 16)?.unwrap_or_default(),
     })
 }
 
@@ -103,6 +104,7 @@ pub fn endpoint_values(e: &Endpoint) -> Vec<Value> {
         opt_json_value(&e.request).map_or(Value::Null, Value::Text),
         Value::Integer(e.created_at),
         Value::Integer(e.updated_at),
+        if e.scripts.is_empty() { Value::Null } else { Value::Text(to_json(&e.scripts)) },
     ]
 }
 

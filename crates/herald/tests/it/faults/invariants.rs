@@ -202,10 +202,8 @@ pub async fn check(run: Run) -> Report {
     let acked = run.receivers.acked.lock().unwrap().clone();
     let wrongly_dead: Vec<&(String, String)> =
         owed.iter().filter(|d| !acked.contains_key(*d) && dead.contains(*d)).collect();
-    let lost: Vec<&(String, String)> = owed
-        .iter()
-        .filter(|d| !acked.contains_key(*d) && !dead.contains(*d) && !late_delivered.contains(*d))
-        .collect();
+    let lost: Vec<&(String, String)> =
+        owed.iter().filter(|d| !acked.contains_key(*d) && !dead.contains(*d) && !late_delivered.contains(*d)).collect();
     if drain > limit && lost.is_empty() {
         violations.push(format!("I6: the backlog drained in {drain:?}, more than the lease plus 30 s"));
     }

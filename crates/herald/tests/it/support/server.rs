@@ -116,6 +116,8 @@ pub fn test_config(storage: &Storage) -> Config {
     config.delivery.allowed_networks = vec!["127.0.0.0/8".parse().unwrap()];
     config.queue.poll_interval = Duration::from_millis(50);
     config.queue.shutdown_grace = Duration::from_secs(10);
+    // In-process servers are the test binary: their jq sandbox runs the real herald.
+    config.scripts.worker_program = Some(env!("CARGO_BIN_EXE_herald").into());
     config
 }
 

@@ -1,0 +1,151 @@
+//! `POST /api/v1/app/{app_id}/endpoint/{endpoint_id}/transformation/simulate` (Herald
+//! extension): what the endpoint's filter and transform would make of a message, and the
+//! request that would be sent, built by the same code an attempt uses. Nothing is stored
+//! or sent. Credentials in the endpoint's headers are shown by name only.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use serde::{Deserialize, Serialize};
+
+use super::auth::Principal;
+use super::error::{ApiError, ApiResult};
+use super::extract::JsonBody;
+use super::routes::Routes;
+use super::validate::Problems;
+use super::{AppState, visible_endpoint};
+use crate::clock::now_ms;
+use crate::deliver::{Outgoing, is_sensitive_header};
+use crate::ids::MessageId;
+use crate::scripts::Verdict;
+use crate::store::Message;
+
+pub fn routes() -> Routes {
+    Routes::new().post("/api/v1/app/{app_id}/endpoint/{endpoint_id}/transformation/simulate", simulate)
+}
+
+/// A message as it would be created.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SimulateIn {
+    pub event_type: String,
+    #[schema(value_type = Object)]
+    pub payload: serde_json::Value,
+    pub channels: Option<Vec<String>>,
+}
+
+/// What would happen to that message at this endpoint.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SimulateOut {
+    /// Whether the endpoint would get the message at all (its filter, if any, yielded
+    /// `true`); when not, `reason` says why and nothing else is filled in.
+    pub passed_filter: bool,
+    /// The transform dropped the delivery (`reason` says why).
+    pub skipped: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The transform failed: the delivery would fail as `transform_error` with this.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The request's headers, Herald's signature included; credentials show as `<sensitive>`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub headers: Option<BTreeMap<String, String>>,
+    /// The body, as text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+}
+
+impl SimulateOut {
+    fn stopped(passed_filter: bool, skipped: bool, reason: Option<String>, error: Option<String>) -> Self {
+        Self { passed_filter, skipped, reason, error, method: None, url: None, headers: None, body: None }
+    }
+}
+
+#[utoipa::path(post, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}/transformation/simulate",
+    operation_id = "herald.endpoint.transformation-simulate", tag = "Endpoint", request_body = SimulateIn,
+    params(("app_id" = String, Path), ("endpoint_id" = String, Path)),
+    responses((status = 200, body = SimulateOut), (status = 422, body = super::error::HttpValidationError)))]
+pub async fn simulate(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path((app_id, endpoint_id)): Path<(String, String)>,
+    body: JsonBody<SimulateIn>,
+) -> ApiResult<Json<SimulateOut>> {
+    let (app, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
+    let input = body.value;
+    let mut p = Problems::default();
+    p.slug("eventType", &input.event_type, 256);
+    if let Some(channels) = &input.channels {
+        p.slug_list("channels", channels, 128, 10);
+    }
+    p.finish()?;
+    let target = state.catalog.target(&endpoint.id).await?.ok_or(ApiError::NotFound("endpoint"))?;
+    let message = Message {
+        id: MessageId::generate(),
+        app_id: app.id.clone(),
+        event_type: input.event_type,
+        event_id: None,
+        channels: input.channels,
+        payload: Some(input.payload.to_string().into()),
+        created_at: now_ms(),
+    };
+    if let Verdict::Drop(why) = target.filter(&state.sandbox, &message).await {
+        return Ok(Json(SimulateOut::stopped(false, false, Some(why), None)));
+    }
+    let rewrite = match target.transform(&state.sandbox, &message).await {
+        None => None,
+        Some(Ok(Some(rewrite))) => Some(rewrite),
+        Some(Ok(None)) => {
+            return Ok(Json(SimulateOut::stopped(true, true, Some("the transform returned null".into()), None)));
+        }
+        Some(Err(e)) => return Ok(Json(SimulateOut::stopped(true, false, None, Some(e)))),
+    };
+    let payload = message.payload.clone().unwrap_or_default();
+    let out = Outgoing {
+        target: &target,
+        message: &message,
+        payload: &payload,
+        rewrite: rewrite.as_ref(),
+        attempt_no: 1,
+        sequence: 0,
+        now: now_ms(),
+    };
+    let request = match out.build(&state.settings.user_agent) {
+        Ok(built) => built.request,
+        Err((_, e)) => return Ok(Json(SimulateOut::stopped(true, false, None, Some(e)))),
+    };
+    let headers = request
+        .headers()
+        .iter()
+        .map(|(name, value)| {
+            let shown = if is_sensitive_header(name.as_str()) {
+                "<sensitive>".to_owned()
+            } else {
+                String::from_utf8_lossy(value.as_bytes()).into_owned()
+            };
+            (name.to_string(), shown)
+        })
+        .collect();
+    let body = String::from_utf8_lossy(
+        &http_body_util::BodyExt::collect(request.body().clone())
+            .await
+            .map_or_else(|never| match never {}, |collected| collected.to_bytes()),
+    )
+    .into_owned();
+    Ok(Json(SimulateOut {
+        passed_filter: true,
+        skipped: false,
+        reason: None,
+        error: None,
+        method: Some(request.method().to_string()),
+        url: Some(request.uri().to_string()),
+        headers: Some(headers),
+        body: Some(body),
+    }))
+}

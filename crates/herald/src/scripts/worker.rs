@@ -1,0 +1,79 @@
+//! The sandbox worker: a child process (`herald sandbox-worker`) that runs jq expressions
+//! for its parent, one at a time, over its standard input and output. It has an empty
+//! environment, a bounded address space and nothing else to do: an expression that loops
+//! is killed with it by the parent's deadline, one that eats memory or stack ends it, and
+//! the parent starts another.
+//!
+//! Frames, all lengths little-endian u32: a request is the expression's length and text,
+//! then the input's length and JSON text; an answer is a status byte ([`OK`], [`NOTHING`],
+//! [`FAILED`]), then the length and text of the first output or of the error.
+
+use std::collections::HashMap;
+use std::io::{self, BufReader, BufWriter, Read, Write};
+
+use super::engine::{Output, Program};
+
+pub const OK: u8 = 0;
+pub const NOTHING: u8 = 1;
+pub const FAILED: u8 = 2;
+
+/// Compiled expressions kept at most (the cache is emptied when it fills).
+const CACHE: usize = 512;
+/// Longest expression or input accepted in one frame.
+pub const MAX_FRAME: usize = 64 * 1024 * 1024;
+
+/// Serves requests on stdin/stdout until the parent closes stdin. `memory_bytes` caps the
+/// address space first.
+pub fn serve(memory_bytes: u64) -> io::Result<()> {
+    limit_memory(memory_bytes)?;
+    let mut input = BufReader::new(io::stdin().lock());
+    let mut output = BufWriter::new(io::stdout().lock());
+    let mut programs: HashMap<String, Result<Program, String>> = HashMap::new();
+    loop {
+        let Some(code) = read_frame(&mut input)? else { return Ok(()) };
+        let code = String::from_utf8(code).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        let data = read_frame(&mut input)?.ok_or(io::ErrorKind::UnexpectedEof)?;
+        if programs.len() >= CACHE && !programs.contains_key(&code) {
+            programs.clear();
+        }
+        let program = programs.entry(code).or_insert_with_key(|code| Program::compile(code).map_err(|e| e.to_string()));
+        let (status, text) = match program.as_ref().map_err(Clone::clone).and_then(|p| p.run(&data)) {
+            Ok(Output::Value(value)) => (OK, value),
+            Ok(Output::Nothing) => (NOTHING, String::new()),
+            Err(e) => (FAILED, e),
+        };
+        output.write_all(&[status])?;
+        write_frame(&mut output, text.as_bytes())?;
+        output.flush()?;
+    }
+}
+
+/// Reads one length-prefixed frame; `None` at a clean end of input.
+pub fn read_frame(from: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
+    let mut len = [0u8; 4];
+    match from.read_exact(&mut len) {
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        other => other?,
+    }
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_FRAME {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "frame too long"));
+    }
+    let mut buf = vec![0; len];
+    from.read_exact(&mut buf)?;
+    Ok(Some(buf))
+}
+
+pub fn write_frame(to: &mut impl Write, bytes: &[u8]) -> io::Result<()> {
+    to.write_all(&(bytes.len() as u32).to_le_bytes())?;
+    to.write_all(bytes)
+}
+
+fn limit_memory(bytes: u64) -> io::Result<()> {
+    let limit = libc::rlimit { rlim_cur: bytes as libc::rlim_t, rlim_max: bytes as libc::rlim_t };
+    // SAFETY: setrlimit reads the struct we pass and changes only this process's limits.
+    if unsafe { libc::setrlimit(libc::RLIMIT_AS, &limit) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
