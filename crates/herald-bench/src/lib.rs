@@ -12,6 +12,7 @@ mod receiver;
 mod report;
 mod run;
 mod scenario;
+mod scripts;
 mod target;
 
 use anyhow::{Context, bail};
@@ -40,6 +41,9 @@ pub enum Scenario {
     /// No server: messages posted straight to the bench's receiver, to measure what one
     /// HTTP exchange costs on this machine (needs neither `--spawn` nor `--url`).
     HttpFloor,
+    /// No server: what a typical endpoint filter and transform cost per evaluation, in
+    /// process and through Herald's jq sandbox (uses the `herald` binary, see `--herald`).
+    Scripts,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -49,9 +53,9 @@ pub struct BenchArgs {
     /// Start a Herald for the run (SQLite in a temporary directory).
     #[arg(long, conflicts_with_all = ["url", "token"])]
     pub spawn: bool,
-    /// With --spawn: the `herald` binary to start (default: the one next to this
-    /// `herald-bench`, else `herald` on the PATH).
-    #[arg(long, requires = "spawn")]
+    /// The `herald` binary to start with --spawn, or whose jq sandbox `--scenario scripts`
+    /// measures (default: the one next to this `herald-bench`, else `herald` on the PATH).
+    #[arg(long)]
     pub herald: Option<std::path::PathBuf>,
     /// With --spawn: run the spawned Herald on this PostgreSQL database.
     #[arg(long, requires = "spawn", conflicts_with = "postgres")]
@@ -131,8 +135,10 @@ async fn database(args: &BenchArgs) -> anyhow::Result<Option<target::Database>> 
 
 /// Runs a benchmark and prints its report; fails if the ledger does not close.
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
-    if args.scenario == Scenario::HttpFloor {
-        return floor::run(&args).await;
+    match args.scenario {
+        Scenario::HttpFloor => return floor::run(&args).await,
+        Scenario::Scripts => return scripts::run(&args).await,
+        _ => {}
     }
     let target = match (&args.url, args.spawn) {
         (Some(url), _) => {
@@ -162,7 +168,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Scenario::SlowEndpoints => scenario::slow_endpoints(&mut run).await,
         Scenario::Backlog => scenario::backlog(&mut run).await,
         Scenario::Outbox => scenario::outbox(&mut run).await,
-        Scenario::HttpFloor => unreachable!("measured without a target above"),
+        Scenario::HttpFloor | Scenario::Scripts => unreachable!("measured without a target above"),
     };
     let name = format!("{:?}", args.scenario).to_lowercase();
     let details = match details {

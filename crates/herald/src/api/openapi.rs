@@ -19,7 +19,7 @@ use super::{
         endpoint::patch_endpoint, endpoint::delete_endpoint,
         endpoint_ops::get_secret, endpoint_ops::rotate_secret, endpoint_ops::get_headers, endpoint_ops::update_headers,
         endpoint_ops::patch_headers, endpoint_ops::get_stats, endpoint_ops::recover, endpoint_ops::send_example,
-        transformation::simulate,
+        transformation::simulate, transformation::filtered,
         message::list_messages, message::create_message, message::get_message, message::expunge_content,
         attempt::list_by_endpoint, attempt::list_by_msg, attempt::list_attempted_messages,
         attempt::list_attempted_destinations, attempt::get_attempt, attempt::expunge_attempt_content, attempt::resend,

@@ -1,7 +1,9 @@
-//! `POST /api/v1/app/{app_id}/endpoint/{endpoint_id}/transformation/simulate` (Herald
-//! extension): what the endpoint's filter and transform would make of a message, and the
-//! request that would be sent, built by the same code an attempt uses. Nothing is stored
-//! or sent. Credentials in the endpoint's headers are shown by name only.
+//! Herald's extensions around endpoint filters and transforms:
+//! `POST /api/v1/app/{app_id}/endpoint/{endpoint_id}/transformation/simulate` shows what the
+//! endpoint's filter and transform would make of a message, and the request that would be
+//! sent, built by the same code an attempt uses (nothing is stored or sent; credentials in
+//! the endpoint's headers are shown by name only); `GET /api/v1/app/{app_id}/msg/{msg_id}/filtered`
+//! says which endpoints a message's filters kept it from, and why.
 
 use std::collections::BTreeMap;
 
@@ -14,15 +16,62 @@ use super::error::{ApiError, ApiResult};
 use super::extract::JsonBody;
 use super::routes::Routes;
 use super::validate::Problems;
-use super::{AppState, visible_endpoint};
+use super::{AppState, visible_endpoint, visible_message};
 use crate::clock::now_ms;
 use crate::deliver::{Outgoing, is_sensitive_header};
 use crate::ids::MessageId;
 use crate::scripts::Verdict;
-use crate::store::Message;
+use crate::store::{Message, PageQuery};
 
 pub fn routes() -> Routes {
-    Routes::new().post("/api/v1/app/{app_id}/endpoint/{endpoint_id}/transformation/simulate", simulate)
+    Routes::new()
+        .post("/api/v1/app/{app_id}/endpoint/{endpoint_id}/transformation/simulate", simulate)
+        .get("/api/v1/app/{app_id}/msg/{msg_id}/filtered", filtered)
+}
+
+/// An endpoint a message's event type and channels route to, which its filter kept out.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FilteredOut {
+    pub endpoint_id: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct FilteredList {
+    pub data: Vec<FilteredOut>,
+}
+
+/// The endpoints of the message's application that its event type and channels route to but
+/// that got no delivery of it because of their filter, each with the filter's verdict. The
+/// filters are evaluated again, as they are now, on the message as stored (an expired
+/// payload says so instead).
+#[utoipa::path(get, path = "/api/v1/app/{app_id}/msg/{msg_id}/filtered", operation_id = "herald.message.filtered",
+    tag = "Message", params(("app_id" = String, Path), ("msg_id" = String, Path)),
+    responses((status = 200, body = FilteredList)))]
+pub async fn filtered(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path((app_id, msg_id)): Path<(String, String)>,
+) -> ApiResult<Json<FilteredList>> {
+    let (app, message) = visible_message(&state, &principal, &app_id, &msg_id).await?;
+    let everything = PageQuery { limit: 100_000, iterator: None, descending: false };
+    let destinations = state.store.message_deliveries(&message.id, &everything).await?;
+    let mut data = Vec::new();
+    for target in state.catalog.targets_of(&app.id).await?.iter() {
+        let routed = target.accepts(&message.event_type, message.channels.as_deref());
+        let delivered = destinations.iter().any(|d| d.endpoint_id == target.endpoint.id);
+        if !routed || delivered || target.endpoint.scripts.filter.is_none() {
+            continue;
+        }
+        let reason = match (&message.payload, target.filter(&state.sandbox, &message).await) {
+            (None, _) => "the payload has expired: the filter cannot be evaluated again".to_owned(),
+            (Some(_), Verdict::Drop(why)) => why,
+            (Some(_), Verdict::Pass) => "the filter lets it through now (it was changed since)".to_owned(),
+        };
+        data.push(FilteredOut { endpoint_id: target.endpoint.id.to_string(), reason });
+    }
+    Ok(Json(FilteredList { data }))
 }
 
 /// A message as it would be created.

@@ -62,6 +62,13 @@ async fn a_filter_decides_at_ingest_and_a_filtered_out_endpoint_gets_no_delivery
         assert_eq!(list["data"].as_array().unwrap().len(), expected, "{list}");
     }
     assert_eq!(server.delivery_status(&app, &small, big["id"].as_str().unwrap()).await, None);
+
+    // Asked, the message says which filter kept it from which endpoint, and why.
+    let (status, filtered) = server.get(&format!("/api/v1/app/{app}/msg/{small}/filtered")).await;
+    assert_eq!(status, StatusCode::OK, "{filtered}");
+    assert_eq!(filtered["data"], json!([{"endpointId": big["id"], "reason": "the filter yielded false"}]));
+    let (_, filtered) = server.get(&format!("/api/v1/app/{app}/msg/{large}/filtered")).await;
+    assert_eq!(filtered["data"], json!([]), "delivered where it was not filtered out");
 }
 
 #[tokio::test]
