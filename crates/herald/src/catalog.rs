@@ -14,8 +14,9 @@ use crate::clock::Millis;
 use crate::deliver::{is_reserved_header, is_sensitive_header};
 use crate::endpoint_settings::{Defaults, EffectiveSettings};
 use crate::ids::{AppId, EndpointId};
+use crate::outcome::Failure;
 use crate::postback::{PostbackMethod, Template};
-use crate::scripts::{self, Rewrite, Sandbox, Verdict};
+use crate::scripts::{self, EvalError, Rewrite, Sandbox, Verdict};
 use crate::sealing::Keyring;
 use crate::signing::EndpointKey;
 use tokio::sync::broadcast;
@@ -144,14 +145,22 @@ impl Target {
 
     /// Runs the endpoint's transform (if any) on the request its settings make: `None`
     /// without a transform, else the request to send, `Ok(None)` to drop the delivery, or
-    /// why the transform failed.
-    pub async fn transform(&self, sandbox: &Sandbox, message: &Message) -> Option<Result<Option<Rewrite>, String>> {
+    /// why the attempt fails: the transform's fault (`Failure::Transform`), or Herald's
+    /// (`Failure::Internal`: no sandbox, a URL that no longer parses).
+    pub async fn transform(
+        &self,
+        sandbox: &Sandbox,
+        message: &Message,
+    ) -> Option<Result<Option<Rewrite>, (Failure, String)>> {
         let code = self.endpoint.scripts.transform.as_ref()?;
         let Some(plain) = self.plain_request(message) else {
-            return Some(Err("the stored URL does not parse".into()));
+            return Some(Err((Failure::Internal, "the stored URL does not parse".into())));
         };
-        let output = sandbox.eval(code, &self.script_input(message)).await;
-        Some(output.map_err(|e| e.to_string()).and_then(|output| scripts::rewrite(output, &plain)))
+        Some(match sandbox.eval(code, &self.script_input(message)).await {
+            Err(e @ EvalError::Unavailable(_)) => Err((Failure::Internal, e.to_string())),
+            Err(e) => Err((Failure::Transform, e.to_string())),
+            Ok(output) => scripts::rewrite(output, &plain).map_err(|e| (Failure::Transform, e)),
+        })
     }
 
     /// The endpoint's headers whose values scripts never see (credentials): sent as set,

@@ -66,7 +66,7 @@ impl Ingestor {
         let chosen: Vec<Arc<Target>> = chosen.into_iter().cloned().collect();
         // Payload filters are the routing rule's last word (send-example goes around them).
         let chosen = match route {
-            Route::Matching => self.filtered(&message, chosen).await,
+            Route::Matching => self.filtered(&message, chosen).await?,
             Route::Only(_) => chosen,
         };
         let deliveries: Vec<NewDelivery> = chosen
@@ -127,22 +127,23 @@ impl Ingestor {
 
 impl Ingestor {
     /// The targets whose filter (if any) lets `message` through, evaluated side by side.
-    async fn filtered(&self, message: &Message, targets: Vec<Arc<Target>>) -> Vec<Arc<Target>> {
+    /// Without a sandbox to run them the message is refused (503), never routed short.
+    async fn filtered(&self, message: &Message, targets: Vec<Arc<Target>>) -> StoreResult<Vec<Arc<Target>>> {
         if targets.iter().all(|t| t.endpoint.scripts.filter.is_none()) {
-            return targets;
+            return Ok(targets);
         }
         let verdicts = futures_util::future::join_all(targets.iter().map(|t| t.filter(&self.sandbox, message))).await;
-        targets
-            .into_iter()
-            .zip(verdicts)
-            .filter_map(|(target, verdict)| match verdict {
-                Verdict::Pass => Some(target),
+        let mut kept = Vec::with_capacity(targets.len());
+        for (target, verdict) in targets.into_iter().zip(verdicts) {
+            match verdict {
+                Verdict::Pass => kept.push(target),
                 Verdict::Drop(why) => {
                     tracing::debug!(msg = %message.id, endpoint = %target.endpoint.id, why, "filtered out");
-                    None
                 }
-            })
-            .collect()
+                Verdict::Unavailable(e) => return Err(StoreError::Unavailable(e)),
+            }
+        }
+        Ok(kept)
     }
 }
 

@@ -66,7 +66,7 @@ pub async fn filtered(
         }
         let reason = match (&message.payload, target.filter(&state.sandbox, &message).await) {
             (None, _) => "the payload has expired: the filter cannot be evaluated again".to_owned(),
-            (Some(_), Verdict::Drop(why)) => why,
+            (Some(_), Verdict::Drop(why) | Verdict::Unavailable(why)) => why,
             (Some(_), Verdict::Pass) => "the filter lets it through now (it was changed since)".to_owned(),
         };
         data.push(FilteredOut { endpoint_id: target.endpoint.id.to_string(), reason });
@@ -144,8 +144,10 @@ pub async fn simulate(
         payload: Some(input.payload.to_string().into()),
         created_at: now_ms(),
     };
-    if let Verdict::Drop(why) = target.filter(&state.sandbox, &message).await {
-        return Ok(Json(SimulateOut::stopped(false, false, Some(why), None)));
+    match target.filter(&state.sandbox, &message).await {
+        Verdict::Pass => {}
+        Verdict::Drop(why) => return Ok(Json(SimulateOut::stopped(false, false, Some(why), None))),
+        Verdict::Unavailable(e) => return Err(ApiError::Unavailable(e)),
     }
     let rewrite = match target.transform(&state.sandbox, &message).await {
         None => None,
@@ -153,7 +155,7 @@ pub async fn simulate(
         Some(Ok(None)) => {
             return Ok(Json(SimulateOut::stopped(true, true, Some("the transform returned null".into()), None)));
         }
-        Some(Err(e)) => return Ok(Json(SimulateOut::stopped(true, false, None, Some(e)))),
+        Some(Err((_, e))) => return Ok(Json(SimulateOut::stopped(true, false, None, Some(e)))),
     };
     let payload = message.payload.clone().unwrap_or_default();
     let out = Outgoing {

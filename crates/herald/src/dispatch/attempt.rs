@@ -87,7 +87,7 @@ impl Dispatcher {
             None => None,
             Some(Ok(Some(rewrite))) => Some(rewrite),
             Some(Ok(None)) => return Err(Skipped("the transform returned null".into())),
-            Some(Err(why)) => return Ok(Sent::failed(Failure::Transform, why, started.elapsed())),
+            Some(Err((failure, why))) => return Ok(Sent::failed(failure, why, started.elapsed())),
         };
         let out = Outgoing {
             target,

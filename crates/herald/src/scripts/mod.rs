@@ -75,6 +75,8 @@ pub enum Verdict {
     Pass,
     /// Filtered out, and why (the output it gave instead of `true`, or its error).
     Drop(String),
+    /// No verdict: the sandbox cannot run (Herald's problem, not the expression's).
+    Unavailable(String),
 }
 
 impl Verdict {
@@ -83,6 +85,7 @@ impl Verdict {
             Ok(Some("true")) => Self::Pass,
             Ok(Some(other)) => Self::Drop(format!("the filter yielded {}", shorten(other))),
             Ok(None) => Self::Drop("the filter yielded nothing".into()),
+            Err(e @ EvalError::Unavailable(_)) => Self::Unavailable(e.to_string()),
             Err(e) => Self::Drop(format!("the filter failed: {e}")),
         }
     }
@@ -210,6 +213,7 @@ mod tests {
         assert_eq!(Verdict::of(Ok(Some("1".into()))), Verdict::Drop("the filter yielded 1".into()));
         assert!(matches!(Verdict::of(Ok(None)), Verdict::Drop(_)));
         assert!(matches!(Verdict::of(Err(EvalError::Crashed)), Verdict::Drop(_)));
+        assert!(matches!(Verdict::of(Err(EvalError::Unavailable("no".into()))), Verdict::Unavailable(_)));
     }
 
     fn out(value: Value) -> Option<String> {

@@ -13,7 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::Mutex;
 
-use super::worker::{FAILED, MAX_FRAME, NOTHING, OK};
+use super::worker::{FAILED, MAX_FRAME, NOTHING, OK, READY};
 use crate::config::ScriptsConfig;
 
 /// Why an evaluation produced no output.
@@ -33,6 +33,9 @@ pub enum EvalError {
 /// What an evaluation yields: its first output as JSON text (object keys in the order the
 /// expression made them), or nothing (`empty`).
 pub type Evaluated = Result<Option<String>, EvalError>;
+
+/// How long a new worker may take to start.
+const STARTUP: Duration = Duration::from_secs(10);
 
 pub struct Sandbox {
     program: PathBuf,
@@ -67,7 +70,7 @@ impl Sandbox {
             None => self.slots[start % n].lock().await,
         };
         if slot.is_none() {
-            *slot = Some(self.spawn().map_err(|e| EvalError::Unavailable(e.to_string()))?);
+            *slot = Some(self.spawn().await.map_err(|e| EvalError::Unavailable(e.to_string()))?);
         }
         let worker = slot.as_mut().expect("just filled");
         let answer = tokio::time::timeout(self.config.timeout, worker.exchange(code, input)).await;
@@ -90,7 +93,9 @@ impl Sandbox {
         Err(failed)
     }
 
-    fn spawn(&self) -> std::io::Result<Worker> {
+    /// Starts a worker and waits until it is ready (its start-up is not the expression's
+    /// time).
+    async fn spawn(&self) -> std::io::Result<Worker> {
         let mut child = Command::new(&self.program)
             .arg("sandbox-worker")
             .arg("--memory-bytes")
@@ -103,8 +108,13 @@ impl Sandbox {
             .kill_on_drop(true)
             .spawn()?;
         let stdin = child.stdin.take().expect("piped");
-        let stdout = BufReader::new(child.stdout.take().expect("piped"));
-        Ok(Worker { child, stdin, stdout })
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+        match tokio::time::timeout(STARTUP, stdout.read_u8()).await {
+            Ok(Ok(READY)) => Ok(Worker { child, stdin, stdout }),
+            Ok(Ok(_)) => Err(std::io::Error::other("the worker answered something else than ready")),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(std::io::Error::other(format!("the worker was not ready within {STARTUP:?}"))),
+        }
     }
 }
 

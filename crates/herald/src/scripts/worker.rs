@@ -4,7 +4,8 @@
 //! is killed with it by the parent's deadline, one that eats memory or stack ends it, and
 //! the parent starts another.
 //!
-//! Frames, all lengths little-endian u32: a request is the expression's length and text,
+//! Once ready it writes [`READY`]. Then frames, all lengths little-endian u32: a request is
+//! the expression's length and text,
 //! then the input's length and JSON text; an answer is a status byte ([`OK`], [`NOTHING`],
 //! [`FAILED`]), then the length and text of the first output or of the error.
 
@@ -13,6 +14,8 @@ use std::io::{self, BufReader, BufWriter, Read, Write};
 
 use super::engine::{Output, Program};
 
+/// Written once at start, when the limits are set: the parent's deadlines count from there.
+pub const READY: u8 = b'R';
 pub const OK: u8 = 0;
 pub const NOTHING: u8 = 1;
 pub const FAILED: u8 = 2;
@@ -28,6 +31,8 @@ pub fn serve(memory_bytes: u64) -> io::Result<()> {
     limit_memory(memory_bytes)?;
     let mut input = BufReader::new(io::stdin().lock());
     let mut output = BufWriter::new(io::stdout().lock());
+    output.write_all(&[READY])?;
+    output.flush()?;
     let mut programs: HashMap<String, Result<Program, String>> = HashMap::new();
     loop {
         let Some(code) = read_frame(&mut input)? else { return Ok(()) };

@@ -291,3 +291,22 @@ async fn the_endpoints_owner_sets_its_own_filter_and_transform() {
     let answer = patch(json!({"filter": "]"})).await.unwrap();
     assert_eq!(answer.status(), StatusCode::UNPROCESSABLE_ENTITY);
 }
+
+#[tokio::test]
+async fn without_a_sandbox_nothing_is_routed_short_or_dead_lettered() {
+    let receiver = Receiver::ok().await;
+    let server = TestServer::start_with(|c| c.scripts.worker_program = Some("/nonexistent/herald".into())).await;
+    let app = server.create_app("shop").await;
+    let filtered = server.create_endpoint(&app, &receiver.url("/f"), json!({"filter": ".payload.ok"})).await;
+    let (status, body) =
+        server.post(&format!("/api/v1/app/{app}/msg"), json!({"eventType": "e", "payload": {"ok": true}})).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "refused, not routed without its filter: {body}");
+
+    let path = format!("/api/v1/app/{app}/endpoint/{}", filtered["id"].as_str().unwrap());
+    server.call(Method::PATCH, &path, Some(json!({"filter": null, "transform": "."}))).await;
+    let msg = server.send(&app, json!({"eventType": "e", "payload": {"ok": true}})).await;
+    let attempt = eventually("an attempt", || async { server.attempts(&app, &msg).await.into_iter().next() }).await;
+    assert_eq!(attempt["errorClass"], "internal", "Herald's failure, not the transform's: {attempt}");
+    let status = server.delivery_status(&app, &msg, filtered["id"].as_str().unwrap()).await;
+    assert_eq!(status, Some(3), "still to be retried (Svix's \"sending\"), not a dead letter");
+}
