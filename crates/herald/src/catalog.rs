@@ -94,10 +94,18 @@ impl Target {
                 tracing::error!(endpoint = %endpoint.id, error = %e, "the endpoint's signing secrets do not open")
             }
         }
-        let headers = match keyring.open_headers(&endpoint.headers, &endpoint.id) {
-            Ok(headers) => Some(request_headers(&headers)),
+        // The endpoint's own headers, then its credentials (which win over a header of the
+        // same name).
+        let opened = keyring.open_headers(&endpoint.headers, &endpoint.id).and_then(|headers| {
+            let auth = keyring.open_auth(&endpoint.auth, &endpoint.id)?;
+            let mut headers = request_headers(&headers);
+            headers.extend(auth.and_then(|a| a.header()).map(|v| (http::header::AUTHORIZATION, v)));
+            Ok(headers)
+        });
+        let headers = match opened {
+            Ok(headers) => Some(headers),
             Err(e) => {
-                tracing::error!(endpoint = %endpoint.id, error = %e, "the endpoint's headers do not open");
+                tracing::error!(endpoint = %endpoint.id, error = %e, "the endpoint's headers or credentials do not open");
                 None
             }
         };
@@ -292,17 +300,20 @@ impl Catalog {
         let keyring = &self.keyring;
         let stale_headers = endpoint.headers.is_plaintext()
             || (!endpoint.headers.0.is_empty() && keyring.is_stale(&endpoint.headers.0));
-        if !keyring.is_stale(&endpoint.secrets.0) && !stale_headers {
+        let stale_auth = !endpoint.auth.0.is_empty() && keyring.is_stale(&endpoint.auth.0);
+        if !keyring.is_stale(&endpoint.secrets.0) && !stale_headers && !stale_auth {
             return None;
         }
         let opened = keyring.open_secrets(&endpoint.secrets, &endpoint.id).and_then(|secrets| {
             let headers = keyring.open_headers(&endpoint.headers, &endpoint.id)?;
-            Ok((secrets, headers))
+            let auth = keyring.open_auth(&endpoint.auth, &endpoint.id)?;
+            Ok((secrets, headers, auth))
         });
         match opened {
-            Ok((secrets, headers)) => {
+            Ok((secrets, headers, auth)) => {
                 endpoint.secrets = keyring.seal_secrets(&secrets, &endpoint.id);
                 endpoint.headers = keyring.seal_headers(&headers, &endpoint.id);
+                endpoint.auth = keyring.seal_auth(auth.as_ref(), &endpoint.id);
                 Some(endpoint)
             }
             Err(e) => {
@@ -463,6 +474,7 @@ mod tests {
             created_at: 0,
             updated_at: 0,
             scripts: Default::default(),
+            auth: Default::default(),
         }
     }
 

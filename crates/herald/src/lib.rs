@@ -17,6 +17,7 @@ pub mod dashboard;
 pub mod data_dir;
 pub mod dead_letters;
 pub mod deliver;
+pub mod delivery_auth;
 pub mod dispatch;
 pub mod endpoint_settings;
 pub mod health;

@@ -18,8 +18,9 @@ use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
+use crate::delivery_auth::DeliveryAuth;
 use crate::ids::EndpointId;
-use crate::store::{Headers, SealedHeaders, SealedSecrets, Secrets};
+use crate::store::{Headers, SealedAuth, SealedHeaders, SealedSecrets, Secrets};
 
 const VERSION: &str = "v1";
 const KEY_BYTES: usize = 32;
@@ -31,6 +32,8 @@ const NONCE_BYTES: usize = 24;
 pub enum Purpose {
     EndpointSecrets,
     EndpointHeaders,
+    /// The credentials Herald presents to an endpoint's receiver.
+    EndpointAuth,
     /// A response body kept for an idempotency key.
     StoredResponse,
 }
@@ -40,6 +43,7 @@ impl Purpose {
         let what = match self {
             Self::EndpointSecrets => "endpoint-secrets",
             Self::EndpointHeaders => "endpoint-headers",
+            Self::EndpointAuth => "endpoint-auth",
             Self::StoredResponse => "stored-response",
         };
         format!("herald/{what}/{associated}")
@@ -170,6 +174,26 @@ impl Keyring {
             text => self.open(Purpose::EndpointHeaders, text, endpoint.as_str())?,
         };
         serde_json::from_slice(&json).map_err(|_| SealError::Malformed)
+    }
+
+    /// Seals an endpoint's delivery credentials (none: empty text).
+    pub fn seal_auth(&self, auth: Option<&DeliveryAuth>, endpoint: &EndpointId) -> SealedAuth {
+        match auth {
+            None => SealedAuth::default(),
+            Some(auth) => {
+                let json = serde_json::to_vec(auth).expect("credentials serialize");
+                SealedAuth(self.seal(Purpose::EndpointAuth, &json, endpoint.as_str()))
+            }
+        }
+    }
+
+    /// Opens an endpoint's delivery credentials.
+    pub fn open_auth(&self, sealed: &SealedAuth, endpoint: &EndpointId) -> Result<Option<DeliveryAuth>, SealError> {
+        if sealed.0.is_empty() {
+            return Ok(None);
+        }
+        let json = self.open(Purpose::EndpointAuth, &sealed.0, endpoint.as_str())?;
+        serde_json::from_slice(&json).map(Some).map_err(|_| SealError::Malformed)
     }
 
     /// Whether a sealed value was sealed under an old key (and should be rewritten).

@@ -15,12 +15,13 @@ use super::validate::{Problems, double_option};
 use super::{AppState, visible_app, visible_endpoint};
 use crate::clock::{now_ms, to_rfc3339};
 use crate::deliver::is_reserved_header;
+use crate::delivery_auth::{AuthSummary, DeliveryAuth};
 use crate::endpoint_settings::{DeliverySettings, EffectiveSettings};
 use crate::ids::EndpointId;
 use crate::postback::{RequestSettings, Template};
 use crate::scripts::{self, Scripts};
 use crate::signing::{EndpointKey, SigningKey};
-use crate::store::{App, Endpoint, Headers, Metadata, SealedHeaders, Secrets};
+use crate::store::{App, Endpoint, Headers, Metadata, SealedAuth, SealedHeaders, Secrets};
 
 /// Body of create (POST) and update (PUT). `secret` is only used when creating.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -51,6 +52,9 @@ pub struct EndpointIn {
     /// result (an object with any of `payload`, `headers`, `method`, `url`) replaces those
     /// parts of the request, and `null` drops the delivery.
     pub transform: Option<String>,
+    /// Herald extension: credentials presented to the receiver (write-only). Kept when an
+    /// update leaves it out.
+    pub auth: Option<DeliveryAuth>,
 }
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -88,6 +92,10 @@ pub struct EndpointPatch {
     #[serde(default, deserialize_with = "double_option")]
     #[schema(value_type = Option<String>)]
     pub transform: Option<Option<String>>,
+    /// `null` removes the credentials.
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<DeliveryAuth>)]
+    pub auth: Option<Option<DeliveryAuth>>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -121,6 +129,10 @@ pub struct EndpointOut {
     /// Herald extension: the jq transform, when set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub transform: Option<String>,
+    /// Herald extension: which credentials are presented to the receiver, when set (never
+    /// the credentials themselves).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth: Option<AuthSummary>,
 }
 
 impl EndpointOut {
@@ -144,8 +156,27 @@ impl EndpointOut {
             request: e.request.clone(),
             filter: e.scripts.filter.clone(),
             transform: e.scripts.transform.clone(),
+            auth: auth_summary(state, e),
         }
     }
+}
+
+/// Which credentials an endpoint has (`unreadable` when the server key cannot open them).
+fn auth_summary(state: &AppState, e: &Endpoint) -> Option<AuthSummary> {
+    match state.catalog.keyring().open_auth(&e.auth, &e.id) {
+        Ok(auth) => auth.map(|a| a.summary()),
+        Err(_) => Some(AuthSummary { kind: "unreadable" }),
+    }
+}
+
+/// Checks credentials and seals them for the endpoint's row.
+fn seal_auth(state: &AppState, auth: Option<&DeliveryAuth>, endpoint: &EndpointId) -> ApiResult<SealedAuth> {
+    let mut p = Problems::default();
+    for (field, msg) in auth.map(DeliveryAuth::problems).unwrap_or_default() {
+        p.push(field, msg);
+    }
+    p.finish()?;
+    Ok(state.catalog.keyring().seal_auth(auth, endpoint))
 }
 
 pub fn routes() -> Routes {
@@ -319,6 +350,7 @@ fn new_endpoint(state: &AppState, app: &App, input: EndpointIn, uid_from_path: O
         created_at: now,
         updated_at: now,
         scripts: Scripts::default(),
+        auth: SealedAuth::default(),
     };
     replace_fields(state, blank, input)
 }
@@ -329,6 +361,10 @@ fn replace_fields(state: &AppState, base: Endpoint, input: EndpointIn) -> ApiRes
     let headers = match &input.headers {
         Some(headers) => seal_headers(state, headers, &base.id)?,
         None => base.headers.clone(),
+    };
+    let auth = match &input.auth {
+        Some(auth) => seal_auth(state, Some(auth), &base.id)?,
+        None => base.auth.clone(),
     };
     Ok(Endpoint {
         uid: input.uid.or_else(|| base.uid.clone()),
@@ -343,6 +379,7 @@ fn replace_fields(state: &AppState, base: Endpoint, input: EndpointIn) -> ApiRes
         delivery: input.delivery.unwrap_or_default(),
         request: input.request,
         scripts: Scripts { filter: input.filter, transform: input.transform },
+        auth,
         updated_at: now_ms(),
         ..base
     })
@@ -480,6 +517,9 @@ pub async fn patch_endpoint(
     }
     if let Some(transform) = patch.transform {
         e.scripts.transform = transform;
+    }
+    if let Some(auth) = patch.auth {
+        e.auth = seal_auth(&state, auth.as_ref(), &e.id)?;
     }
     e.updated_at = now_ms();
     check_rate_bound(&principal, &app, e.throttle_rate)?;

@@ -28,6 +28,7 @@ fn draft(fields: &Fields, problems: Vec<(Option<String>, String)>) -> Draft {
         throttle_rate: fields.get("throttle_rate").unwrap_or_default().to_owned(),
         filter: fields.get("filter").unwrap_or_default().to_owned(),
         transform: fields.get("transform").unwrap_or_default().to_owned(),
+        auth_set: false,
         problems,
     }
 }
@@ -40,7 +41,7 @@ fn settings_json(fields: &Fields) -> Result<Value, ApiError> {
         Some(rate) => Some(rate.parse::<u16>().map_err(|_| ApiError::invalid("throttleRate", "must be a number"))?),
         None => None,
     };
-    Ok(json!({
+    let mut body = json!({
         "url": fields.get("url").unwrap_or_default().trim(),
         "description": fields.get("description").unwrap_or_default(),
         "filterTypes": (!types.is_empty()).then_some(types),
@@ -48,7 +49,15 @@ fn settings_json(fields: &Fields) -> Result<Value, ApiError> {
         "throttleRate": rate,
         "filter": fields.given("filter"),
         "transform": fields.given("transform"),
-    }))
+    });
+    // Credentials are write-only: left blank, they stay as they are.
+    if fields.get("auth_remove") == Some("true") {
+        body["auth"] = Value::Null;
+    } else if let Some(username) = fields.given("auth_username") {
+        let password = fields.get("auth_password").unwrap_or_default();
+        body["auth"] = json!({"type": "basic", "username": username, "password": password});
+    }
+    Ok(body)
 }
 
 fn to_endpoint(app: &str, endpoint: &str) -> Response {
@@ -96,7 +105,7 @@ pub async fn update(
     match call.await {
         Ok(_) => Ok(to_endpoint(app.id.as_str(), existing.id.as_str())),
         Err(e) if !problems(&e).is_empty() => {
-            let draft = draft(&fields, problems(&e));
+            let draft = Draft { auth_set: !existing.auth.0.is_empty(), ..draft(&fields, problems(&e)) };
             let status = StatusCode::UNPROCESSABLE_ENTITY;
             Ok(endpoint_page(&state, &viewer, &app, &existing, &draft, Default::default(), status)
                 .await?

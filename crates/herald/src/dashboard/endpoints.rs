@@ -31,6 +31,8 @@ pub struct Draft {
     pub throttle_rate: String,
     pub filter: String,
     pub transform: String,
+    /// Whether the endpoint has credentials (they are never shown).
+    pub auth_set: bool,
     /// (field, message); a `None` field is about the whole form.
     pub problems: Vec<(Option<String>, String)>,
 }
@@ -45,6 +47,7 @@ impl Draft {
             throttle_rate: endpoint.throttle_rate.map(|r| r.to_string()).unwrap_or_default(),
             filter: endpoint.scripts.filter.clone().unwrap_or_default(),
             transform: endpoint.scripts.transform.clone().unwrap_or_default(),
+            auth_set: !endpoint.auth.0.is_empty(),
             problems: vec![],
         }
     }
@@ -99,6 +102,19 @@ pub fn settings_form(app: &App, endpoint: Option<&str>, draft: &Draft, types: &[
             textarea #transform name="transform" rows="4" spellcheck="false"
                 placeholder="{payload: {id: .payload.id, kind: .eventType}}" { (draft.transform) }
             (draft.problem("transform"))
+            fieldset.auth {
+                legend { "HTTP Basic authentication to your receiver (write-only: never shown again)" }
+                @if draft.auth_set {
+                    p.muted #auth-state { "Credentials are set. Type new ones to replace them." }
+                    label { input type="checkbox" name="auth_remove" value="true"; " Remove them" }
+                }
+                label for="auth_username" { "Username" }
+                input #auth_username type="text" name="auth_username" autocomplete="off";
+                (draft.problem("auth.username"))
+                label for="auth_password" { "Password" }
+                input #auth_password type="password" name="auth_password" autocomplete="new-password";
+                (draft.problem("auth.password"))
+            }
             button type="submit" { @if endpoint.is_some() { "Save" } @else { "Add endpoint" } }
         }
     }

@@ -545,6 +545,7 @@ mod tests {
                 created_at: 0,
                 updated_at: 0,
                 scripts: Default::default(),
+                auth: Default::default(),
             };
             tune(&mut endpoint);
             let defaults = Defaults { timeout: std::time::Duration::from_secs(1), retry: Default::default() };

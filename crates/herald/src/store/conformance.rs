@@ -42,6 +42,7 @@ pub(crate) fn endpoint(app: &App) -> Endpoint {
         updated_at: now_ms(),
         // Stored and read back like every other field (the store never runs them).
         scripts: crate::scripts::Scripts { filter: Some(".payload.ok == true".into()), transform: Some(".".into()) },
+        auth: crate::store::SealedAuth(format!("v1.test.{}", crate::ids::random_token(16))),
     }
 }
 
@@ -107,6 +108,20 @@ async fn seeded(store: &dyn Store, n: usize) -> (App, Endpoint, Vec<(MessageId, 
         out.push((m.id, deliveries[0]));
     }
     (app, ep, out)
+}
+
+pub async fn an_endpoint_reads_back_as_written_and_its_tombstone_keeps_no_credentials(store: &dyn Store) {
+    let (app, mut ep, _) = seeded(store, 0).await;
+    assert_eq!(store.endpoint(&app.id, ep.id.as_str()).await.unwrap().as_ref(), Some(&ep));
+    ep.scripts = crate::scripts::Scripts { filter: None, transform: Some("{payload: .payload.x}".into()) };
+    ep.auth = crate::store::SealedAuth::default();
+    store.update_endpoint(&ep).await.unwrap();
+    assert_eq!(store.endpoint(&app.id, ep.id.as_str()).await.unwrap().as_ref(), Some(&ep));
+    ep.auth = crate::store::SealedAuth("v1.test.sealed".into());
+    store.update_endpoint(&ep).await.unwrap();
+    store.delete_endpoint(&app.id, &ep.id).await.unwrap();
+    let kept = store.deleted_endpoint(&ep.id).await.unwrap().expect("a tombstone");
+    assert_eq!((kept.scripts, kept.auth.0.as_str(), kept.headers.0.as_str()), (ep.scripts, "", ""));
 }
 
 pub async fn claims_are_exclusive(store: &dyn Store) {
@@ -658,6 +673,7 @@ pub async fn an_applications_portal_tokens_expire_together(store: &dyn Store) {
 macro_rules! conformance_suite {
     ($make:expr) => {
         $crate::conformance_suite!(@cases $make;
+            an_endpoint_reads_back_as_written_and_its_tombstone_keeps_no_credentials,
             claims_are_exclusive,
             only_the_claim_holder_records_an_outcome,
             retries_keep_or_release_the_claim,

@@ -52,6 +52,11 @@ pub type Headers = BTreeMap<String, String>;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SealedHeaders(pub String);
 
+/// An endpoint's delivery credentials (`delivery_auth::DeliveryAuth`) as stored: sealed
+/// (empty text: none).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SealedAuth(pub String);
+
 impl SealedHeaders {
     /// Whether this is a plain JSON object left from before headers were sealed.
     pub fn is_plaintext(&self) -> bool {
@@ -88,6 +93,8 @@ pub struct Endpoint {
     pub updated_at: Millis,
     /// Herald extension: the jq filter and transform.
     pub scripts: crate::scripts::Scripts,
+    /// Herald extension: the credentials presented to the receiver.
+    pub auth: SealedAuth,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -141,7 +141,8 @@ async fn rotating_the_server_key_reseals_every_secret_so_the_old_key_can_go() {
 
 /// Regressions (issue 16, findings 2 and 5): with an idempotency key, the app-portal token
 /// and a rotated signing secret were stored in plaintext with their responses, and endpoint
-/// headers (the receiver's credentials) were stored in plaintext. Canaries in each, then the
+/// headers (the receiver's credentials) were stored in plaintext. Delivery credentials
+/// (issue 20) are checked the same way. Canaries in each, then the
 /// whole store (every file of the data directory, every row on PostgreSQL) is searched.
 #[tokio::test]
 async fn no_token_secret_or_header_value_rests_in_plaintext_anywhere() {
@@ -149,8 +150,10 @@ async fn no_token_secret_or_header_value_rests_in_plaintext_anywhere() {
     let server = TestServer::start_on(&storage, |_| {}).await;
     let app = server.create_app("a").await;
     let header = format!("Bearer canary-{}", herald::ids::random_token(16));
-    let endpoint =
-        server.create_endpoint(&app, "https://hooks.example.com/", json!({"headers": {"Authorization": header}})).await;
+    let password = format!("canary-{}", herald::ids::random_token(16));
+    let extra =
+        json!({"headers": {"Authorization": header}, "auth": {"type": "basic", "username": "u", "password": password}});
+    let endpoint = server.create_endpoint(&app, "https://hooks.example.com/", extra).await;
     let ep = endpoint["id"].as_str().unwrap().to_owned();
     let patched = format!("canary-{}", herald::ids::random_token(16));
     let (status, _) = server
@@ -187,6 +190,7 @@ async fn no_token_secret_or_header_value_rests_in_plaintext_anywhere() {
         ("an endpoint header", header.as_str()),
         ("a patched endpoint header", patched.as_str()),
         ("the dashboard session", session),
+        ("a delivery password", password.as_str()),
     ] {
         assert!(!everything.contains(canary), "{what} rests in plaintext");
     }

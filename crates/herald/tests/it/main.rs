@@ -7,6 +7,7 @@ mod compat;
 mod dashboard;
 mod dead_letters;
 mod delivery;
+mod delivery_auth;
 mod faults;
 mod hardening;
 mod health;

@@ -185,7 +185,7 @@ async fn a_customer_retries_an_open_circuit_and_edits_disables_and_deletes_an_en
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_customer_sets_a_filter_and_a_transform_and_tries_them() {
+async fn a_customer_sets_a_filter_a_transform_and_receiver_credentials() {
     let server = TestServer::start().await;
     let receiver = Receiver::ok().await;
     let app = server.create_app("shop").await;
@@ -232,4 +232,18 @@ async fn a_customer_sets_a_filter_and_a_transform_and_tries_them() {
     assert_eq!(got[0].body.as_ref(), br#"{"cents":15000}"#);
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert_eq!(receiver.requests().len(), 1);
+
+    // Credentials for the receiver: set from the form, never shown again, sent.
+    browser.goto(&page).await;
+    browser.type_into("#auth_username", "shop").await;
+    browser.type_into("#auth_password", "pa55-canary").await;
+    browser.click("form.settings button[type=submit]").await;
+    browser.until_url("the endpoint's page", |u| u.ends_with(&ep)).await;
+    assert_eq!(server.get(&format!("/api/v1/app/{app}/endpoint/{ep}")).await.1["auth"], json!({"type": "basic"}));
+    browser.goto(&page).await;
+    assert!(browser.find("#auth-state").await.is_some());
+    assert!(!browser.run("return document.documentElement.outerHTML;").await.to_string().contains("pa55-canary"));
+    server.send(&app, json!({"eventType": "invoice.paid", "payload": {"amount": 300}})).await;
+    let got = receiver.wait_for(Some("/hook"), 2).await;
+    assert_eq!(got[1].header("authorization"), "Basic c2hvcDpwYTU1LWNhbmFyeQ==");
 }

@@ -7,8 +7,8 @@ use tokio_postgres::types::{Json, ToSql};
 
 use crate::ids::{AppId, AttemptId, EndpointId, MessageId};
 use crate::store::{
-    App, Attempt, DeliveryState, DeliveryView, Endpoint, EventType, Message, MessageFilter, PageQuery, SealedHeaders,
-    SealedSecrets, Trigger,
+    App, Attempt, DeliveryState, DeliveryView, Endpoint, EventType, Message, MessageFilter, PageQuery, SealedAuth,
+    SealedHeaders, SealedSecrets, Trigger,
 };
 
 pub const APP_COLUMNS: &str =
@@ -30,12 +30,12 @@ pub fn app(row: &Row) -> App {
 }
 
 pub const ENDPOINT_COLUMNS: &str = "id, app_id, uid, url, description, disabled, event_types, channels, metadata, \
-     throttle_rate, headers, secrets, delivery, request, created_at, updated_at, scripts";
+     throttle_rate, headers, secrets, delivery, request, created_at, updated_at, scripts, auth";
 
 /// `ENDPOINT_COLUMNS` of a row being deleted, as its tombstone keeps them: no headers, no
 /// secrets.
 pub const KEPT_ENDPOINT_COLUMNS: &str = "id, app_id, uid, url, description, disabled, event_types, channels, \
-     metadata, throttle_rate, '', '', delivery, request, created_at, updated_at, scripts";
+     metadata, throttle_rate, '', '', delivery, request, created_at, updated_at, scripts, ''";
 
 pub fn endpoint(row: &Row) -> Endpoint {
     Endpoint {
@@ -56,6 +56,7 @@ pub fn endpoint(row: &Row) -> Endpoint {
         created_at: row.get(14),
         updated_at: row.get(15),
         scripts: row.get::<_, Option<Json<_>>>(16).map(|j| j.0).unwrap_or_default(),
+        auth: SealedAuth(row.get(17)),
     }
 }
 

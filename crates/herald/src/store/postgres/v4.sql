@@ -2,3 +2,7 @@
 -- neither), kept with deleted endpoints' tombstones like the rest of their settings.
 ALTER TABLE herald.endpoint ADD COLUMN scripts jsonb;
 ALTER TABLE herald.deleted_endpoint ADD COLUMN scripts jsonb;
+-- The credentials presented to an endpoint's receiver (sealed; empty: none). Tombstones
+-- keep none, like headers and secrets.
+ALTER TABLE herald.endpoint ADD COLUMN auth text NOT NULL DEFAULT '';
+ALTER TABLE herald.deleted_endpoint ADD COLUMN auth text NOT NULL DEFAULT '';

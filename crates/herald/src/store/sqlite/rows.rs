@@ -10,8 +10,8 @@ use serde::de::DeserializeOwned;
 
 use crate::ids::{AppId, AttemptId, EndpointId, MessageId};
 use crate::store::{
-    App, Attempt, DeliveryState, DeliveryView, Endpoint, EventType, Message, MessageFilter, PageQuery, SealedHeaders,
-    SealedSecrets, Trigger,
+    App, Attempt, DeliveryState, DeliveryView, Endpoint, EventType, Message, MessageFilter, PageQuery, SealedAuth,
+    SealedHeaders, SealedSecrets, Trigger,
 };
 
 pub fn to_json<T: Serialize + ?Sized>(value: &T) -> String {
@@ -56,12 +56,12 @@ pub fn app(row: &Row<'_>) -> rusqlite::Result<App> {
 }
 
 pub const ENDPOINT_COLUMNS: &str = "id, app_id, uid, url, description, disabled, event_types, channels, metadata, \
-     throttle_rate, headers, secrets, delivery, request, created_at, updated_at, scripts";
+     throttle_rate, headers, secrets, delivery, request, created_at, updated_at, scripts, auth";
 
 /// `ENDPOINT_COLUMNS` of a row being deleted, as its tombstone keeps them: no headers, no
 /// secrets.
 pub const KEPT_ENDPOINT_COLUMNS: &str = "id, app_id, uid, url, description, disabled, event_types, channels, \
-     metadata, throttle_rate, '', '', delivery, request, created_at, updated_at, scripts";
+     metadata, throttle_rate, '', '', delivery, request, created_at, updated_at, scripts, ''";
 
 pub fn endpoint(row: &Row<'_>) -> rusqlite::Result<Endpoint> {
     Ok(Endpoint {
@@ -82,6 +82,7 @@ pub fn endpoint(row: &Row<'_>) -> rusqlite::Result<Endpoint> {
         created_at: row.get(14)?,
         updated_at: row.get(15)?,
         scripts: opt_json(row, 16)?.unwrap_or_default(),
+        auth: SealedAuth(row.get(17)?),
     })
 }
 
@@ -105,6 +106,7 @@ pub fn endpoint_values(e: &Endpoint) -> Vec<Value> {
         Value::Integer(e.created_at),
         Value::Integer(e.updated_at),
         if e.scripts.is_empty() { Value::Null } else { Value::Text(to_json(&e.scripts)) },
+        Value::Text(e.auth.0.clone()),
     ]
 }
 

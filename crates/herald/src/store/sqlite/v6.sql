@@ -2,3 +2,7 @@
 -- with deleted endpoints' tombstones like the rest of their settings.
 ALTER TABLE endpoint ADD COLUMN scripts TEXT;
 ALTER TABLE deleted_endpoint ADD COLUMN scripts TEXT;
+-- The credentials presented to an endpoint's receiver (sealed; empty: none). Tombstones
+-- keep none, like headers and secrets.
+ALTER TABLE endpoint ADD COLUMN auth TEXT NOT NULL DEFAULT '';
+ALTER TABLE deleted_endpoint ADD COLUMN auth TEXT NOT NULL DEFAULT '';
