@@ -200,6 +200,8 @@ pub struct DeliveryConfig {
     pub secret_rotation_overlap: Duration,
     pub user_agent: String,
     pub default_retry: RetryPolicy,
+    /// Every attempt tunnels through this HTTP CONNECT proxy (`delivery.proxy_url`).
+    pub proxy: Option<crate::deliver::EgressProxy>,
 }
 
 #[derive(Debug, Clone)]
@@ -257,6 +259,20 @@ struct RawScripts {
     memory_mb: u64,
     workers: usize,
     worker_program: String,
+}
+
+/// `delivery.proxy_url`: empty for none, else `http://[user:pass@]host:port`.
+fn egress_proxy(text: &str) -> anyhow::Result<Option<crate::deliver::EgressProxy>> {
+    if text.is_empty() {
+        return Ok(None);
+    }
+    let refused =
+        || anyhow::anyhow!("delivery.proxy_url must be http://[user:password@]host:port (an HTTP CONNECT proxy)");
+    let url = url::Url::parse(text).map_err(|_| refused())?;
+    if url.scheme() != "http" || url.path() != "/" || url.query().is_some() {
+        return Err(refused());
+    }
+    crate::deliver::EgressProxy::from_url(&url).map(Some).ok_or_else(refused)
 }
 
 impl RawScripts {
@@ -436,6 +452,7 @@ struct RawDelivery {
     secret_rotation_overlap_secs: u64,
     user_agent: String,
     default_retry: RetryPolicy,
+    proxy_url: String,
 }
 
 #[derive(Deserialize)]
@@ -658,6 +675,7 @@ impl Raw {
                 secret_rotation_overlap: Duration::from_secs(self.delivery.secret_rotation_overlap_secs),
                 user_agent: self.delivery.user_agent,
                 default_retry: self.delivery.default_retry,
+                proxy: egress_proxy(&self.delivery.proxy_url)?,
             },
             queue: QueueConfig {
                 memory_limit: self.queue.memory_limit,

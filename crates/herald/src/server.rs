@@ -84,6 +84,7 @@ impl Server {
                 connect_budget: config.delivery.connect_timeout,
                 tls_budget: config.delivery.tls_timeout,
                 dns_servers: config.delivery.dns_servers.clone(),
+                proxy: config.delivery.proxy.clone(),
             },
         );
         let metrics = Arc::new(Metrics::default());

@@ -1,7 +1,8 @@
 //! The TCP side of an attempt: resolve the host through the guarded [`Resolver`] (its own
 //! DNS budget), then connect to one of the vetted addresses (each within the connect
-//! budget). IP literals take the same path as names. Nothing here reads proxy settings
-//! from the environment, and Herald's own listening address is refused.
+//! budget), directly or through the configured egress proxy (`proxy`). IP literals take
+//! the same path as names. Nothing here reads proxy settings from the environment, and
+//! Herald's own listening address is refused.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -14,6 +15,7 @@ use http::Uri;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
+use super::proxy::EgressProxy;
 use super::resolver::{ResolveError, Resolver};
 use crate::ssrf::Guard;
 
@@ -22,11 +24,26 @@ pub struct GuardedConnector {
     resolver: Resolver,
     guard: Arc<Guard>,
     connect_budget: Duration,
+    /// Tunnels to the vetted addresses go through this proxy, if set.
+    proxy: Option<EgressProxy>,
 }
 
 impl GuardedConnector {
-    pub fn new(resolver: Resolver, guard: Arc<Guard>, connect_budget: Duration) -> Self {
-        Self { resolver, guard, connect_budget }
+    pub fn new(resolver: Resolver, guard: Arc<Guard>, connect_budget: Duration, proxy: Option<EgressProxy>) -> Self {
+        Self { resolver, guard, connect_budget, proxy }
+    }
+
+    /// A connection to a vetted address: directly, or tunnelled through the egress proxy.
+    async fn dial(&self, addr: SocketAddr) -> Result<TcpStream, ConnectError> {
+        let connected = match &self.proxy {
+            None => tokio::time::timeout(self.connect_budget, TcpStream::connect(addr))
+                .await
+                .map(|r| r.map_err(|e| ConnectError::Io(addr, e))),
+            Some(proxy) => tokio::time::timeout(self.connect_budget, proxy.connect(addr))
+                .await
+                .map(|r| r.map_err(ConnectError::Proxy)),
+        };
+        connected.unwrap_or(Err(ConnectError::Timeout(addr)))
     }
 
     async fn connect(self, uri: Uri) -> Result<TokioIo<TcpStream>, ConnectError> {
@@ -39,13 +56,12 @@ impl GuardedConnector {
             if self.guard.is_own(addr) {
                 return Err(ResolveError::Blocked(format!("{addr} is Herald itself")).into());
             }
-            match tokio::time::timeout(self.connect_budget, TcpStream::connect(addr)).await {
-                Ok(Ok(stream)) => {
+            match self.dial(addr).await {
+                Ok(stream) => {
                     let _ = stream.set_nodelay(true);
                     return Ok(TokioIo::new(stream));
                 }
-                Ok(Err(e)) => last = Some(ConnectError::Io(addr, e)),
-                Err(_) => last = Some(ConnectError::Timeout(addr)),
+                Err(e) => last = Some(e),
             }
         }
         Err(last.unwrap_or(ConnectError::NoHost))
@@ -63,6 +79,8 @@ pub enum ConnectError {
     Timeout(SocketAddr),
     #[error("the URL has no host")]
     NoHost,
+    #[error("{0}")]
+    Proxy(String),
 }
 
 impl tower::Service<Uri> for GuardedConnector {

@@ -3,6 +3,7 @@
 //! report what happened as data ([`Sent`]), never as an error.
 
 mod connector;
+mod proxy;
 mod request;
 mod resolver;
 
@@ -19,6 +20,7 @@ use hyper_util::rt::TokioExecutor;
 use tokio::time::Instant;
 
 pub use connector::{Budgeted, ConnectError, GuardedConnector, SetupTimeout};
+pub use proxy::EgressProxy;
 pub use request::{Outgoing, Standard, is_reserved_header, is_sensitive_header};
 pub use resolver::{ResolveError, Resolver};
 
@@ -70,6 +72,8 @@ pub struct DelivererConfig {
     pub tls_budget: Duration,
     /// Name servers to ask; empty means the system's.
     pub dns_servers: Vec<SocketAddr>,
+    /// Every attempt tunnels through this proxy, if set.
+    pub proxy: Option<EgressProxy>,
 }
 
 pub struct Deliverer {
@@ -80,7 +84,7 @@ pub struct Deliverer {
 impl Deliverer {
     pub fn new(guard: Arc<Guard>, config: DelivererConfig) -> Self {
         let resolver = Resolver::new(guard.clone(), &config.dns_servers, config.dns_budget);
-        let tcp = GuardedConnector::new(resolver, guard, config.connect_budget);
+        let tcp = GuardedConnector::new(resolver, guard, config.connect_budget, config.proxy.clone());
         let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
             .with_safe_default_protocol_versions()
             .expect("ring supports the default protocol versions")
@@ -222,7 +226,9 @@ fn classify_client_error(e: &hyper_util::client::legacy::Error) -> (Failure, Str
                 ConnectError::Resolve(ResolveError::NotFound(_)) => (Failure::DnsNotFound, connect.to_string()),
                 ConnectError::Resolve(ResolveError::Temporary(..)) => (Failure::DnsTemporary, connect.to_string()),
                 ConnectError::Timeout(_) => (Failure::Timeout, connect.to_string()),
-                ConnectError::Io(..) | ConnectError::NoHost => (Failure::Connection, connect.to_string()),
+                ConnectError::Io(..) | ConnectError::NoHost | ConnectError::Proxy(_) => {
+                    (Failure::Connection, connect.to_string())
+                }
             };
         }
         if err.downcast_ref::<SetupTimeout>().is_some() {

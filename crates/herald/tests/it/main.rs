@@ -8,6 +8,7 @@ mod dashboard;
 mod dead_letters;
 mod delivery;
 mod delivery_auth;
+mod egress;
 mod faults;
 mod hardening;
 mod health;

@@ -1,0 +1,103 @@
+//! The egress proxy (`delivery.proxy_url`): every attempt tunnels through a CONNECT proxy
+//! (a small one on loopback that counts what it is asked), with the proxy's credentials;
+//! the proxy is asked for the address Herald resolved and vetted, never the name; a
+//! destination the guard refuses never reaches it.
+
+use std::net::Ipv4Addr;
+use std::sync::{Arc, Mutex};
+
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::support::dns::{Answer, StubDns};
+use crate::support::{Receiver, TestServer, eventually};
+
+/// A CONNECT proxy: records each request head, then tunnels.
+struct ConnectProxy {
+    port: u16,
+    heads: Arc<Mutex<Vec<String>>>,
+}
+
+impl ConnectProxy {
+    async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let heads: Arc<Mutex<Vec<String>>> = Arc::default();
+        let seen = heads.clone();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                tokio::spawn(tunnel(client, seen.clone()));
+            }
+        });
+        Self { port, heads }
+    }
+
+    fn heads(&self) -> Vec<String> {
+        self.heads.lock().unwrap().clone()
+    }
+}
+
+async fn tunnel(mut client: TcpStream, seen: Arc<Mutex<Vec<String>>>) {
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let Ok(byte) = client.read_u8().await else { return };
+        head.push(byte);
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    seen.lock().unwrap().push(head.clone());
+    let target = head.split_whitespace().nth(1).unwrap_or_default().to_owned();
+    let Ok(mut upstream) = TcpStream::connect(&target).await else { return };
+    if client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await.is_err() {
+        return;
+    }
+    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+}
+
+#[tokio::test]
+async fn attempts_tunnel_through_the_proxy_to_the_vetted_address_only() {
+    let receiver = Receiver::start_at("127.0.0.2", |_, _| crate::support::Reply::ok()).await;
+    let proxy = ConnectProxy::start().await;
+    let dns = StubDns::start(|name, _| match name {
+        "hooks.egress.test" => Some(vec![Answer::A(Ipv4Addr::new(127, 0, 0, 2))]),
+        "inside.egress.test" => Some(vec![Answer::A(Ipv4Addr::new(127, 0, 0, 1))]),
+        _ => None,
+    })
+    .await;
+    let proxy_url = format!("http://egress:p%40ss@127.0.0.1:{}", proxy.port);
+    let server = TestServer::start_with(|c| {
+        c.delivery.allowed_networks = vec!["127.0.0.2/32".parse().unwrap()];
+        c.delivery.dns_servers = vec![dns.addr];
+        c.delivery.proxy = herald::deliver::EgressProxy::from_url(&url::Url::parse(&proxy_url).unwrap());
+    })
+    .await;
+    let app = server.create_app("shop").await;
+    let port = receiver.addr.port();
+    let one_attempt = json!({"delivery": {"retry": {"strategy": "fixed", "intervalMs": 1000, "maxAttempts": 1}}});
+    server.create_endpoint(&app, &format!("http://hooks.egress.test:{port}/in"), json!({})).await;
+    let inside = server.create_endpoint(&app, &format!("http://inside.egress.test:{port}/in"), one_attempt).await;
+    let msg = server.send(&app, json!({"eventType": "e", "payload": {"n": 1}})).await;
+
+    let got = receiver.wait_for(None, 1).await;
+    assert_eq!(got[0].header("host"), format!("hooks.egress.test:{port}"), "the original host, as sent");
+    assert_eq!(got[0].header("webhook-id"), msg);
+    let inside_id = inside["id"].as_str().unwrap();
+    let status = eventually("the inside delivery to fail", || async {
+        server.delivery_status(&app, &msg, inside_id).await.filter(|s| *s == 2)
+    })
+    .await;
+    assert_eq!(status, 2);
+    let attempts = server.attempts(&app, &msg).await;
+    let refused = attempts.iter().find(|a| a["endpointId"] == inside_id).unwrap();
+    assert_eq!(refused["errorClass"], "blocked_destination", "{refused}");
+
+    let heads = proxy.heads();
+    assert_eq!(heads.len(), 1, "one tunnel, for the allowed destination only: {heads:?}");
+    assert!(
+        heads[0].starts_with(&format!("CONNECT 127.0.0.2:{port} HTTP/1.1\r\n")),
+        "the vetted address: {}",
+        heads[0]
+    );
+    let credentials = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, "egress:p@ss");
+    assert!(heads[0].contains(&format!("Proxy-Authorization: Basic {credentials}\r\n")), "{}", heads[0]);
+}
