@@ -135,9 +135,24 @@ async fn percentiles_match_a_known_latency_distribution() {
         (health["sampleCount"] == 100).then_some(health)
     })
     .await;
+    // The truth is each attempt's own recorded duration: on a loaded machine an attempt
+    // takes longer than the receiver's delay, and what is checked here is Herald's
+    // percentiles of what it measured (log buckets, within 5 %, plus the 1 ms the records
+    // round to), not the machine's speed. The receiver's delays are a floor.
+    let recorded: Vec<f64> = eventually("100 attempts recorded", || async {
+        let (_, attempts) = server.get(&format!("/api/v1/app/{app}/attempt/endpoint/{ep}?limit=250")).await;
+        let data = attempts["data"].as_array()?;
+        (data.len() == 100).then(|| data.iter().map(|a| a["responseDurationMs"].as_f64().unwrap()).collect())
+    })
+    .await;
     for (field, q) in [("p50Ms", 0.5), ("p95Ms", 0.95), ("p99Ms", 0.99)] {
-        let (measured, truth) = (health[field].as_f64().unwrap(), percentile(&delays, q));
-        assert!((measured - truth).abs() <= 0.05 * truth, "{field}: measured {measured:.1} ms, true {truth} ms");
+        let (measured, truth) = (health[field].as_f64().unwrap(), percentile(&recorded, q));
+        assert!(
+            (measured - truth).abs() <= 0.05 * truth + 1.0,
+            "{field}: {measured:.1} ms, the recorded attempts' {truth} ms"
+        );
+        let floor = percentile(&delays, q);
+        assert!(measured >= 0.95 * floor, "{field}: {measured:.1} ms, below the receiver's own {floor} ms");
     }
     assert_eq!((health["state"].as_str(), health["slow"].as_bool()), (Some("closed"), Some(false)));
 
