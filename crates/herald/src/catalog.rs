@@ -11,7 +11,7 @@ use http::{HeaderName, HeaderValue};
 use url::Url;
 
 use crate::clock::Millis;
-use crate::deliver::{is_reserved_header, is_sensitive_header};
+use crate::deliver::{EgressProxy, is_reserved_header, is_sensitive_header};
 use crate::endpoint_settings::{Defaults, EffectiveSettings};
 use crate::ids::{AppId, EndpointId};
 use crate::outcome::Failure;
@@ -22,7 +22,7 @@ use crate::signing::EndpointKey;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use crate::store::{App, CatalogChange, CatalogStore, Endpoint, Headers, Message, PageQuery, StoreResult};
+use crate::store::{App, AppProxy, CatalogChange, CatalogStore, Endpoint, Headers, Message, PageQuery, StoreResult};
 
 /// The settings of an application the dispatcher enforces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +71,8 @@ pub struct Target {
     /// `None` when they do not open, and its attempts then fail as internal errors rather
     /// than go out without them.
     pub headers: Option<Vec<(HeaderName, HeaderValue)>>,
+    /// The application's own egress proxy, over the server's.
+    pub proxy: Option<EgressProxy>,
 }
 
 impl Target {
@@ -115,7 +117,13 @@ impl Target {
             (Some(template), Some(url)) => Template::parse(template, url).map(Some).map_err(|e| e.to_string()),
             (Some(_), None) => Err("the endpoint URL does not parse".into()),
         };
-        Self { url, settings: endpoint.delivery.resolve(defaults), template, keys, headers, endpoint, app }
+        let settings = endpoint.delivery.resolve(defaults);
+        Self { url, settings, template, keys, headers, endpoint, app, proxy: None }
+    }
+
+    /// The target with its application's egress proxy.
+    pub fn with_proxy(self, proxy: Option<EgressProxy>) -> Self {
+        Self { proxy, ..self }
     }
 
     /// The keys that sign at `now`: the current one and those still inside their overlap.
@@ -135,6 +143,7 @@ impl Target {
         for (name, value) in self.headers.iter().flatten() {
             (name.as_str(), value.as_bytes()).hash(&mut h);
         }
+        self.proxy.hash(&mut h);
         h.finish()
     }
 
@@ -279,6 +288,11 @@ impl Catalog {
         loop {
             let apps = self.store.list_apps(&page).await?;
             for app in &apps {
+                if let Some(app) = self.resealed_app(app) {
+                    self.store.update_app(&app).await?;
+                    self.invalidate_app(&app);
+                    resealed += 1;
+                }
                 for endpoint in self.store.app_endpoints(&app.id).await? {
                     if let Some(endpoint) = self.resealed(endpoint) {
                         self.store.update_endpoint(&endpoint).await?;
@@ -290,6 +304,25 @@ impl Catalog {
             match apps.last() {
                 Some(last) if apps.len() == page.limit => page.iterator = Some(last.id.to_string()),
                 _ => return Ok(resealed),
+            }
+        }
+    }
+
+    /// The application with its proxy's credentials sealed under the current key, if they
+    /// were not (and open).
+    fn resealed_app(&self, app: &App) -> Option<App> {
+        let proxy = app.proxy.as_ref().filter(|p| !p.credentials.0.is_empty())?;
+        if !self.keyring.is_stale(&proxy.credentials.0) {
+            return None;
+        }
+        match self.keyring.open_proxy_credentials(&proxy.credentials, app.id.as_str()) {
+            Ok(credentials) => {
+                let credentials = self.keyring.seal_proxy_credentials(&credentials, app.id.as_str());
+                Some(App { proxy: Some(AppProxy { credentials, ..proxy.clone() }), ..app.clone() })
+            }
+            Err(e) => {
+                tracing::error!(app = %app.id, error = %e, "cannot seal an application's proxy credentials again");
+                None
             }
         }
     }
@@ -349,10 +382,10 @@ impl Catalog {
             return Ok(found.clone());
         }
         let generation = self.generation.load(Ordering::Acquire);
-        let limits = self.limits(app).await?;
+        let (limits, proxy) = self.limits(app).await?;
         let endpoints = self.store.app_endpoints(app).await?;
-        let targets: Arc<[Arc<Target>]> =
-            endpoints.into_iter().map(|e| Arc::new(Target::new(e, limits, &self.defaults, &self.keyring))).collect();
+        let prepare = |e| Arc::new(Target::new(e, limits, &self.defaults, &self.keyring).with_proxy(proxy.clone()));
+        let targets: Arc<[Arc<Target>]> = endpoints.into_iter().map(prepare).collect();
         if self.generation.load(Ordering::Acquire) == generation {
             write(&self.routes).insert(app.clone(), targets.clone());
             let mut by_id = write(&self.targets);
@@ -372,16 +405,26 @@ impl Catalog {
         let Some(endpoint) = self.store.endpoint_by_id(id).await? else {
             return Ok(None);
         };
-        let limits = self.limits(&endpoint.app_id).await?;
-        let target = Arc::new(Target::new(endpoint, limits, &self.defaults, &self.keyring));
+        let (limits, proxy) = self.limits(&endpoint.app_id).await?;
+        let target = Arc::new(Target::new(endpoint, limits, &self.defaults, &self.keyring).with_proxy(proxy));
         if self.generation.load(Ordering::Acquire) == generation {
             write(&self.targets).insert(id.clone(), target.clone());
         }
         Ok(Some(target))
     }
 
-    async fn limits(&self, app: &AppId) -> StoreResult<AppLimits> {
-        Ok(self.app(app.as_str()).await?.map(|a| AppLimits::of(&a)).unwrap_or_default())
+    /// What the dispatcher needs of an application: its limits, and its own egress proxy
+    /// (its credentials opened; `None`: the server's).
+    async fn limits(&self, app: &AppId) -> StoreResult<(AppLimits, Option<EgressProxy>)> {
+        let Some(app) = self.app(app.as_str()).await? else { return Ok(Default::default()) };
+        let proxy = app.proxy.as_ref().and_then(|p| {
+            let opened = self.keyring.open_proxy_credentials(&p.credentials, app.id.as_str());
+            let opened = opened.inspect_err(|e| {
+                tracing::error!(app = %app.id, error = %e, "the application's proxy credentials do not open");
+            });
+            EgressProxy::from_parts(&p.url, opened.ok().filter(|c| !c.is_empty()))
+        });
+        Ok((AppLimits::of(&app), proxy))
     }
 
     /// Forgets an application (and its routing) after it changed.

@@ -266,13 +266,7 @@ fn egress_proxy(text: &str) -> anyhow::Result<Option<crate::deliver::EgressProxy
     if text.is_empty() {
         return Ok(None);
     }
-    let refused =
-        || anyhow::anyhow!("delivery.proxy_url must be http://[user:password@]host:port (an HTTP CONNECT proxy)");
-    let url = url::Url::parse(text).map_err(|_| refused())?;
-    if url.scheme() != "http" || url.path() != "/" || url.query().is_some() {
-        return Err(refused());
-    }
-    crate::deliver::EgressProxy::from_url(&url).map(Some).ok_or_else(refused)
+    crate::deliver::EgressProxy::parse(text).map(Some).map_err(|e| anyhow::anyhow!("delivery.proxy_url {e}"))
 }
 
 impl RawScripts {

@@ -34,6 +34,8 @@ pub enum Purpose {
     EndpointHeaders,
     /// The credentials Herald presents to an endpoint's receiver.
     EndpointAuth,
+    /// The credentials of an application's egress proxy.
+    ProxyAuth,
     /// A response body kept for an idempotency key.
     StoredResponse,
 }
@@ -44,6 +46,7 @@ impl Purpose {
             Self::EndpointSecrets => "endpoint-secrets",
             Self::EndpointHeaders => "endpoint-headers",
             Self::EndpointAuth => "endpoint-auth",
+            Self::ProxyAuth => "proxy-auth",
             Self::StoredResponse => "stored-response",
         };
         format!("herald/{what}/{associated}")
@@ -194,6 +197,21 @@ impl Keyring {
         }
         let json = self.open(Purpose::EndpointAuth, &sealed.0, endpoint.as_str())?;
         serde_json::from_slice(&json).map(Some).map_err(|_| SealError::Malformed)
+    }
+
+    /// Seals the `user:password` of an application's egress proxy (none: empty text).
+    pub fn seal_proxy_credentials(&self, credentials: &str, app: &str) -> SealedAuth {
+        if credentials.is_empty() {
+            return SealedAuth::default();
+        }
+        SealedAuth(self.seal(Purpose::ProxyAuth, credentials.as_bytes(), app))
+    }
+
+    pub fn open_proxy_credentials(&self, sealed: &SealedAuth, app: &str) -> Result<String, SealError> {
+        if sealed.0.is_empty() {
+            return Ok(String::new());
+        }
+        String::from_utf8(self.open(Purpose::ProxyAuth, &sealed.0, app)?).map_err(|_| SealError::Malformed)
     }
 
     /// Whether a sealed value was sealed under an old key (and should be rewritten).

@@ -16,8 +16,9 @@ use super::validate::{Problems, double_option};
 use super::{AppState, require_admin_for, visible_app};
 use crate::brand::Brand;
 use crate::clock::{now_ms, to_rfc3339};
+use crate::deliver::EgressProxy;
 use crate::ids::AppId;
-use crate::store::{App, Metadata};
+use crate::store::{App, AppProxy, Metadata};
 
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -36,6 +37,10 @@ pub struct ApplicationIn {
     /// Herald extension: the portal's brand for this application, over the server's. A
     /// `PUT` without it keeps the current one (the SDKs do not know the field).
     pub portal_brand: Option<Brand>,
+    /// Herald extension (operator only): the egress proxy this application's attempts go
+    /// through, over the server's `delivery.proxy_url` (`http://[user:password@]host:port`).
+    /// A `PUT` without it keeps the current one.
+    pub proxy_url: Option<String>,
 }
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -59,6 +64,10 @@ pub struct ApplicationPatch {
     #[serde(default, deserialize_with = "double_option")]
     #[schema(value_type = Option<Brand>)]
     pub portal_brand: Option<Option<Brand>>,
+    /// `null` removes it (the server's proxy, if any, applies).
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<String>)]
+    pub proxy_url: Option<Option<String>>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -78,6 +87,10 @@ pub struct ApplicationOut {
     pub weight: Option<u32>,
     /// The portal's brand for this application (Herald extension; absent: the server's).
     pub portal_brand: Option<Brand>,
+    /// The application's egress proxy, without its credentials (Herald extension; absent:
+    /// the server's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proxy_url: Option<String>,
     pub created_at: String,
     pub updated_at: String,
 }
@@ -94,6 +107,7 @@ impl From<&App> for ApplicationOut {
             max_concurrency: app.max_concurrency,
             weight: app.weight,
             portal_brand: app.portal_brand.clone(),
+            proxy_url: app.proxy.as_ref().map(|p| p.url.clone()),
             created_at: to_rfc3339(app.created_at),
             updated_at: to_rfc3339(app.updated_at),
         }
@@ -138,8 +152,11 @@ fn check(app: &App) -> ApiResult<()> {
 /// none (upserts name the application in the path).
 pub async fn create_app_from(state: &AppState, input: ApplicationIn, path_uid: Option<&str>) -> ApiResult<App> {
     let now = now_ms();
+    let id = AppId::generate();
+    let proxy = input.proxy_url.as_deref().map(|text| app_proxy(state, text, &id)).transpose()?;
     let app = App {
-        id: AppId::generate(),
+        id,
+        proxy,
         uid: input.uid.or_else(|| path_uid.map(str::to_owned)),
         name: input.name,
         metadata: input.metadata.unwrap_or_default(),
@@ -249,6 +266,10 @@ pub async fn upsert_app(
                 max_concurrency: input.max_concurrency,
                 weight: input.weight,
                 portal_brand: input.portal_brand.or_else(|| existing.portal_brand.clone()),
+                proxy: match input.proxy_url.as_deref() {
+                    Some(text) => Some(app_proxy(&state, text, &existing.id)?),
+                    None => existing.proxy.clone(),
+                },
                 updated_at: now_ms(),
                 ..(*existing).clone()
             };
@@ -296,6 +317,9 @@ pub async fn patch_app(
     if let Some(brand) = patch.portal_brand {
         app.portal_brand = brand;
     }
+    if let Some(proxy) = patch.proxy_url {
+        app.proxy = proxy.as_deref().map(|text| app_proxy(&state, text, &app.id)).transpose()?;
+    }
     check(&app)?;
     app.updated_at = now_ms();
     save(&state, &app).await?;
@@ -314,6 +338,13 @@ pub async fn delete_app(
     state.store.delete_app(&app.id).await?;
     state.catalog.invalidate_app(&app);
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// An application's egress proxy as stored: its address, and its credentials sealed.
+fn app_proxy(state: &AppState, text: &str, app: &AppId) -> ApiResult<AppProxy> {
+    let proxy = EgressProxy::parse(text).map_err(|e| ApiError::invalid("proxyUrl", e))?;
+    let credentials = state.keyring.seal_proxy_credentials(proxy.authorization().unwrap_or_default(), app.as_str());
+    Ok(AppProxy { url: proxy.address(), credentials })
 }
 
 async fn save(state: &AppState, app: &App) -> ApiResult<()> {

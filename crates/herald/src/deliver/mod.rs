@@ -7,9 +7,10 @@ mod proxy;
 mod request;
 mod resolver;
 
+use std::collections::HashMap;
 use std::error::Error as StdError;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
@@ -77,14 +78,37 @@ pub struct DelivererConfig {
 }
 
 pub struct Deliverer {
+    /// Through the server's egress proxy, if any.
     client: HttpClient,
+    /// Through applications' own proxies, one client (and pool) each, made when first used.
+    proxied: Mutex<HashMap<EgressProxy, HttpClient>>,
+    resolver: Resolver,
+    guard: Arc<Guard>,
     config: DelivererConfig,
 }
 
 impl Deliverer {
     pub fn new(guard: Arc<Guard>, config: DelivererConfig) -> Self {
         let resolver = Resolver::new(guard.clone(), &config.dns_servers, config.dns_budget);
-        let tcp = GuardedConnector::new(resolver, guard, config.connect_budget, config.proxy.clone());
+        let client = Self::client(&resolver, &guard, &config, config.proxy.clone());
+        Self { client, proxied: Mutex::default(), resolver, guard, config }
+    }
+
+    /// The client whose connections go through `proxy` (the server's when `None`).
+    fn client_for(&self, proxy: Option<&EgressProxy>) -> HttpClient {
+        let Some(proxy) = proxy else { return self.client.clone() };
+        let mut proxied = self.proxied.lock().unwrap_or_else(|e| e.into_inner());
+        let made = || Self::client(&self.resolver, &self.guard, &self.config, Some(proxy.clone()));
+        proxied.entry(proxy.clone()).or_insert_with(made).clone()
+    }
+
+    fn client(
+        resolver: &Resolver,
+        guard: &Arc<Guard>,
+        config: &DelivererConfig,
+        proxy: Option<EgressProxy>,
+    ) -> HttpClient {
+        let tcp = GuardedConnector::new(resolver.clone(), guard.clone(), config.connect_budget, proxy);
         let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
             .with_safe_default_protocol_versions()
             .expect("ring supports the default protocol versions")
@@ -98,16 +122,15 @@ impl Deliverer {
             .wrap_connector(tcp);
         // DNS and TCP have their own budgets inside; the TLS handshake gets its budget on top.
         let connect = Budgeted::new(https, config.dns_budget + config.connect_budget + config.tls_budget);
-        // No redirect following, no proxy (from the environment or otherwise), no
-        // decompression: hyper does none of them.
-        let client = Client::builder(TokioExecutor::new())
+        // No redirect following, no proxy from the environment, no decompression: hyper
+        // does none of them.
+        Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(60))
             .pool_max_idle_per_host(256)
             .http1_max_headers(MAX_RESPONSE_HEADERS)
             .http1_max_buf_size(MAX_RESPONSE_HEAD_BYTES.max(8192))
             .http2_max_header_list_size(MAX_RESPONSE_HEAD_BYTES as u32)
-            .build(connect);
-        Self { client, config }
+            .build(connect)
     }
 
     /// Performs one attempt within the target's timeout.
@@ -118,14 +141,21 @@ impl Deliverer {
             Ok(built) => (built.request, built.recorded_url),
             Err((failure, reason)) => return Sent::failed(failure, reason, started.elapsed()),
         };
-        let mut sent = self.exchange(request, started, deadline).await;
+        let client = self.client_for(out.target.proxy.as_ref());
+        let mut sent = self.exchange(&client, request, started, deadline).await;
         sent.url = recorded_url;
         sent
     }
 
     /// Sends a built request and reads the answer within `deadline`.
-    async fn exchange(&self, request: http::Request<Full<Bytes>>, started: Instant, deadline: Instant) -> Sent {
-        let response = match tokio::time::timeout_at(deadline, self.client.request(request)).await {
+    async fn exchange(
+        &self,
+        client: &HttpClient,
+        request: http::Request<Full<Bytes>>,
+        started: Instant,
+        deadline: Instant,
+    ) -> Sent {
+        let response = match tokio::time::timeout_at(deadline, client.request(request)).await {
             Err(_) => {
                 return Sent::failed(Failure::Timeout, "timed out waiting for a response", started.elapsed());
             }

@@ -17,7 +17,7 @@ use url::Url;
 /// Longest CONNECT answer head read.
 const MAX_ANSWER: usize = 8 * 1024;
 
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct EgressProxy {
     host: String,
     port: u16,
@@ -33,7 +33,37 @@ impl fmt::Debug for EgressProxy {
 }
 
 impl EgressProxy {
-    /// From `http://[user:password@]host:port` (checked by the configuration).
+    /// Parses `http://[user:password@]host[:port]`, the only form accepted (the server's
+    /// `delivery.proxy_url`, an application's `proxyUrl`).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let refused = || "must be http://[user:password@]host:port (an HTTP CONNECT proxy)".to_owned();
+        let url = Url::parse(text).map_err(|_| refused())?;
+        if url.scheme() != "http" || url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
+            return Err(refused());
+        }
+        Self::from_url(&url).ok_or_else(refused)
+    }
+
+    /// The proxy without its credentials, as `http://host:port` (what reads may show).
+    pub fn address(&self) -> String {
+        match self.host.contains(':') {
+            true => format!("http://[{}]:{}", self.host, self.port),
+            false => format!("http://{}:{}", self.host, self.port),
+        }
+    }
+
+    /// The `Proxy-Authorization` value, if the proxy has credentials (secret).
+    pub fn authorization(&self) -> Option<&str> {
+        self.authorization.as_deref()
+    }
+
+    /// The proxy at `address` (as [`Self::address`] shows it) with `authorization`.
+    pub fn from_parts(address: &str, authorization: Option<String>) -> Option<Self> {
+        let proxy = Self::parse(address).ok()?;
+        Some(Self { authorization, ..proxy })
+    }
+
+    /// From `http://[user:password@]host:port`.
     pub fn from_url(url: &Url) -> Option<Self> {
         let host = url.host_str()?.trim_start_matches('[').trim_end_matches(']').to_owned();
         let port = url.port_or_known_default()?;
@@ -93,6 +123,12 @@ mod tests {
         let shown = format!("{proxy:?}");
         assert!(!shown.contains("p:ss") && !shown.contains("Basic") && !shown.contains("eg@"), "{shown}");
         let bare = EgressProxy::from_url(&Url::parse("http://10.0.0.1").unwrap()).unwrap();
-        assert_eq!((bare.port, bare.authorization), (80, None));
+        assert_eq!((bare.port, bare.authorization.clone()), (80, None));
+        assert_eq!(proxy.address(), "http://proxy.internal:3128");
+        let again = EgressProxy::from_parts(&proxy.address(), proxy.authorization().map(str::to_owned)).unwrap();
+        assert_eq!(again, proxy);
+        for bad in ["https://p:1", "socks5://p:1", "http://p:1/path", "http://p:1/?q", "p:1"] {
+            assert!(EgressProxy::parse(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -17,6 +17,7 @@ pub(crate) fn app() -> App {
         max_concurrency: None,
         weight: None,
         portal_brand: None,
+        proxy: None,
         created_at: now_ms(),
         updated_at: now_ms(),
     }
@@ -108,6 +109,19 @@ async fn seeded(store: &dyn Store, n: usize) -> (App, Endpoint, Vec<(MessageId, 
         out.push((m.id, deliveries[0]));
     }
     (app, ep, out)
+}
+
+pub async fn an_application_reads_back_as_written(store: &dyn Store) {
+    let mut app = app();
+    store.insert_app(&app).await.unwrap();
+    assert_eq!(store.app(app.id.as_str()).await.unwrap().as_ref(), Some(&app));
+    app.proxy =
+        Some(AppProxy { url: "http://proxy.internal:3128".into(), credentials: SealedAuth("v1.k.sealed".into()) });
+    store.update_app(&app).await.unwrap();
+    assert_eq!(store.app(app.id.as_str()).await.unwrap().as_ref(), Some(&app));
+    app.proxy = None;
+    store.update_app(&app).await.unwrap();
+    assert_eq!(store.app(app.id.as_str()).await.unwrap().as_ref(), Some(&app));
 }
 
 pub async fn an_endpoint_reads_back_as_written_and_its_tombstone_keeps_no_credentials(store: &dyn Store) {
@@ -673,6 +687,7 @@ pub async fn an_applications_portal_tokens_expire_together(store: &dyn Store) {
 macro_rules! conformance_suite {
     ($make:expr) => {
         $crate::conformance_suite!(@cases $make;
+            an_application_reads_back_as_written,
             an_endpoint_reads_back_as_written_and_its_tombstone_keeps_no_credentials,
             claims_are_exclusive,
             only_the_claim_holder_records_an_outcome,

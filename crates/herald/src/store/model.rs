@@ -25,8 +25,20 @@ pub struct App {
     pub weight: Option<u32>,
     /// The portal's brand for this application, over the server's (Herald extension).
     pub portal_brand: Option<crate::brand::Brand>,
+    /// The egress proxy this application's attempts go through, over the server's
+    /// (Herald extension; operator only): its URL without credentials, and those sealed.
+    pub proxy: Option<AppProxy>,
     pub created_at: Millis,
     pub updated_at: Millis,
+}
+
+/// An application's egress proxy as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppProxy {
+    /// `http://host:port`, without credentials.
+    pub url: String,
+    /// `user:password`, sealed (empty text: none).
+    pub credentials: SealedAuth,
 }
 
 /// An endpoint's signing secrets: the current one, and earlier ones that keep signing until

@@ -62,8 +62,7 @@ async fn bad_credentials_are_refused_and_the_owner_may_set_them() {
     let (_, access) = server.post(&format!("/api/v1/auth/app-portal-access/{app}"), json!({})).await;
     let token = access["token"].as_str().unwrap();
     let answer = server
-        .request(Method::PATCH, &format!("{path}/{}", endpoint["id"].as_str().unwrap()))
-        .bearer_auth(token)
+        .request_as(token, Method::PATCH, &format!("{path}/{}", endpoint["id"].as_str().unwrap()))
         .json(&json!({"auth": {"type": "basic", "username": "u", "password": "p"}}))
         .send()
         .await

@@ -101,3 +101,53 @@ async fn attempts_tunnel_through_the_proxy_to_the_vetted_address_only() {
     let credentials = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, "egress:p@ss");
     assert!(heads[0].contains(&format!("Proxy-Authorization: Basic {credentials}\r\n")), "{}", heads[0]);
 }
+
+#[tokio::test]
+async fn an_application_may_have_its_own_proxy_set_by_the_operator_only() {
+    let receiver = Receiver::ok().await;
+    let (server_proxy, own_proxy) = (ConnectProxy::start().await, ConnectProxy::start().await);
+    let server_url = format!("http://127.0.0.1:{}", server_proxy.port);
+    let server =
+        TestServer::start_with(|c| c.delivery.proxy = herald::deliver::EgressProxy::parse(&server_url).ok()).await;
+    let (status, special) = server
+        .post(
+            "/api/v1/app",
+            json!({"name": "fixed", "proxyUrl": format!("http://team:s3cr%3At@127.0.0.1:{}", own_proxy.port)}),
+        )
+        .await;
+    assert_eq!(status, reqwest::StatusCode::CREATED, "{special}");
+    assert_eq!(special["proxyUrl"], format!("http://127.0.0.1:{}", own_proxy.port), "never the credentials");
+    let special = special["id"].as_str().unwrap().to_owned();
+    let plain = server.create_app("plain").await;
+    for app in [&special, &plain] {
+        server.create_endpoint(app, &receiver.url(&format!("/{app}")), json!({})).await;
+        server.send(app, json!({"eventType": "e", "payload": {}})).await;
+    }
+    receiver.wait_for(None, 2).await;
+    let (own, shared) = (own_proxy.heads(), server_proxy.heads());
+    assert_eq!((own.len(), shared.len()), (1, 1), "each application through its proxy: {own:?} {shared:?}");
+    let credentials = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, "team:s3cr:t");
+    assert!(own[0].contains(&format!("Proxy-Authorization: Basic {credentials}\r\n")), "{}", own[0]);
+    assert!(!shared[0].contains("Proxy-Authorization"), "{}", shared[0]);
+
+    // The operator's setting: a portal token may not touch it; a bad one is a 422; null removes it.
+    let path = format!("/api/v1/app/{special}");
+    let (_, access) = server.post(&format!("/api/v1/auth/app-portal-access/{special}"), json!({})).await;
+    let answer = server
+        .request_as(access["token"].as_str().unwrap(), reqwest::Method::PATCH, &path)
+        .json(&json!({"proxyUrl": null}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), reqwest::StatusCode::FORBIDDEN);
+    let (status, body) = server.call(reqwest::Method::PATCH, &path, Some(json!({"proxyUrl": "socks5://p:1"}))).await;
+    assert_eq!(status, reqwest::StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["detail"][0]["loc"], json!(["body", "proxyUrl"]));
+    let (_, patched) = server.call(reqwest::Method::PATCH, &path, Some(json!({"proxyUrl": null}))).await;
+    assert!(patched.get("proxyUrl").is_none(), "{patched}");
+    server.send(&special, json!({"eventType": "e", "payload": {}})).await;
+    receiver.wait_for(None, 3).await;
+    // Through the server's proxy again: its client's tunnel to the receiver is kept alive and
+    // reused, so no new CONNECT shows; the application's own proxy sees nothing more.
+    assert_eq!(own_proxy.heads().len(), 1, "not through the removed proxy");
+}

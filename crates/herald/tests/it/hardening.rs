@@ -118,11 +118,18 @@ async fn rotating_the_server_key_reseals_every_secret_so_the_old_key_can_go() {
     let (old, new) = (herald::sealing::generate_key(), herald::sealing::generate_key());
     let server = TestServer::start_on(&storage, |c| c.auth.secret_key = Some(old.clone())).await;
     let app = server.create_app("a").await;
-    let endpoint = server.create_endpoint(&app, "https://hooks.example.com/", json!({})).await;
+    let auth = json!({"auth": {"type": "basic", "username": "u", "password": "p"}});
+    let endpoint = server.create_endpoint(&app, "https://hooks.example.com/", auth).await;
     let id = endpoint["id"].as_str().unwrap().to_owned();
     let secret = server.secret(&app, &id).await;
+    let proxy = json!({"proxyUrl": "http://u:p@proxy.internal:3128"});
+    assert_eq!(server.call(Method::PATCH, &format!("/api/v1/app/{app}"), Some(proxy)).await.0, StatusCode::OK);
     server.stop().await;
     let before = stored_column(&storage, "secrets").await[&id].clone();
+    let key_of = |sealed: &str| sealed.split('.').nth(1).unwrap_or_default().to_owned();
+    let old_key = key_of(&before);
+    assert_eq!(key_of(&stored_column(&storage, "auth").await[&id]), old_key);
+    assert_eq!(key_of(&stored(&storage, "app", "proxy_credentials").await[&app]), old_key);
 
     let server = TestServer::start_on(&storage, |c| {
         c.auth.secret_key = Some(new.clone());
@@ -135,8 +142,12 @@ async fn rotating_the_server_key_reseals_every_secret_so_the_old_key_can_go() {
     })
     .await;
     server.stop().await;
+    assert_ne!(key_of(&stored_column(&storage, "auth").await[&id]), old_key, "delivery credentials resealed");
+    assert_ne!(key_of(&stored(&storage, "app", "proxy_credentials").await[&app]), old_key, "proxy credentials too");
     let server = TestServer::start_on(&storage, |c| c.auth.secret_key = Some(new.clone())).await;
     assert_eq!(server.secret(&app, &id).await, secret, "readable with the new key alone");
+    let (_, read) = server.get(&format!("/api/v1/app/{app}/endpoint/{id}")).await;
+    assert_eq!(read["auth"], json!({"type": "basic"}), "not unreadable: {read}");
 }
 
 /// Regressions (issue 16, findings 2 and 5): with an idempotency key, the app-portal token
@@ -154,6 +165,10 @@ async fn no_token_secret_or_header_value_rests_in_plaintext_anywhere() {
     let extra =
         json!({"headers": {"Authorization": header}, "auth": {"type": "basic", "username": "u", "password": password}});
     let endpoint = server.create_endpoint(&app, "https://hooks.example.com/", extra).await;
+    let proxy_password = format!("canary{}", herald::ids::random_token(16));
+    let proxy = json!({"proxyUrl": format!("http://egress:{proxy_password}@proxy.internal:3128")});
+    let (status, _) = server.call(Method::PATCH, &format!("/api/v1/app/{app}"), Some(proxy)).await;
+    assert_eq!(status, StatusCode::OK);
     let ep = endpoint["id"].as_str().unwrap().to_owned();
     let patched = format!("canary-{}", herald::ids::random_token(16));
     let (status, _) = server
@@ -191,6 +206,7 @@ async fn no_token_secret_or_header_value_rests_in_plaintext_anywhere() {
         ("a patched endpoint header", patched.as_str()),
         ("the dashboard session", session),
         ("a delivery password", password.as_str()),
+        ("an egress proxy password", proxy_password.as_str()),
     ] {
         assert!(!everything.contains(canary), "{what} rests in plaintext");
     }
@@ -302,16 +318,22 @@ async fn failed_authentications_are_budgeted_per_address() {
 }
 
 async fn stored_column(storage: &Storage, column: &str) -> std::collections::HashMap<String, String> {
+    stored(storage, "endpoint", column).await
+}
+
+/// `column` of every row of `table`, by id (text columns; NULL reads as empty).
+async fn stored(storage: &Storage, table: &str, column: &str) -> std::collections::HashMap<String, String> {
     match &storage.database_url {
         None => {
             let db = rusqlite::Connection::open(storage.dir.path().join("herald.db")).unwrap();
-            let mut query = db.prepare(&format!("SELECT id, {column} FROM endpoint")).unwrap();
+            let mut query = db.prepare(&format!("SELECT id, coalesce({column}, '') FROM {table}")).unwrap();
             query.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect()
         }
         Some(url) => {
             let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
             tokio::spawn(connection);
-            let rows = client.query(&format!("SELECT id, {column} FROM herald.endpoint"), &[]).await.unwrap();
+            let sql = format!("SELECT id, coalesce({column}, '') FROM herald.{table}");
+            let rows = client.query(&sql, &[]).await.unwrap();
             rows.iter().map(|r| (r.get(0), r.get(1))).collect()
         }
     }

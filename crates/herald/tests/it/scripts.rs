@@ -263,8 +263,7 @@ async fn the_simulation_shows_what_would_be_sent_and_hides_credentials() {
     let (_, access) = server.post(&format!("/api/v1/auth/app-portal-access/{app}"), json!({})).await;
     let token = access["token"].as_str().unwrap();
     let answer = server
-        .request(Method::POST, &path)
-        .bearer_auth(token)
+        .request_as(token, Method::POST, &path)
         .json(&json!({"eventType": "order.paid", "payload": {"amount": 1}}))
         .send()
         .await
@@ -280,7 +279,7 @@ async fn the_endpoints_owner_sets_its_own_filter_and_transform() {
     let (_, access) = server.post(&format!("/api/v1/auth/app-portal-access/{app}"), json!({})).await;
     let token = access["token"].as_str().unwrap();
     let path = format!("/api/v1/app/{app}/endpoint/{}", endpoint["id"].as_str().unwrap());
-    let patch = |body: Value| server.request(Method::PATCH, &path).bearer_auth(token).json(&body).send();
+    let patch = |body: Value| server.request_as(token, Method::PATCH, &path).json(&body).send();
     let answer = patch(json!({"filter": ".payload.vip", "transform": "{payload: .payload.order}"})).await.unwrap();
     assert_eq!(answer.status(), StatusCode::OK);
     let (_, read) = server.get(&path).await;

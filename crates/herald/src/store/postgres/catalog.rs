@@ -64,6 +64,11 @@ fn endpoint_params(e: &Endpoint) -> Vec<Box<dyn ToSql + Sync + Send>> {
     ]
 }
 
+/// An application's egress proxy columns (URL, sealed credentials), as stored.
+fn proxy_columns(app: &App) -> (Option<&str>, Option<&str>) {
+    (app.proxy.as_ref().map(|p| p.url.as_str()), app.proxy.as_ref().map(|p| p.credentials.0.as_str()))
+}
+
 /// The optional numeric settings of an application, as stored.
 fn app_limits(app: &App) -> (Option<i32>, Option<i32>, Option<i32>) {
     (app.throttle_rate.map(i32::from), app.max_concurrency.map(|v| v as i32), app.weight.map(|v| v as i32))
@@ -76,10 +81,13 @@ fn refs(params: &[Box<dyn ToSql + Sync + Send>]) -> Vec<&(dyn ToSql + Sync)> {
 #[async_trait]
 impl CatalogStore for PgStore {
     async fn insert_app(&self, app: &App) -> StoreResult<()> {
-        let sql = format!("INSERT INTO herald.app ({APP_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)");
+        let sql = format!(
+            "INSERT INTO herald.app ({APP_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+        );
         let (rate, cap, weight) = app_limits(app);
         let brand = app.portal_brand.as_ref().map(Json);
-        let params: [&(dyn ToSql + Sync); 10] = [
+        let (proxy_url, proxy_credentials) = proxy_columns(app);
+        let params: [&(dyn ToSql + Sync); 12] = [
             &app.id.as_str(),
             &app.uid,
             &app.name,
@@ -90,6 +98,8 @@ impl CatalogStore for PgStore {
             &app.created_at,
             &app.updated_at,
             &brand,
+            &proxy_url,
+            &proxy_credentials,
         ];
         self.change(&sql, &params, app_change(&app.id), APP_CONFLICT).await.map(drop)
     }
@@ -114,7 +124,8 @@ impl CatalogStore for PgStore {
     async fn update_app(&self, app: &App) -> StoreResult<()> {
         let (rate, cap, weight) = app_limits(app);
         let brand = app.portal_brand.as_ref().map(Json);
-        let params: [&(dyn ToSql + Sync); 9] = [
+        let (proxy_url, proxy_credentials) = proxy_columns(app);
+        let params: [&(dyn ToSql + Sync); 11] = [
             &app.uid,
             &app.name,
             &Json(&app.metadata),
@@ -124,9 +135,12 @@ impl CatalogStore for PgStore {
             &app.updated_at,
             &app.id.as_str(),
             &brand,
+            &proxy_url,
+            &proxy_credentials,
         ];
         let sql = "UPDATE herald.app SET uid = $1, name = $2, metadata = $3, throttle_rate = $4, max_concurrency = $5,
-                       weight = $6, updated_at = $7, portal_brand = $9 WHERE id = $8";
+                       weight = $6, updated_at = $7, portal_brand = $9, proxy_url = $10, proxy_credentials = $11
+                   WHERE id = $8";
         self.change(sql, &params, app_change(&app.id), APP_CONFLICT).await.map(drop)
     }
 

@@ -7,12 +7,12 @@ use tokio_postgres::types::{Json, ToSql};
 
 use crate::ids::{AppId, AttemptId, EndpointId, MessageId};
 use crate::store::{
-    App, Attempt, DeliveryState, DeliveryView, Endpoint, EventType, Message, MessageFilter, PageQuery, SealedAuth,
-    SealedHeaders, SealedSecrets, Trigger,
+    App, AppProxy, Attempt, DeliveryState, DeliveryView, Endpoint, EventType, Message, MessageFilter, PageQuery,
+    SealedAuth, SealedHeaders, SealedSecrets, Trigger,
 };
 
-pub const APP_COLUMNS: &str =
-    "id, uid, name, metadata, throttle_rate, max_concurrency, weight, created_at, updated_at, portal_brand";
+pub const APP_COLUMNS: &str = "id, uid, name, metadata, throttle_rate, max_concurrency, weight, created_at, updated_at, portal_brand, \
+     proxy_url, proxy_credentials";
 
 pub fn app(row: &Row) -> App {
     App {
@@ -26,6 +26,9 @@ pub fn app(row: &Row) -> App {
         created_at: row.get(7),
         updated_at: row.get(8),
         portal_brand: row.get::<_, Option<Json<_>>>(9).map(|b| b.0),
+        proxy: row
+            .get::<_, Option<String>>(10)
+            .map(|url| AppProxy { url, credentials: SealedAuth(row.get::<_, Option<String>>(11).unwrap_or_default()) }),
     }
 }
 

@@ -6,3 +6,7 @@ ALTER TABLE herald.deleted_endpoint ADD COLUMN scripts jsonb;
 -- keep none, like headers and secrets.
 ALTER TABLE herald.endpoint ADD COLUMN auth text NOT NULL DEFAULT '';
 ALTER TABLE herald.deleted_endpoint ADD COLUMN auth text NOT NULL DEFAULT '';
+-- An application's egress proxy over the server's (operator only): its URL without
+-- credentials, and those sealed. NULL: the server's.
+ALTER TABLE herald.app ADD COLUMN proxy_url text;
+ALTER TABLE herald.app ADD COLUMN proxy_credentials text;

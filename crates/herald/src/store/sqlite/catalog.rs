@@ -25,20 +25,24 @@ impl CatalogStore for SqliteStore {
         let app = app.clone();
         self.writer
             .write(move |conn| {
-                conn.prepare_cached(&format!("INSERT INTO app ({APP_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"))?
-                    .execute(params![
-                        app.id.as_str(),
-                        app.uid,
-                        app.name,
-                        to_json(&app.metadata),
-                        app.throttle_rate,
-                        app.max_concurrency,
-                        app.weight,
-                        app.created_at,
-                        app.updated_at,
-                        opt_json_value(&app.portal_brand)
-                    ])
-                    .map_err(conflict("an application with this uid already exists"))?;
+                conn.prepare_cached(&format!(
+                    "INSERT INTO app ({APP_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                ))?
+                .execute(params![
+                    app.id.as_str(),
+                    app.uid,
+                    app.name,
+                    to_json(&app.metadata),
+                    app.throttle_rate,
+                    app.max_concurrency,
+                    app.weight,
+                    app.created_at,
+                    app.updated_at,
+                    opt_json_value(&app.portal_brand),
+                    app.proxy.as_ref().map(|p| p.url.as_str()),
+                    app.proxy.as_ref().map(|p| p.credentials.0.as_str()),
+                ])
+                .map_err(conflict("an application with this uid already exists"))?;
                 Ok(())
             })
             .await
@@ -83,7 +87,7 @@ impl CatalogStore for SqliteStore {
             .write(move |conn| {
                 conn.prepare_cached(
                     "UPDATE app SET uid = ?, name = ?, metadata = ?, throttle_rate = ?, max_concurrency = ?, weight = ?,
-                        portal_brand = ?, updated_at = ? WHERE id = ?",
+                        portal_brand = ?, proxy_url = ?, proxy_credentials = ?, updated_at = ? WHERE id = ?",
                 )?
                 .execute(params![
                     app.uid,
@@ -93,6 +97,8 @@ impl CatalogStore for SqliteStore {
                     app.max_concurrency,
                     app.weight,
                     opt_json_value(&app.portal_brand),
+                    app.proxy.as_ref().map(|p| p.url.as_str()),
+                    app.proxy.as_ref().map(|p| p.credentials.0.as_str()),
                     app.updated_at,
                     app.id.as_str()
                 ])

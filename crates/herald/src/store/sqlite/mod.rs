@@ -252,6 +252,7 @@ mod tests {
             max_concurrency: Some(4),
             weight: Some(3),
             portal_brand: None,
+            proxy: None,
             created_at: 1,
             updated_at: 1,
         };

@@ -10,8 +10,8 @@ use serde::de::DeserializeOwned;
 
 use crate::ids::{AppId, AttemptId, EndpointId, MessageId};
 use crate::store::{
-    App, Attempt, DeliveryState, DeliveryView, Endpoint, EventType, Message, MessageFilter, PageQuery, SealedAuth,
-    SealedHeaders, SealedSecrets, Trigger,
+    App, AppProxy, Attempt, DeliveryState, DeliveryView, Endpoint, EventType, Message, MessageFilter, PageQuery,
+    SealedAuth, SealedHeaders, SealedSecrets, Trigger,
 };
 
 pub fn to_json<T: Serialize + ?Sized>(value: &T) -> String {
@@ -37,8 +37,8 @@ pub fn opt_json_value<T: Serialize>(value: &Option<T>) -> Option<String> {
     value.as_ref().map(|v| to_json(v))
 }
 
-pub const APP_COLUMNS: &str =
-    "id, uid, name, metadata, throttle_rate, max_concurrency, weight, created_at, updated_at, portal_brand";
+pub const APP_COLUMNS: &str = "id, uid, name, metadata, throttle_rate, max_concurrency, weight, created_at, updated_at, portal_brand, \
+     proxy_url, proxy_credentials";
 
 pub fn app(row: &Row<'_>) -> rusqlite::Result<App> {
     Ok(App {
@@ -52,6 +52,9 @@ pub fn app(row: &Row<'_>) -> rusqlite::Result<App> {
         created_at: row.get(7)?,
         updated_at: row.get(8)?,
         portal_brand: opt_json(row, 9)?,
+        proxy: row
+            .get::<_, Option<String>>(10)?
+            .map(|url| AppProxy { url, credentials: SealedAuth(row.get(11).unwrap_or_default()) }),
     })
 }
 

@@ -6,3 +6,7 @@ ALTER TABLE deleted_endpoint ADD COLUMN scripts TEXT;
 -- keep none, like headers and secrets.
 ALTER TABLE endpoint ADD COLUMN auth TEXT NOT NULL DEFAULT '';
 ALTER TABLE deleted_endpoint ADD COLUMN auth TEXT NOT NULL DEFAULT '';
+-- An application's egress proxy over the server's (operator only): its URL without
+-- credentials, and those sealed. NULL: the server's.
+ALTER TABLE app ADD COLUMN proxy_url TEXT;
+ALTER TABLE app ADD COLUMN proxy_credentials TEXT;

@@ -154,6 +154,12 @@ impl TestServer {
         self.client.request(method, self.url(path)).bearer_auth(ADMIN_TOKEN)
     }
 
+    /// A request with `token` alone (a second `bearer_auth` on [`Self::request`] would add a
+    /// second header, and the admin token's would be read).
+    pub fn request_as(&self, token: &str, method: Method, path: &str) -> reqwest::RequestBuilder {
+        self.client.request(method, self.url(path)).bearer_auth(token)
+    }
+
     /// Sends `body` (if any) and returns the status and the JSON answer (`null` if none).
     pub async fn call(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
         let mut req = self.request(method, path);
