@@ -190,7 +190,8 @@ impl Target {
         self.headers.iter().flatten().filter(|(name, _)| !is_sensitive_header(name.as_str())).cloned().collect()
     }
 
-    fn method(&self) -> http::Method {
+    /// The method the endpoint's settings ask for (POST unless a postback says otherwise).
+    pub fn method(&self) -> http::Method {
         match self.endpoint.request.as_ref().map(|r| r.method()) {
             Some(PostbackMethod::Get) => http::Method::GET,
             Some(PostbackMethod::Put) => http::Method::PUT,
@@ -546,6 +547,26 @@ mod tests {
         assert!(routes_to(&e, "t", Some(&chans(&["project_2", "other"]))));
         assert!(!routes_to(&e, "t", Some(&chans(&["other"]))));
         assert!(!routes_to(&e, "t", None), "a message without channels skips channel-filtered endpoints");
+    }
+
+    #[test]
+    fn credentials_and_proxies_are_part_of_how_an_endpoint_is_reached() {
+        let keyring = Keyring::new(&generate_key(), &[]).unwrap();
+        let defaults = Defaults { timeout: std::time::Duration::from_secs(1), retry: Default::default() };
+        let reach = |auth: Option<(&str, &str)>, proxy: Option<&str>| {
+            let mut e = endpoint(None, None, false);
+            e.id = EndpointId::from_trusted("ep_same".into());
+            let auth =
+                auth.map(|(u, p)| crate::delivery_auth::DeliveryAuth::Basic { username: u.into(), password: p.into() });
+            e.auth = keyring.seal_auth(auth.as_ref(), &e.id);
+            let proxy = proxy.map(|p| EgressProxy::parse(p).unwrap());
+            Target::new(e, AppLimits::default(), &defaults, &keyring).with_proxy(proxy).reach()
+        };
+        let plain = reach(None, None);
+        assert_eq!(plain, reach(None, None));
+        assert_ne!(plain, reach(Some(("u", "p")), None), "credentials set");
+        assert_ne!(reach(Some(("u", "p")), None), reach(Some(("u", "q")), None), "credentials changed");
+        assert_ne!(plain, reach(None, Some("http://proxy.internal:3128")), "an own proxy");
     }
 
     #[test]

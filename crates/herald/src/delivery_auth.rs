@@ -84,5 +84,9 @@ mod tests {
         assert!(!format!("{auth:?}").contains("sesame"), "never in logs");
         let bad = DeliveryAuth::Basic { username: "a:b".into(), password: "x\n".into() };
         assert_eq!(bad.problems().len(), 2);
+        let control = DeliveryAuth::Basic { username: "a\tb".into(), password: "x".into() };
+        assert_eq!(control.problems().iter().map(|(f, _)| *f).collect::<Vec<_>>(), ["auth.username"]);
+        let empty = DeliveryAuth::Basic { username: String::new(), password: "x".into() };
+        assert_eq!(empty.problems().len(), 1);
     }
 }

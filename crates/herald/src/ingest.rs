@@ -123,9 +123,7 @@ impl Ingestor {
         });
         committing.await.map_err(|e| StoreError::Other(anyhow::anyhow!("the ingest task failed: {e}")))?
     }
-}
 
-impl Ingestor {
     /// The targets whose filter (if any) lets `message` through, evaluated side by side.
     /// Without a sandbox to run them the message is refused (503), never routed short.
     async fn filtered(&self, message: &Message, targets: Vec<Arc<Target>>) -> StoreResult<Vec<Arc<Target>>> {

@@ -94,9 +94,8 @@ impl Deliverer {
         Self { client, proxied: Mutex::default(), resolver, guard, config }
     }
 
-    /// The client whose connections go through `proxy` (the server's when `None`).
-    fn client_for(&self, proxy: Option<&EgressProxy>) -> HttpClient {
-        let Some(proxy) = proxy else { return self.client.clone() };
+    /// The client whose connections go through an application's own `proxy`.
+    fn proxied_client(&self, proxy: &EgressProxy) -> HttpClient {
         let mut proxied = self.proxied.lock().unwrap_or_else(|e| e.into_inner());
         let made = || Self::client(&self.resolver, &self.guard, &self.config, Some(proxy.clone()));
         proxied.entry(proxy.clone()).or_insert_with(made).clone()
@@ -141,8 +140,9 @@ impl Deliverer {
             Ok(built) => (built.request, built.recorded_url),
             Err((failure, reason)) => return Sent::failed(failure, reason, started.elapsed()),
         };
-        let client = self.client_for(out.target.proxy.as_ref());
-        let mut sent = self.exchange(&client, request, started, deadline).await;
+        // The server's client unless the application has a proxy of its own.
+        let own = out.target.proxy.as_ref().map(|proxy| self.proxied_client(proxy));
+        let mut sent = self.exchange(own.as_ref().unwrap_or(&self.client), request, started, deadline).await;
         sent.url = recorded_url;
         sent
     }

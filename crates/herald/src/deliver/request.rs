@@ -14,7 +14,7 @@ use url::Url;
 use crate::catalog::Target;
 use crate::clock::Millis;
 use crate::outcome::Failure;
-use crate::postback::{BodyFormat, PostbackMethod, RenderError, Template, Values, form_body, request_target};
+use crate::postback::{BodyFormat, RenderError, Template, Values, form_body, request_target};
 use crate::scripts::Rewrite;
 use crate::signing::signature_header;
 use crate::store::Message;
@@ -189,11 +189,7 @@ impl Outgoing<'_> {
             None => signature_header(self.target.signing_keys(self.now), msg_id, timestamp, &body),
         };
         let uri: Uri = url.as_str().parse().map_err(|e| (Failure::Internal, format!("URL not usable: {e}")))?;
-        let method = match settings.method() {
-            PostbackMethod::Get => Method::GET,
-            PostbackMethod::Post => Method::POST,
-            PostbackMethod::Put => Method::PUT,
-        };
+        let method = self.target.method();
         let own = self.target.headers.as_ref().ok_or_else(|| {
             (Failure::Internal, "the endpoint's headers cannot be opened with the configured server key".to_owned())
         })?;

@@ -18,6 +18,27 @@ use crate::ids::{AttemptId, EndpointId};
 use crate::outcome::{AttemptResult, Decision, Failure, OutcomeClass, classify, decide, error_class};
 use crate::store::{Attempt, BreakerEvent, BreakerEventKind, NextState, OutcomeRecord};
 
+/// The record of this job's next attempt to `url`, answerless until filled in.
+fn attempt_of(job: &Job, url: String) -> Attempt {
+    Attempt {
+        id: AttemptId::generate(),
+        msg_id: job.message.id.clone(),
+        endpoint_id: job.endpoint_id.clone(),
+        app_id: job.message.app_id.clone(),
+        created_at: now_ms(),
+        url,
+        status_code: 0,
+        duration_ms: 0,
+        delivered: false,
+        error_class: None,
+        error: None,
+        response: String::new(),
+        trigger: job.trigger,
+        attempt_no: job.attempts + 1,
+        delivery_id: job.delivery_id,
+    }
+}
+
 /// A delivery its endpoint's transform dropped, and why.
 struct Skipped(String);
 
@@ -117,21 +138,9 @@ impl Dispatcher {
     /// The record of a delivery its transform dropped: no request was sent.
     fn skipped(&self, target: &Target, job: &Job, why: String) -> Attempt {
         Attempt {
-            id: AttemptId::generate(),
-            msg_id: job.message.id.clone(),
-            endpoint_id: job.endpoint_id.clone(),
-            app_id: job.message.app_id.clone(),
-            created_at: now_ms(),
-            url: target.endpoint.url.clone(),
-            status_code: 0,
-            duration_ms: 0,
-            delivered: false,
             error_class: Some("skipped".into()),
             error: Some(why),
-            response: String::new(),
-            trigger: job.trigger,
-            attempt_no: job.attempts + 1,
-            delivery_id: job.delivery_id,
+            ..attempt_of(job, target.endpoint.url.clone())
         }
     }
 
@@ -217,21 +226,14 @@ impl Dispatcher {
             AttemptResult::Failed(_) => 0,
         };
         let attempt = Attempt {
-            id: AttemptId::generate(),
-            msg_id: job.message.id.clone(),
-            endpoint_id: job.endpoint_id.clone(),
-            app_id: job.message.app_id.clone(),
             created_at: now,
-            url: sent.url.clone().unwrap_or_else(|| target.endpoint.url.clone()),
             status_code,
             duration_ms: sent.duration.as_millis() as u64,
             delivered: decision == Decision::Delivered,
             error_class: error_class(&sent.result).map(str::to_owned),
             error: sent.error,
             response: sent.body,
-            trigger: job.trigger,
-            attempt_no: attempts,
-            delivery_id: job.delivery_id,
+            ..attempt_of(job, sent.url.unwrap_or_else(|| target.endpoint.url.clone()))
         };
         (next, Some(attempt))
     }

@@ -3,24 +3,16 @@
 
 use std::time::Duration;
 
-use herald::signing::{SignedHeaders, SigningKey, verify};
+use herald::signing::SigningKey;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::support::receiver::Received;
 use crate::support::server::Storage;
-use crate::support::{Receiver, Reply, TestServer, eventually};
+use crate::support::{Receiver, Reply, TestServer, eventually, verifies};
 
 /// Millisecond retries so tests never wait for real backoff.
 fn fast_retries(delays_ms: &[u64]) -> Value {
     json!({"retry": {"strategy": "schedule", "delaysMs": delays_ms, "jitterPercent": 0}})
-}
-
-fn verifies(secret: &str, request: &Received) -> bool {
-    let key = SigningKey::decode(secret).unwrap();
-    let headers = SignedHeaders::from_pairs(request.headers.iter().map(|(k, v)| (k.as_str(), v.to_str().unwrap())));
-    let now = chrono::Utc::now().timestamp();
-    verify(&key, &headers, &request.body, now).is_ok()
 }
 
 async fn wait_status(server: &TestServer, app: &str, msg: &str, endpoint: &str, want: i64) {

@@ -151,3 +151,29 @@ async fn an_application_may_have_its_own_proxy_set_by_the_operator_only() {
     // reused, so no new CONNECT shows; the application's own proxy sees nothing more.
     assert_eq!(own_proxy.heads().len(), 1, "not through the removed proxy");
 }
+
+#[tokio::test]
+async fn a_proxy_that_refuses_the_tunnel_fails_the_attempt_as_a_connection_error() {
+    let receiver = Receiver::ok().await;
+    let refusing = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = refusing.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = refusing.accept().await {
+            let mut head = [0u8; 1024];
+            let _ = client.read(&mut head).await;
+            let _ = client.write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n").await;
+        }
+    });
+    let proxy_url = format!("http://127.0.0.1:{port}");
+    let server =
+        TestServer::start_with(|c| c.delivery.proxy = herald::deliver::EgressProxy::parse(&proxy_url).ok()).await;
+    let app = server.create_app("shop").await;
+    let endpoint = server.create_endpoint(&app, &receiver.url("/in"), json!({})).await;
+    let msg = server.send(&app, json!({"eventType": "e", "payload": {}})).await;
+    let attempt = eventually("an attempt", || async { server.attempts(&app, &msg).await.into_iter().next() }).await;
+    assert_eq!(attempt["errorClass"], "connection", "{attempt}");
+    assert!(attempt["error"].as_str().unwrap().contains("refused the tunnel"), "{attempt}");
+    let status = server.delivery_status(&app, &msg, endpoint["id"].as_str().unwrap()).await;
+    assert_eq!(status, Some(3), "retried, not a dead letter");
+    assert!(receiver.requests().is_empty());
+}

@@ -9,14 +9,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::support::browser::Browser;
-use crate::support::{Receiver, Reply, TestServer, eventually};
-
-fn verifies(secret: &str, request: &crate::support::receiver::Received) -> bool {
-    use herald::signing::{SignedHeaders, SigningKey, verify};
-    let key = SigningKey::decode(secret).unwrap();
-    let headers = SignedHeaders::from_pairs(request.headers.iter().map(|(k, v)| (k.as_str(), v.to_str().unwrap())));
-    verify(&key, &headers, &request.body, chrono::Utc::now().timestamp()).is_ok()
-}
+use crate::support::{Receiver, Reply, TestServer, eventually, verifies};
 
 async fn event_type(server: &TestServer, name: &str, description: &str) {
     let schema = json!({"1": {"type": "object", "examples": [{"example": name}]}});

@@ -12,16 +12,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 use crate::support::receiver::Received;
-use crate::support::{Receiver, TestServer, eventually};
-
-fn verifies(secret: &str, request: &Received) -> bool {
-    let key = herald::signing::SigningKey::decode(secret).unwrap();
-    let headers = herald::signing::SignedHeaders::from_pairs(
-        request.headers.iter().map(|(k, v)| (k.as_str(), v.to_str().unwrap_or_default())),
-    );
-    let signed_at = request.header("webhook-timestamp").parse().unwrap_or_default();
-    herald::signing::verify(&key, &headers, &request.body, signed_at).is_ok()
-}
+use crate::support::{Receiver, TestServer, eventually, verifies};
 
 fn body_of(request: &Received) -> Value {
     serde_json::from_slice(&request.body).unwrap()
@@ -41,6 +32,8 @@ async fn a_filter_decides_at_ingest_and_a_filtered_out_endpoint_gets_no_delivery
         .await;
     assert_eq!(big["filter"], ".payload.amount > 100 and (.channels | index(\"eu\"))");
     let all = server.create_endpoint(&app, &receiver.url("/all"), json!({})).await;
+    // Fails on every message here (`.amount` of a number): a failing filter is a "no".
+    let failing = server.create_endpoint(&app, &receiver.url("/failing"), json!({"filter": ".payload.amount.x"})).await;
     assert!(all.get("filter").is_none(), "no filter, no field: {all}");
 
     let small =
@@ -58,17 +51,27 @@ async fn a_filter_decides_at_ingest_and_a_filtered_out_endpoint_gets_no_delivery
 
     // No delivery row at all for the filtered-out endpoint.
     for (msg, expected) in [(&small, 1), (&large, 2), (&elsewhere, 1)] {
+        // (`/failing` never gets one either.)
         let (_, list) = server.get(&format!("/api/v1/app/{app}/msg/{msg}/endpoint")).await;
         assert_eq!(list["data"].as_array().unwrap().len(), expected, "{list}");
     }
     assert_eq!(server.delivery_status(&app, &small, big["id"].as_str().unwrap()).await, None);
 
     // Asked, the message says which filter kept it from which endpoint, and why.
+    assert!(receiver.requests_to("/failing").is_empty(), "a failing filter lets nothing through");
     let (status, filtered) = server.get(&format!("/api/v1/app/{app}/msg/{small}/filtered")).await;
     assert_eq!(status, StatusCode::OK, "{filtered}");
-    assert_eq!(filtered["data"], json!([{"endpointId": big["id"], "reason": "the filter yielded false"}]));
+    let reasons: std::collections::HashMap<String, String> = filtered["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["endpointId"].as_str().unwrap().to_owned(), f["reason"].as_str().unwrap().to_owned()))
+        .collect();
+    assert_eq!(reasons.len(), 2, "{filtered}");
+    assert_eq!(reasons[big["id"].as_str().unwrap()], "the filter yielded false");
+    assert!(reasons[failing["id"].as_str().unwrap()].starts_with("the filter failed: "), "{filtered}");
     let (_, filtered) = server.get(&format!("/api/v1/app/{app}/msg/{large}/filtered")).await;
-    assert_eq!(filtered["data"], json!([]), "delivered where it was not filtered out");
+    assert_eq!(filtered["data"].as_array().unwrap().len(), 1, "only the failing filter kept it out: {filtered}");
 }
 
 #[tokio::test]

@@ -31,3 +31,12 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Whether `request` carries a valid Standard Webhooks signature of its body under `secret`
+/// (the endpoint's key), checked now.
+pub fn verifies(secret: &str, request: &receiver::Received) -> bool {
+    use herald::signing::{SignedHeaders, SigningKey, verify};
+    let key = SigningKey::decode(secret).unwrap();
+    let headers = SignedHeaders::from_pairs(request.headers.iter().map(|(k, v)| (k.as_str(), v.to_str().unwrap())));
+    verify(&key, &headers, &request.body, chrono::Utc::now().timestamp()).is_ok()
+}
