@@ -83,7 +83,9 @@ impl Verdict {
     pub fn of(evaluated: Evaluated) -> Self {
         match evaluated.as_ref().map(Option::as_deref) {
             Ok(Some("true")) => Self::Pass,
-            Ok(Some(other)) => Self::Drop(format!("the filter yielded {}", shorten(other))),
+            Ok(Some("false")) => Self::Drop("the filter yielded false".into()),
+            // The output's kind only: its value may be a payload field kept from some readers.
+            Ok(Some(other)) => Self::Drop(format!("the filter yielded {}, not true", kind_of(other))),
             Ok(None) => Self::Drop("the filter yielded nothing".into()),
             Err(e @ EvalError::Unavailable(_)) => Self::Unavailable(e.to_string()),
             Err(e) => Self::Drop(format!("the filter failed: {e}")),
@@ -115,7 +117,7 @@ pub fn rewrite(output: Option<String>, original: &Rewrite) -> Result<Option<Rewr
     let Some(output) = output.filter(|o| o.trim() != "null") else { return Ok(None) };
     // The payload's text is kept as the expression wrote it (key order included).
     let object: BTreeMap<String, Box<RawValue>> = serde_json::from_str(&output)
-        .map_err(|_| format!("a transform must yield an object or null, not {}", shorten(&output)))?;
+        .map_err(|_| format!("a transform must yield an object or null, not {}", kind_of(&output)))?;
     let changed = |k: &&String| !READ_ONLY_KEYS.contains(&k.as_str());
     if let Some(key) = object.keys().filter(changed).find(|k| !REWRITE_KEYS.contains(&k.as_str())) {
         return Err(format!("unknown key `{key}` (a transform may set {})", REWRITE_KEYS.join(", ")));
@@ -148,12 +150,16 @@ pub fn rewrite(output: Option<String>, original: &Rewrite) -> Result<Option<Rewr
     Ok(Some(out))
 }
 
-/// An output quoted in an error, cut to a readable length.
-fn shorten(text: &str) -> String {
-    const MAX: usize = 200;
-    match text.char_indices().nth(MAX) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text.to_owned(),
+/// What kind of JSON value `text` is (reasons name it, never quote it: the value may be a
+/// payload field that redaction keeps from some readers).
+fn kind_of(text: &str) -> &'static str {
+    match text.trim_start().as_bytes().first() {
+        Some(b'{') => "an object",
+        Some(b'[') => "an array",
+        Some(b'"') => "a string",
+        Some(b't' | b'f') => "a boolean",
+        Some(b'n') => "null",
+        _ => "a number",
     }
 }
 
@@ -210,7 +216,9 @@ mod tests {
     #[test]
     fn verdicts() {
         assert_eq!(Verdict::of(Ok(Some("true".into()))), Verdict::Pass);
-        assert_eq!(Verdict::of(Ok(Some("1".into()))), Verdict::Drop("the filter yielded 1".into()));
+        assert_eq!(Verdict::of(Ok(Some("false".into()))), Verdict::Drop("the filter yielded false".into()));
+        let secret = Verdict::of(Ok(Some(r#""clk-4242""#.into())));
+        assert_eq!(secret, Verdict::Drop("the filter yielded a string, not true".into()), "never the value");
         assert!(matches!(Verdict::of(Ok(None)), Verdict::Drop(_)));
         assert!(matches!(Verdict::of(Err(EvalError::Crashed)), Verdict::Drop(_)));
         assert!(matches!(Verdict::of(Err(EvalError::Unavailable("no".into()))), Verdict::Unavailable(_)));
