@@ -1,5 +1,5 @@
-//! A real HTTP receiver on port 0: records every request and answers as its script says,
-//! so tests can make an endpoint fail, stall or recover on cue.
+//! A real HTTP (or HTTPS) receiver on port 0: records every request and answers as its
+//! script says, so tests can make an endpoint fail, stall or recover on cue.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -103,13 +103,7 @@ impl Receiver {
 
     /// A receiver on another loopback address (e.g. 127.0.0.2, "public" in SSRF tests).
     pub async fn start_at(ip: &str, script: impl Fn(&Received, usize) -> Reply + Send + Sync + 'static) -> Self {
-        let shared = Arc::new(Shared {
-            requests: Mutex::default(),
-            per_path: Mutex::default(),
-            concurrency: Mutex::default(),
-            arrived: Notify::new(),
-            script: Box::new(script),
-        });
+        let shared = Self::shared(script);
         let app = axum::Router::new().fallback(handle).with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -117,8 +111,48 @@ impl Receiver {
         Self { addr, shared }
     }
 
+    /// A receiver that speaks TLS as `config` says (its certificate; whether and whom it
+    /// asks for a client certificate). A handshake that fails closes the connection.
+    pub async fn start_tls(
+        config: Arc<tokio_rustls::rustls::ServerConfig>,
+        script: impl Fn(&Received, usize) -> Reply + Send + Sync + 'static,
+    ) -> Self {
+        let shared = Self::shared(script);
+        let app = axum::Router::new().fallback(handle).with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(config);
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, app) = (acceptor.clone(), app.clone());
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else { return };
+                    let service = hyper_util::service::TowerToHyperService::new(app);
+                    let builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+                    let _ = builder.serve_connection(hyper_util::rt::TokioIo::new(tls), service).await;
+                });
+            }
+        });
+        Self { addr, shared }
+    }
+
+    fn shared(script: impl Fn(&Received, usize) -> Reply + Send + Sync + 'static) -> Arc<Shared> {
+        Arc::new(Shared {
+            requests: Mutex::default(),
+            per_path: Mutex::default(),
+            concurrency: Mutex::default(),
+            arrived: Notify::new(),
+            script: Box::new(script),
+        })
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
+    }
+
+    /// The URL of a path on a TLS receiver (`start_tls`).
+    pub fn https_url(&self, path: &str) -> String {
+        format!("https://{}{path}", self.addr)
     }
 
     pub fn requests(&self) -> Vec<Received> {

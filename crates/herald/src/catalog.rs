@@ -12,6 +12,7 @@ use url::Url;
 
 use crate::clock::Millis;
 use crate::deliver::{EgressProxy, is_reserved_header, is_sensitive_header};
+use crate::delivery_auth::{Credentials, EndpointTls, OAuth2Grant};
 use crate::endpoint_settings::{Defaults, EffectiveSettings};
 use crate::ids::{AppId, EndpointId};
 use crate::outcome::Failure;
@@ -73,6 +74,11 @@ pub struct Target {
     pub headers: Option<Vec<(HeaderName, HeaderValue)>>,
     /// The application's own egress proxy, over the server's.
     pub proxy: Option<EgressProxy>,
+    /// The endpoint's OAuth2 grant, whose tokens `deliver::oauth2` fetches and caches.
+    pub oauth2: Option<Arc<OAuth2Grant>>,
+    /// The endpoint's mutual TLS settings; `Err` when they no longer load (its attempts
+    /// then fail as TLS errors rather than go out without the certificate).
+    pub tls: Result<Option<Arc<EndpointTls>>, String>,
 }
 
 impl Target {
@@ -99,17 +105,26 @@ impl Target {
         // The endpoint's own headers, then its credentials (which win over a header of the
         // same name).
         let opened = keyring.open_headers(&endpoint.headers, &endpoint.id).and_then(|headers| {
-            let auth = keyring.open_auth(&endpoint.auth, &endpoint.id)?;
-            let mut headers = request_headers(&headers);
-            headers.extend(auth.and_then(|a| a.header()).map(|v| (http::header::AUTHORIZATION, v)));
-            Ok(headers)
+            Ok((request_headers(&headers), keyring.open_credentials(&endpoint.auth, &endpoint.id)?))
         });
-        let headers = match opened {
-            Ok(headers) => Some(headers),
+        let (headers, credentials) = match opened {
+            Ok((mut headers, credentials)) => {
+                let basic = credentials.auth.as_ref().and_then(|a| a.header());
+                headers.extend(basic.map(|v| (http::header::AUTHORIZATION, v)));
+                (Some(headers), credentials)
+            }
             Err(e) => {
                 tracing::error!(endpoint = %endpoint.id, error = %e, "the endpoint's headers or credentials do not open");
-                None
+                (None, Credentials::default())
             }
+        };
+        let oauth2 = credentials.auth.as_ref().and_then(|a| a.oauth2()).cloned().map(Arc::new);
+        let tls = match &credentials.tls {
+            None => Ok(None),
+            Some(tls) => tls.prepare().map(|t| Some(Arc::new(t))).map_err(|(field, why)| {
+                tracing::error!(endpoint = %endpoint.id, field, why, "the endpoint's TLS settings do not load");
+                format!("the endpoint's TLS settings do not load: {field} {why}")
+            }),
         };
         let url = Url::parse(&endpoint.url).ok();
         let template = match (endpoint.request.as_ref().and_then(|r| r.url_template.as_deref()), &url) {
@@ -118,7 +133,7 @@ impl Target {
             (Some(_), None) => Err("the endpoint URL does not parse".into()),
         };
         let settings = endpoint.delivery.resolve(defaults);
-        Self { url, settings, template, keys, headers, endpoint, app, proxy: None }
+        Self { url, settings, template, keys, headers, endpoint, app, proxy: None, oauth2, tls }
     }
 
     /// The target with its application's egress proxy.
@@ -144,6 +159,8 @@ impl Target {
             (name.as_str(), value.as_bytes()).hash(&mut h);
         }
         self.proxy.hash(&mut h);
+        self.oauth2.as_ref().map(|grant| grant.fingerprint()).hash(&mut h);
+        self.tls.as_ref().ok().and_then(Option::as_ref).map(|tls| tls.fingerprint).hash(&mut h);
         h.finish()
     }
 
@@ -340,14 +357,14 @@ impl Catalog {
         }
         let opened = keyring.open_secrets(&endpoint.secrets, &endpoint.id).and_then(|secrets| {
             let headers = keyring.open_headers(&endpoint.headers, &endpoint.id)?;
-            let auth = keyring.open_auth(&endpoint.auth, &endpoint.id)?;
-            Ok((secrets, headers, auth))
+            let credentials = keyring.open_credentials(&endpoint.auth, &endpoint.id)?;
+            Ok((secrets, headers, credentials))
         });
         match opened {
-            Ok((secrets, headers, auth)) => {
+            Ok((secrets, headers, credentials)) => {
                 endpoint.secrets = keyring.seal_secrets(&secrets, &endpoint.id);
                 endpoint.headers = keyring.seal_headers(&headers, &endpoint.id);
-                endpoint.auth = keyring.seal_auth(auth.as_ref(), &endpoint.id);
+                endpoint.auth = keyring.seal_credentials(&credentials, &endpoint.id);
                 Some(endpoint)
             }
             Err(e) => {
@@ -558,7 +575,7 @@ mod tests {
             e.id = EndpointId::from_trusted("ep_same".into());
             let auth =
                 auth.map(|(u, p)| crate::delivery_auth::DeliveryAuth::Basic { username: u.into(), password: p.into() });
-            e.auth = keyring.seal_auth(auth.as_ref(), &e.id);
+            e.auth = keyring.seal_credentials(&Credentials { auth, tls: None }, &e.id);
             let proxy = proxy.map(|p| EgressProxy::parse(p).unwrap());
             Target::new(e, AppLimits::default(), &defaults, &keyring).with_proxy(proxy).reach()
         };

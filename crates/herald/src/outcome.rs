@@ -40,6 +40,9 @@ pub enum Failure {
     /// The endpoint's transform failed, ran out of time or memory, or asked for a request
     /// Herald may not send.
     Transform,
+    /// No OAuth2 token could be had for the endpoint (its token endpoint failed, refused
+    /// or was unreachable).
+    AuthToken,
     /// Herald's own failure (render, unreadable payload, panic).
     Internal,
 }
@@ -77,9 +80,11 @@ pub fn classify(result: &AttemptResult) -> OutcomeClass {
             _ => OutcomeClass::Permanent,
         },
         AttemptResult::Failed(failure) => match failure {
-            Failure::Timeout | Failure::Connection | Failure::DnsTemporary | Failure::ResponseTooLarge => {
-                OutcomeClass::Transient
-            }
+            Failure::Timeout
+            | Failure::Connection
+            | Failure::DnsTemporary
+            | Failure::ResponseTooLarge
+            | Failure::AuthToken => OutcomeClass::Transient,
             Failure::DnsNotFound
             | Failure::Tls
             | Failure::BlockedDestination
@@ -106,6 +111,7 @@ pub fn error_class(result: &AttemptResult) -> Option<&'static str> {
             Failure::ResponseTooLarge => "response_too_large",
             Failure::Template => "template",
             Failure::Transform => "transform_error",
+            Failure::AuthToken => "auth_token",
             Failure::Internal => "internal",
         }),
     }
@@ -192,6 +198,7 @@ mod tests {
         let failed = |f| classify(&AttemptResult::Failed(f));
         assert_eq!(failed(Failure::Timeout), Transient);
         assert_eq!(failed(Failure::Connection), Transient);
+        assert_eq!(failed(Failure::AuthToken), Transient);
         assert_eq!(failed(Failure::DnsTemporary), Transient);
         assert_eq!(failed(Failure::DnsNotFound), Permanent);
         assert_eq!(failed(Failure::Tls), Permanent);

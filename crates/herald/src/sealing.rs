@@ -18,7 +18,7 @@ use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
-use crate::delivery_auth::DeliveryAuth;
+use crate::delivery_auth::Credentials;
 use crate::ids::EndpointId;
 use crate::store::{Headers, SealedAuth, SealedHeaders, SealedSecrets, Secrets};
 
@@ -179,24 +179,22 @@ impl Keyring {
         serde_json::from_slice(&json).map_err(|_| SealError::Malformed)
     }
 
-    /// Seals an endpoint's delivery credentials (none: empty text).
-    pub fn seal_auth(&self, auth: Option<&DeliveryAuth>, endpoint: &EndpointId) -> SealedAuth {
-        match auth {
-            None => SealedAuth::default(),
-            Some(auth) => {
-                let json = serde_json::to_vec(auth).expect("credentials serialize");
-                SealedAuth(self.seal(Purpose::EndpointAuth, &json, endpoint.as_str()))
-            }
+    /// Seals what an endpoint presents to its receiver (none: empty text).
+    pub fn seal_credentials(&self, credentials: &Credentials, endpoint: &EndpointId) -> SealedAuth {
+        if credentials.is_empty() {
+            return SealedAuth::default();
         }
+        let json = serde_json::to_vec(credentials).expect("credentials serialize");
+        SealedAuth(self.seal(Purpose::EndpointAuth, &json, endpoint.as_str()))
     }
 
-    /// Opens an endpoint's delivery credentials.
-    pub fn open_auth(&self, sealed: &SealedAuth, endpoint: &EndpointId) -> Result<Option<DeliveryAuth>, SealError> {
+    /// Opens what an endpoint presents to its receiver.
+    pub fn open_credentials(&self, sealed: &SealedAuth, endpoint: &EndpointId) -> Result<Credentials, SealError> {
         if sealed.0.is_empty() {
-            return Ok(None);
+            return Ok(Credentials::default());
         }
         let json = self.open(Purpose::EndpointAuth, &sealed.0, endpoint.as_str())?;
-        serde_json::from_slice(&json).map(Some).map_err(|_| SealError::Malformed)
+        Credentials::from_json(&json).ok_or(SealError::Malformed)
     }
 
     /// Seals the `user:password` of an application's egress proxy (none: empty text).

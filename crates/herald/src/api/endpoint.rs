@@ -15,7 +15,7 @@ use super::validate::{Problems, double_option};
 use super::{AppState, visible_app, visible_endpoint};
 use crate::clock::{now_ms, to_rfc3339};
 use crate::deliver::is_reserved_header;
-use crate::delivery_auth::{AuthSummary, DeliveryAuth};
+use crate::delivery_auth::{AuthSummary, ClientTls, CredentialsSummary, DeliveryAuth, TlsSummary};
 use crate::endpoint_settings::{DeliverySettings, EffectiveSettings};
 use crate::ids::EndpointId;
 use crate::postback::{RequestSettings, Template};
@@ -55,6 +55,9 @@ pub struct EndpointIn {
     /// Herald extension: credentials presented to the receiver (write-only). Kept when an
     /// update leaves it out.
     pub auth: Option<DeliveryAuth>,
+    /// Herald extension: the client certificate presented when the receiver asks (mutual
+    /// TLS), and the CAs trusted for it (write-only). Kept when an update leaves it out.
+    pub tls: Option<ClientTls>,
 }
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -96,6 +99,10 @@ pub struct EndpointPatch {
     #[serde(default, deserialize_with = "double_option")]
     #[schema(value_type = Option<DeliveryAuth>)]
     pub auth: Option<Option<DeliveryAuth>>,
+    /// `null` removes the client certificate.
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<ClientTls>)]
+    pub tls: Option<Option<ClientTls>>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -133,10 +140,15 @@ pub struct EndpointOut {
     /// the credentials themselves).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auth: Option<AuthSummary>,
+    /// Herald extension: the client certificate's and trusted CAs' subjects and expiry,
+    /// when set (never the key).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSummary>,
 }
 
 impl EndpointOut {
     pub fn new(e: &Endpoint, state: &AppState) -> Self {
+        let credentials = credentials_summary(state, e);
         Self {
             id: e.id.to_string(),
             uid: e.uid.clone(),
@@ -156,27 +168,53 @@ impl EndpointOut {
             request: e.request.clone(),
             filter: e.scripts.filter.clone(),
             transform: e.scripts.transform.clone(),
-            auth: auth_summary(state, e),
+            auth: credentials.auth,
+            tls: credentials.tls,
         }
     }
 }
 
 /// Which credentials an endpoint has (`unreadable` when the server key cannot open them).
-fn auth_summary(state: &AppState, e: &Endpoint) -> Option<AuthSummary> {
-    match state.catalog.keyring().open_auth(&e.auth, &e.id) {
-        Ok(auth) => auth.map(|a| a.summary()),
-        Err(_) => Some(AuthSummary { kind: "unreadable" }),
+fn credentials_summary(state: &AppState, e: &Endpoint) -> CredentialsSummary {
+    match state.catalog.keyring().open_credentials(&e.auth, &e.id) {
+        Ok(credentials) => credentials.summary(),
+        Err(_) => CredentialsSummary { auth: Some(AuthSummary::kind("unreadable")), tls: None },
     }
 }
 
-/// Checks credentials and seals them for the endpoint's row.
-fn seal_auth(state: &AppState, auth: Option<&DeliveryAuth>, endpoint: &EndpointId) -> ApiResult<SealedAuth> {
+/// The endpoint's credentials with `auth` and `tls` replaced where given, checked and
+/// sealed for its row.
+fn seal_credentials(
+    state: &AppState,
+    base: &Endpoint,
+    auth: Option<Option<DeliveryAuth>>,
+    tls: Option<Option<ClientTls>>,
+) -> ApiResult<SealedAuth> {
+    if auth.is_none() && tls.is_none() {
+        return Ok(base.auth.clone());
+    }
+    let keyring = state.catalog.keyring();
+    let mut credentials = keyring.open_credentials(&base.auth, &base.id).map_err(|e| {
+        tracing::error!(endpoint = %base.id, error = %e, "the endpoint's credentials do not open");
+        ApiError::Internal(anyhow::anyhow!("the endpoint's credentials cannot be read with the configured server key"))
+    })?;
+    if let Some(auth) = auth {
+        credentials.auth = auth;
+    }
+    if let Some(tls) = tls {
+        credentials.tls = tls;
+    }
     let mut p = Problems::default();
-    for (field, msg) in auth.map(DeliveryAuth::problems).unwrap_or_default() {
+    for (field, msg) in credentials.problems() {
         p.push(field, msg);
     }
+    if let Some(grant) = credentials.auth.as_ref().and_then(DeliveryAuth::oauth2)
+        && let Err(problem) = state.guard.check_url(&grant.token_url)
+    {
+        p.push("auth.tokenUrl", problem.to_string());
+    }
     p.finish()?;
-    Ok(state.catalog.keyring().seal_auth(auth, endpoint))
+    Ok(keyring.seal_credentials(&credentials, &base.id))
 }
 
 pub fn routes() -> Routes {
@@ -362,10 +400,7 @@ fn replace_fields(state: &AppState, base: Endpoint, input: EndpointIn) -> ApiRes
         Some(headers) => seal_headers(state, headers, &base.id)?,
         None => base.headers.clone(),
     };
-    let auth = match &input.auth {
-        Some(auth) => seal_auth(state, Some(auth), &base.id)?,
-        None => base.auth.clone(),
-    };
+    let auth = seal_credentials(state, &base, input.auth.map(Some), input.tls.map(Some))?;
     Ok(Endpoint {
         uid: input.uid.or_else(|| base.uid.clone()),
         url: input.url,
@@ -518,9 +553,7 @@ pub async fn patch_endpoint(
     if let Some(transform) = patch.transform {
         e.scripts.transform = transform;
     }
-    if let Some(auth) = patch.auth {
-        e.auth = seal_auth(&state, auth.as_ref(), &e.id)?;
-    }
+    e.auth = seal_credentials(&state, &e, patch.auth, patch.tls)?;
     e.updated_at = now_ms();
     check_rate_bound(&principal, &app, e.throttle_rate)?;
     save(&state, &e).await?;

@@ -167,10 +167,14 @@ pub async fn simulate(
         sequence: 0,
         now: now_ms(),
     };
-    let request = match out.build(&state.settings.user_agent) {
+    let mut request = match out.build(&state.settings.user_agent) {
         Ok(built) => built.request,
         Err((_, e)) => return Ok(Json(SimulateOut::stopped(true, false, None, Some(e)))),
     };
+    if target.oauth2.is_some() {
+        // The token is fetched when the attempt is made; it shows as sensitive like any.
+        request.headers_mut().insert(http::header::AUTHORIZATION, http::HeaderValue::from_static("Bearer"));
+    }
     let headers = request
         .headers()
         .iter()

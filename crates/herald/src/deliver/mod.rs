@@ -3,10 +3,12 @@
 //! report what happened as data ([`Sent`]), never as an error.
 
 mod connector;
+mod oauth2;
 mod proxy;
 mod request;
 mod resolver;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::error::Error as StdError;
 use std::net::SocketAddr;
@@ -25,6 +27,8 @@ pub use proxy::EgressProxy;
 pub use request::{Outgoing, Standard, is_reserved_header, is_sensitive_header};
 pub use resolver::{ResolveError, Resolver};
 
+use crate::catalog::Target;
+use crate::delivery_auth::{OAuth2Grant, client_config};
 use crate::outcome::{AttemptResult, Failure};
 use crate::retry::parse_retry_after;
 use crate::ssrf::Guard;
@@ -35,6 +39,9 @@ type HttpClient = Client<Budgeted<HttpsConnector<GuardedConnector>>, Full<Bytes>
 const MAX_RESPONSE_HEADERS: usize = 64;
 /// Bytes of response head buffered at most.
 const MAX_RESPONSE_HEAD_BYTES: usize = 16 * 1024;
+/// Clients (each with its pool) kept for applications' proxies and endpoints' client
+/// certificates at most; past it they are all dropped and made again as needed.
+const MAX_CLIENTS: usize = 1024;
 
 /// What one attempt produced.
 #[derive(Debug, Clone)]
@@ -78,27 +85,54 @@ pub struct DelivererConfig {
 }
 
 pub struct Deliverer {
-    /// Through the server's egress proxy, if any.
+    /// Through the server's egress proxy (if any), with no client certificate.
     client: HttpClient,
-    /// Through applications' own proxies, one client (and pool) each, made when first used.
-    proxied: Mutex<HashMap<EgressProxy, HttpClient>>,
+    /// For applications' own proxies and endpoints' own TLS settings: one client (and
+    /// pool) each, made when first used.
+    clients: Mutex<HashMap<ClientKey, HttpClient>>,
+    tokens: oauth2::TokenCache,
     resolver: Resolver,
     guard: Arc<Guard>,
     config: DelivererConfig,
 }
 
+/// What sets a client apart: the proxy its connections go through and the endpoint TLS
+/// settings (client certificate, trusted CAs) they use.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct ClientKey {
+    proxy: Option<EgressProxy>,
+    tls: Option<[u8; 32]>,
+}
+
 impl Deliverer {
     pub fn new(guard: Arc<Guard>, config: DelivererConfig) -> Self {
         let resolver = Resolver::new(guard.clone(), &config.dns_servers, config.dns_budget);
-        let client = Self::client(&resolver, &guard, &config, config.proxy.clone());
-        Self { client, proxied: Mutex::default(), resolver, guard, config }
+        let tls = client_config(None, None).expect("the default TLS settings build");
+        let client = Self::client(&resolver, &guard, &config, config.proxy.clone(), tls);
+        Self { client, clients: Mutex::default(), tokens: Default::default(), resolver, guard, config }
     }
 
-    /// The client whose connections go through an application's own `proxy`.
-    fn proxied_client(&self, proxy: &EgressProxy) -> HttpClient {
-        let mut proxied = self.proxied.lock().unwrap_or_else(|e| e.into_inner());
-        let made = || Self::client(&self.resolver, &self.guard, &self.config, Some(proxy.clone()));
-        proxied.entry(proxy.clone()).or_insert_with(made).clone()
+    /// The client for `target`'s attempts (`tls`: with its TLS settings), or why there is
+    /// none.
+    fn client_for(&self, target: &Target, tls: bool) -> Result<Cow<'_, HttpClient>, String> {
+        let endpoint_tls = if tls { target.tls.clone()? } else { None };
+        if target.proxy.is_none() && endpoint_tls.is_none() {
+            return Ok(Cow::Borrowed(&self.client));
+        }
+        let proxy = target.proxy.clone().or_else(|| self.config.proxy.clone());
+        let key = ClientKey { proxy: proxy.clone(), tls: endpoint_tls.as_ref().map(|t| t.fingerprint) };
+        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        if clients.len() >= MAX_CLIENTS && !clients.contains_key(&key) {
+            clients.clear();
+        }
+        let made = || {
+            let tls = match &endpoint_tls {
+                Some(endpoint) => endpoint.config.clone(),
+                None => client_config(None, None).expect("the default TLS settings build"),
+            };
+            Self::client(&self.resolver, &self.guard, &self.config, proxy, tls)
+        };
+        Ok(Cow::Owned(clients.entry(key).or_insert_with(made).clone()))
     }
 
     fn client(
@@ -106,13 +140,9 @@ impl Deliverer {
         guard: &Arc<Guard>,
         config: &DelivererConfig,
         proxy: Option<EgressProxy>,
+        tls: rustls::ClientConfig,
     ) -> HttpClient {
         let tcp = GuardedConnector::new(resolver.clone(), guard.clone(), config.connect_budget, proxy);
-        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .expect("ring supports the default protocol versions")
-            .with_root_certificates(rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() })
-            .with_no_client_auth();
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()
@@ -140,11 +170,61 @@ impl Deliverer {
             Ok(built) => (built.request, built.recorded_url),
             Err((failure, reason)) => return Sent::failed(failure, reason, started.elapsed()),
         };
-        // The server's client unless the application has a proxy of its own.
-        let own = out.target.proxy.as_ref().map(|proxy| self.proxied_client(proxy));
-        let mut sent = self.exchange(own.as_ref().unwrap_or(&self.client), request, started, deadline).await;
+        let client = match self.client_for(out.target, true) {
+            Ok(client) => client,
+            Err(reason) => return Sent::failed(Failure::Tls, reason, started.elapsed()),
+        };
+        let mut sent = match &out.target.oauth2 {
+            None => self.exchange(&client, request, started, deadline).await,
+            Some(grant) => self.exchange_with_token(out.target, grant, &client, request, started, deadline).await,
+        };
         sent.url = recorded_url;
         sent
+    }
+
+    /// Sends a request with the endpoint's OAuth2 token; a 401 drops the token, and the
+    /// request goes once more with a fresh one.
+    async fn exchange_with_token(
+        &self,
+        target: &Target,
+        grant: &OAuth2Grant,
+        client: &HttpClient,
+        request: http::Request<Full<Bytes>>,
+        started: Instant,
+        deadline: Instant,
+    ) -> Sent {
+        let endpoint = &target.endpoint.id;
+        // The token endpoint is reached through the application's proxy, trusting the
+        // public roots (the endpoint's own CAs are for its receiver).
+        let token_client = match self.client_for(target, false) {
+            Ok(client) => client,
+            Err(reason) => return Sent::failed(Failure::Internal, reason, started.elapsed()),
+        };
+        let with_token = |token: &oauth2::Token| {
+            let mut copy = http::Request::new(request.body().clone());
+            *copy.method_mut() = request.method().clone();
+            *copy.uri_mut() = request.uri().clone();
+            *copy.headers_mut() = request.headers().clone();
+            copy.headers_mut().insert(http::header::AUTHORIZATION, token.header.clone());
+            copy
+        };
+        let token = match self.tokens.token(endpoint, grant, &token_client, deadline).await {
+            Ok(token) => token,
+            Err(why) => return Sent::failed(Failure::AuthToken, why, started.elapsed()),
+        };
+        let sent = self.exchange(client, with_token(&token), started, deadline).await;
+        if !matches!(sent.result, AttemptResult::Response { status: 401, .. }) {
+            return sent;
+        }
+        self.tokens.refused(endpoint, grant, &token).await;
+        match self.tokens.token(endpoint, grant, &token_client, deadline).await {
+            Ok(fresh) => self.exchange(client, with_token(&fresh), started, deadline).await,
+            Err(why) => Sent::failed(
+                Failure::AuthToken,
+                format!("refused with 401, and no new token: {why}"),
+                started.elapsed(),
+            ),
+        }
     }
 
     /// Sends a built request and reads the answer within `deadline`.
@@ -216,7 +296,7 @@ pub fn announced_length_fits(value: &str, limit: usize) -> bool {
 }
 
 /// How reading a response body ended.
-enum Body {
+pub(super) enum Body {
     Complete(Bytes),
     /// More than the read limit: the rest is never read (the connection is dropped).
     TooLong,
@@ -227,7 +307,7 @@ enum Body {
 /// Reads a whole body of at most `limit` bytes before `deadline`. The status only counts
 /// when the exchange completes: a receiver that stalls, streams without end or breaks off
 /// mid-body has not answered.
-async fn read_bounded(mut body: hyper::body::Incoming, deadline: Instant, limit: usize) -> Body {
+pub(super) async fn read_bounded(mut body: hyper::body::Incoming, deadline: Instant, limit: usize) -> Body {
     let mut buf = BytesMut::new();
     loop {
         match tokio::time::timeout_at(deadline, body.frame()).await {
@@ -247,7 +327,7 @@ async fn read_bounded(mut body: hyper::body::Incoming, deadline: Instant, limit:
 }
 
 /// Maps a client error to an outcome by walking its cause chain.
-fn classify_client_error(e: &hyper_util::client::legacy::Error) -> (Failure, String) {
+pub(super) fn classify_client_error(e: &hyper_util::client::legacy::Error) -> (Failure, String) {
     let mut cause: Option<&(dyn StdError + 'static)> = Some(e);
     while let Some(err) = cause {
         if let Some(connect) = err.downcast_ref::<ConnectError>() {
@@ -267,10 +347,19 @@ fn classify_client_error(e: &hyper_util::client::legacy::Error) -> (Failure, Str
         if err.downcast_ref::<rustls::Error>().is_some() {
             return (Failure::Tls, format!("TLS failure: {err}"));
         }
-        if let Some(io) = err.downcast_ref::<std::io::Error>()
-            && io.get_ref().is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some())
-        {
-            return (Failure::Tls, format!("TLS failure: {io}"));
+        // rustls reports through the I/O layer as `InvalidData` (TCP never does), wrapped
+        // once more by the connector, or turned into text by HTTP/2 (an alert the receiver
+        // sends after the handshake, such as a refused client certificate).
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            let inner = io.get_ref().map(|inner| inner as &(dyn StdError + 'static));
+            if io.kind() == std::io::ErrorKind::InvalidData || inner.is_some_and(|e| e.is::<rustls::Error>()) {
+                return (Failure::Tls, format!("TLS failure: {io}"));
+            }
+            // An I/O error's `source` skips the error it wraps: look at that one next.
+            if inner.is_some() {
+                cause = inner;
+                continue;
+            }
         }
         cause = err.source();
     }

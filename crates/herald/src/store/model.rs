@@ -64,8 +64,8 @@ pub type Headers = BTreeMap<String, String>;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SealedHeaders(pub String);
 
-/// An endpoint's delivery credentials (`delivery_auth::DeliveryAuth`) as stored: sealed
-/// (empty text: none).
+/// What an endpoint presents to its receiver (`delivery_auth::Credentials`: `auth` and
+/// `tls`) as stored: sealed (empty text: none).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SealedAuth(pub String);
 

@@ -3,6 +3,7 @@
 
 pub mod browser;
 pub mod canary;
+pub mod certs;
 pub mod dns;
 pub mod process;
 pub mod server;

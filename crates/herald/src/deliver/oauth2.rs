@@ -1,0 +1,255 @@
+//! OAuth2 client credentials (RFC 6749 §4.4) for endpoints whose receivers want a bearer
+//! token: one token per endpoint, fetched when first needed, shared by every delivery to
+//! that endpoint and kept until shortly before it expires. Concurrent deliveries wait for
+//! the one fetch in flight and share its outcome, so a burst makes one token request and a
+//! token endpoint that is down is asked once per waiting round, not once per delivery.
+//! A token the receiver refuses (401) is dropped, and the next delivery fetches another.
+//! The token endpoint is reached like a receiver: through the destination guard and the
+//! application's proxy, bounded by the attempt's own deadline.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use bytes::Bytes;
+use http::{HeaderValue, Request, header};
+use http_body_util::Full;
+use serde::Deserialize;
+use tokio::time::Instant;
+
+use super::{Body, HttpClient, classify_client_error, read_bounded};
+use crate::delivery_auth::{ClientAuthMethod, OAuth2Grant};
+use crate::ids::EndpointId;
+
+/// Bytes of a token response read at most.
+const MAX_TOKEN_RESPONSE: usize = 64 * 1024;
+/// How long a token without `expires_in` is used at most (a 401 drops it sooner).
+const DEFAULT_LIFETIME: Duration = Duration::from_secs(3600);
+/// Refreshed this long before expiry at most (a fifth of its lifetime for short ones).
+const EARLY_REFRESH: Duration = Duration::from_secs(60);
+/// Characters of the token endpoint's `error` code quoted in an attempt's reason, at most.
+const MAX_ERROR_CODE: usize = 64;
+
+/// A token ready to send.
+#[derive(Clone)]
+pub struct Token {
+    /// `Bearer …`, marked sensitive (never printed by `http`'s Debug).
+    pub header: HeaderValue,
+    refresh_at: Instant,
+    /// Which fetch made it: a 401 drops the cached token only if it is this one.
+    serial: u64,
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Token(#{}, <redacted>)", self.serial)
+    }
+}
+
+#[derive(Default)]
+struct Slot {
+    token: Option<Token>,
+    /// The last fetch's failure and when it ended: deliveries that waited for it share it.
+    failed: Option<(Instant, String)>,
+}
+
+/// One endpoint's token, for one grant (a changed grant starts afresh).
+struct Entry {
+    grant: [u8; 32],
+    slot: Arc<tokio::sync::Mutex<Slot>>,
+}
+
+/// The tokens of every OAuth2 endpoint, in memory only.
+#[derive(Default)]
+pub struct TokenCache {
+    entries: Mutex<HashMap<EndpointId, Entry>>,
+    fetches: AtomicU64,
+}
+
+impl TokenCache {
+    fn slot(&self, endpoint: &EndpointId, grant: &OAuth2Grant) -> Arc<tokio::sync::Mutex<Slot>> {
+        let fingerprint = grant.fingerprint();
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let entry =
+            entries.entry(endpoint.clone()).or_insert_with(|| Entry { grant: fingerprint, slot: Arc::default() });
+        if entry.grant != fingerprint {
+            *entry = Entry { grant: fingerprint, slot: Arc::default() };
+        }
+        entry.slot.clone()
+    }
+
+    /// The endpoint's current token, fetched through `client` if there is none (or it is
+    /// about to expire); `Err` with the reason when none can be had before `deadline`.
+    pub async fn token(
+        &self,
+        endpoint: &EndpointId,
+        grant: &OAuth2Grant,
+        client: &HttpClient,
+        deadline: Instant,
+    ) -> Result<Token, String> {
+        let asked = Instant::now();
+        let slot = self.slot(endpoint, grant);
+        let Ok(mut slot) = tokio::time::timeout_at(deadline, slot.lock()).await else {
+            return Err("timed out waiting for another delivery's token request".into());
+        };
+        if let Some(token) = slot.token.as_ref().filter(|t| Instant::now() < t.refresh_at) {
+            return Ok(token.clone());
+        }
+        if let Some((at, why)) = &slot.failed
+            && *at >= asked
+        {
+            return Err(why.clone());
+        }
+        let serial = self.fetches.fetch_add(1, Ordering::Relaxed) + 1;
+        match fetch(client, grant, deadline, serial).await {
+            Ok(token) => {
+                *slot = Slot { token: Some(token.clone()), failed: None };
+                Ok(token)
+            }
+            Err(why) => {
+                *slot = Slot { token: None, failed: Some((Instant::now(), why.clone())) };
+                Err(why)
+            }
+        }
+    }
+
+    /// Drops `token` because the receiver refused it, unless a newer one replaced it.
+    pub async fn refused(&self, endpoint: &EndpointId, grant: &OAuth2Grant, token: &Token) {
+        let slot = self.slot(endpoint, grant);
+        let mut slot = slot.lock().await;
+        if slot.token.as_ref().is_some_and(|t| t.serial == token.serial) {
+            slot.token = None;
+        }
+    }
+}
+
+/// The fields of a token response Herald uses (RFC 6749 §5.1, §5.2).
+#[derive(Deserialize)]
+struct TokenResponse {
+    access_token: Option<String>,
+    token_type: Option<String>,
+    /// Seconds; some servers send it as a string.
+    expires_in: Option<serde_json::Value>,
+    error: Option<String>,
+}
+
+/// Asks the token endpoint for a token.
+async fn fetch(client: &HttpClient, grant: &OAuth2Grant, deadline: Instant, serial: u64) -> Result<Token, String> {
+    let asked_at = Instant::now();
+    let request = token_request(grant)?;
+    let response = match tokio::time::timeout_at(deadline, client.request(request)).await {
+        Err(_) => return Err("the token endpoint did not answer in time".into()),
+        Ok(Err(e)) => return Err(format!("the token endpoint could not be reached: {}", classify_client_error(&e).1)),
+        Ok(Ok(response)) => response,
+    };
+    let status = response.status();
+    let body = match read_bounded(response.into_body(), deadline, MAX_TOKEN_RESPONSE).await {
+        Body::Complete(body) => body,
+        Body::TooLong => return Err(format!("the token endpoint's answer is over {MAX_TOKEN_RESPONSE} bytes")),
+        Body::TimedOut => return Err("the token endpoint did not finish its answer in time".into()),
+        Body::Broken(e) => return Err(format!("the token endpoint's answer broke off: {e}")),
+    };
+    let parsed: Option<TokenResponse> = serde_json::from_slice(&body).ok();
+    if !status.is_success() {
+        // Only the standard error code is quoted: descriptions may echo what was sent.
+        let code = parsed.and_then(|p| p.error).filter(|c| {
+            c.len() <= MAX_ERROR_CODE && c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        });
+        return Err(match code {
+            Some(code) => format!("the token endpoint answered {} ({code})", status.as_u16()),
+            None => format!("the token endpoint answered {}", status.as_u16()),
+        });
+    }
+    let parsed = parsed.ok_or("the token endpoint's answer is not a JSON object")?;
+    let access =
+        parsed.access_token.filter(|t| !t.is_empty()).ok_or("the token endpoint's answer has no access_token")?;
+    if let Some(kind) = parsed.token_type.filter(|k| !k.eq_ignore_ascii_case("bearer")) {
+        return Err(format!("the token endpoint gave a {kind:.32} token; only bearer tokens are supported"));
+    }
+    let mut header = HeaderValue::try_from(format!("Bearer {access}"))
+        .map_err(|_| "the token endpoint's access_token is not a valid header value".to_owned())?;
+    header.set_sensitive(true);
+    let lifetime = match parsed.expires_in {
+        Some(serde_json::Value::Number(n)) => n.as_u64().map(Duration::from_secs),
+        Some(serde_json::Value::String(s)) => s.trim().parse().ok().map(Duration::from_secs),
+        _ => None,
+    }
+    .unwrap_or(DEFAULT_LIFETIME)
+    .min(DEFAULT_LIFETIME * 24);
+    let early = EARLY_REFRESH.min(lifetime / 5);
+    Ok(Token { header, refresh_at: asked_at + lifetime - early, serial })
+}
+
+/// `POST tokenUrl` with `grant_type=client_credentials`, the scopes and audience, and the
+/// client's credentials as the grant says (form-encoded inside Basic, as §2.3.1 asks).
+fn token_request(grant: &OAuth2Grant) -> Result<Request<Full<Bytes>>, String> {
+    let mut form = url::form_urlencoded::Serializer::new(String::new());
+    form.append_pair("grant_type", "client_credentials");
+    if !grant.scopes.is_empty() {
+        form.append_pair("scope", &grant.scopes.join(" "));
+    }
+    if let Some(audience) = &grant.audience {
+        form.append_pair("audience", audience);
+    }
+    let mut request = Request::post(grant.token_url.as_str())
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .header(header::ACCEPT, "application/json");
+    match grant.client_auth_method {
+        ClientAuthMethod::ClientSecretBasic => {
+            let encode = |s: &str| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
+            let pair = format!("{}:{}", encode(&grant.client_id), encode(&grant.client_secret));
+            let mut value = HeaderValue::try_from(format!("Basic {}", STANDARD.encode(pair)))
+                .map_err(|_| "the client credentials do not make a header".to_owned())?;
+            value.set_sensitive(true);
+            request = request.header(header::AUTHORIZATION, value);
+        }
+        ClientAuthMethod::ClientSecretPost => {
+            form.append_pair("client_id", &grant.client_id);
+            form.append_pair("client_secret", &grant.client_secret);
+        }
+    }
+    request.body(Full::new(Bytes::from(form.finish()))).map_err(|e| format!("the token URL cannot be requested: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(method: ClientAuthMethod) -> OAuth2Grant {
+        OAuth2Grant {
+            token_url: "https://id.example/oauth/token".into(),
+            client_id: "herald app".into(),
+            client_secret: "s3:cret".into(),
+            scopes: vec!["hooks:write".into(), "read".into()],
+            audience: Some("https://api.example".into()),
+            client_auth_method: method,
+        }
+    }
+
+    fn body(request: Request<Full<Bytes>>) -> String {
+        use http_body_util::BodyExt;
+        let collected = futures_util::FutureExt::now_or_never(request.into_body().collect()).unwrap().unwrap();
+        String::from_utf8(collected.to_bytes().to_vec()).unwrap()
+    }
+
+    #[test]
+    fn basic_client_authentication_form_encodes_the_pair() {
+        let request = token_request(&grant(ClientAuthMethod::ClientSecretBasic)).unwrap();
+        let auth = request.headers()[header::AUTHORIZATION].to_str().unwrap().to_owned();
+        assert_eq!(auth, format!("Basic {}", STANDARD.encode("herald+app:s3%3Acret")));
+        assert_eq!(
+            body(request),
+            "grant_type=client_credentials&scope=hooks%3Awrite+read&audience=https%3A%2F%2Fapi.example"
+        );
+    }
+
+    #[test]
+    fn post_client_authentication_puts_the_pair_in_the_body() {
+        let request = token_request(&grant(ClientAuthMethod::ClientSecretPost)).unwrap();
+        assert!(request.headers().get(header::AUTHORIZATION).is_none());
+        assert!(body(request).ends_with("&client_id=herald+app&client_secret=s3%3Acret"));
+    }
+}
