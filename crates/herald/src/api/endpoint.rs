@@ -175,7 +175,7 @@ impl EndpointOut {
 }
 
 /// Which credentials an endpoint has (`unreadable` when the server key cannot open them).
-fn credentials_summary(state: &AppState, e: &Endpoint) -> CredentialsSummary {
+pub fn credentials_summary(state: &AppState, e: &Endpoint) -> CredentialsSummary {
     match state.catalog.keyring().open_credentials(&e.auth, &e.id) {
         Ok(credentials) => credentials.summary(),
         Err(_) => CredentialsSummary { auth: Some(AuthSummary::kind("unreadable")), tls: None },

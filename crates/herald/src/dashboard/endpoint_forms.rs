@@ -10,10 +10,10 @@ use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
 use serde_json::{Value, json};
 
-use super::catalog;
 use super::endpoints::{Draft, endpoint_page, new_page};
 use super::form::{Fields, body, problems};
 use super::{Page, Viewer, view};
+use super::{catalog, credentials};
 use crate::api::{ApiError, AppState, endpoint, endpoint_ops, stats, visible_app, visible_endpoint};
 
 type EndpointPath = Path<(String, String)>;
@@ -28,7 +28,7 @@ fn draft(fields: &Fields, problems: Vec<(Option<String>, String)>) -> Draft {
         throttle_rate: fields.get("throttle_rate").unwrap_or_default().to_owned(),
         filter: fields.get("filter").unwrap_or_default().to_owned(),
         transform: fields.get("transform").unwrap_or_default().to_owned(),
-        auth_set: false,
+        credentials: Default::default(),
         problems,
     }
 }
@@ -51,12 +51,7 @@ fn settings_json(fields: &Fields) -> Result<Value, ApiError> {
         "transform": fields.given("transform"),
     });
     // Credentials are write-only: left blank, they stay as they are.
-    if fields.get("auth_remove") == Some("true") {
-        body["auth"] = Value::Null;
-    } else if let Some(username) = fields.given("auth_username") {
-        let password = fields.get("auth_password").unwrap_or_default();
-        body["auth"] = json!({"type": "basic", "username": username, "password": password});
-    }
+    credentials::apply(fields, &mut body)?;
     Ok(body)
 }
 
@@ -105,7 +100,8 @@ pub async fn update(
     match call.await {
         Ok(_) => Ok(to_endpoint(app.id.as_str(), existing.id.as_str())),
         Err(e) if !problems(&e).is_empty() => {
-            let draft = Draft { auth_set: !existing.auth.0.is_empty(), ..draft(&fields, problems(&e)) };
+            let credentials = endpoint::credentials_summary(&state, &existing);
+            let draft = Draft { credentials, ..draft(&fields, problems(&e)) };
             let status = StatusCode::UNPROCESSABLE_ENTITY;
             Ok(endpoint_page(&state, &viewer, &app, &existing, &draft, Default::default(), status)
                 .await?

@@ -9,6 +9,7 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::catalog::{self, Catalogued};
+use super::credentials;
 use super::log;
 use super::names::{Names, small_id};
 use super::pages::{DAY_MS, dead_letter_rows, dead_letter_table, page_of};
@@ -16,9 +17,10 @@ use super::scripts::{self, Trial};
 use super::trends::{self, Window};
 use super::view::{circuit_label, csrf, live, ms, when};
 use super::{Page, Viewer};
-use crate::api::{ApiError, AppState, endpoint_ops, stats, visible_app, visible_endpoint};
+use crate::api::{ApiError, AppState, endpoint, endpoint_ops, stats, visible_app, visible_endpoint};
 use crate::breaker::BreakerState;
 use crate::clock::now_ms;
+use crate::delivery_auth::CredentialsSummary;
 use crate::store::{App, AttemptFilter, BreakerEvent, BreakerEventKind, Endpoint};
 
 /// What the settings form shows: the values (as typed, after a refusal) and the problems.
@@ -31,14 +33,14 @@ pub struct Draft {
     pub throttle_rate: String,
     pub filter: String,
     pub transform: String,
-    /// Whether the endpoint has credentials (they are never shown).
-    pub auth_set: bool,
+    /// What the endpoint's credentials are (never the secrets themselves).
+    pub credentials: CredentialsSummary,
     /// (field, message); a `None` field is about the whole form.
     pub problems: Vec<(Option<String>, String)>,
 }
 
 impl Draft {
-    pub fn of(endpoint: &Endpoint) -> Self {
+    pub fn of(state: &AppState, endpoint: &Endpoint) -> Self {
         Self {
             url: endpoint.url.clone(),
             description: endpoint.description.clone(),
@@ -47,12 +49,12 @@ impl Draft {
             throttle_rate: endpoint.throttle_rate.map(|r| r.to_string()).unwrap_or_default(),
             filter: endpoint.scripts.filter.clone().unwrap_or_default(),
             transform: endpoint.scripts.transform.clone().unwrap_or_default(),
-            auth_set: !endpoint.auth.0.is_empty(),
+            credentials: endpoint::credentials_summary(state, endpoint),
             problems: vec![],
         }
     }
 
-    fn problem(&self, field: &str) -> Markup {
+    pub fn problem(&self, field: &str) -> Markup {
         html! {
             @for (_, msg) in self.problems.iter().filter(|(f, _)| f.as_deref() == Some(field)) {
                 p.error.field-error role="alert" { (msg) }
@@ -102,19 +104,7 @@ pub fn settings_form(app: &App, endpoint: Option<&str>, draft: &Draft, types: &[
             textarea #transform name="transform" rows="4" spellcheck="false"
                 placeholder="{payload: {id: .payload.id, kind: .eventType}}" { (draft.transform) }
             (draft.problem("transform"))
-            fieldset.auth {
-                legend { "HTTP Basic authentication to your receiver (write-only: never shown again)" }
-                @if draft.auth_set {
-                    p.muted #auth-state { "Credentials are set. Type new ones to replace them." }
-                    label { input type="checkbox" name="auth_remove" value="true"; " Remove them" }
-                }
-                label for="auth_username" { "Username" }
-                input #auth_username type="text" name="auth_username" autocomplete="off";
-                (draft.problem("auth.username"))
-                label for="auth_password" { "Password" }
-                input #auth_password type="password" name="auth_password" autocomplete="new-password";
-                (draft.problem("auth.password"))
-            }
+            (credentials::fieldsets(draft))
             button type="submit" { @if endpoint.is_some() { "Save" } @else { "Add endpoint" } }
         }
     }
@@ -151,7 +141,7 @@ pub async fn detail(
     Query(q): Query<DetailQuery>,
 ) -> Result<Page, Page> {
     let (app, endpoint) = visible_endpoint(&state, &viewer.principal, &app_id, &endpoint_id).await?;
-    let draft = Draft::of(&endpoint);
+    let draft = Draft::of(&state, &endpoint);
     let shown = Shown { test: q.test.as_deref(), window: Window::from_query(q.window.as_deref()), trial: None };
     endpoint_page(&state, &viewer, &app, &endpoint, &draft, shown, StatusCode::OK).await
 }

@@ -53,7 +53,10 @@ pub fn body<T: DeserializeOwned>(json: Value) -> Result<JsonBody<T>, ApiError> {
 /// What a refused write says, field by field (`None` for a field-less refusal).
 pub fn problems(error: &ApiError) -> Vec<(Option<String>, String)> {
     match error {
-        ApiError::Validation(items) => items.iter().map(|item| (item.loc.get(1).cloned(), item.msg.clone())).collect(),
+        // The field is the path under `body`, dotted (`auth.username`).
+        ApiError::Validation(items) => {
+            items.iter().map(|item| (item.loc.get(1..).map(|path| path.join(".")), item.msg.clone())).collect()
+        }
         ApiError::Refused(_, msg) | ApiError::BadRequest(msg) | ApiError::Conflict(msg) => vec![(None, msg.clone())],
         ApiError::Forbidden(why) => vec![(None, (*why).to_owned())],
         _ => vec![],

@@ -8,6 +8,7 @@ mod actions;
 mod apps;
 mod catalog;
 mod chart;
+mod credentials;
 mod endpoint_forms;
 mod endpoints;
 mod form;

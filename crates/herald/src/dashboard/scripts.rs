@@ -54,7 +54,7 @@ pub async fn try_it(
         }
     };
     let shown = Shown { trial: Some(&trial), ..Default::default() };
-    endpoint_page(&state, &viewer, &app, &endpoint, &Draft::of(&endpoint), shown, StatusCode::OK).await
+    endpoint_page(&state, &viewer, &app, &endpoint, &Draft::of(&state, &endpoint), shown, StatusCode::OK).await
 }
 
 /// The trial form, and the last trial's outcome under it.

@@ -9,6 +9,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::support::browser::Browser;
+use crate::support::certs::TestCa;
 use crate::support::{Receiver, Reply, TestServer, eventually, verifies};
 
 async fn event_type(server: &TestServer, name: &str, description: &str) {
@@ -239,4 +240,68 @@ async fn a_customer_sets_a_filter_a_transform_and_receiver_credentials() {
     server.send(&app, json!({"eventType": "invoice.paid", "payload": {"amount": 300}})).await;
     let got = receiver.wait_for(Some("/hook"), 2).await;
     assert_eq!(got[1].header("authorization"), "Basic c2hvcDpwYTU1LWNhbmFyeQ==");
+}
+
+/// Sets a textarea or input to `value` (PEM text is too long to type).
+async fn fill(browser: &Browser, id: &str, value: &str) {
+    browser.run(&format!("document.getElementById('{id}').value = {};", serde_json::to_string(value).unwrap())).await;
+}
+
+#[tokio::test]
+async fn a_customer_sets_oauth2_credentials_and_a_client_certificate() {
+    let ca = TestCa::new("Shop receiver CA");
+    let receiver = Receiver::start_tls(ca.requiring_clients(&ca.server()), |_, _| Reply::ok()).await;
+    let tokens = Receiver::start(|_, n| {
+        let body = json!({"access_token": format!("tok-{n}"), "token_type": "Bearer", "expires_in": 3600});
+        Reply::ok().header("content-type", "application/json").body(&body.to_string())
+    })
+    .await;
+    let (client, stranger) = (ca.client("portal-client"), ca.client("stranger"));
+    let server = TestServer::start().await;
+    let app = server.create_app("shop").await;
+    let endpoint = server.create_endpoint(&app, &receiver.https_url("/hook"), json!({})).await;
+    let ep = endpoint["id"].as_str().unwrap().to_owned();
+    let browser = Browser::start().await;
+    enter(&server, &browser, &app).await;
+    let page = server.url(&format!("/app/{app}/endpoint/{ep}"));
+    browser.goto(&page).await;
+
+    // A key that belongs to another certificate: refused next to the key's field.
+    fill(&browser, "tls_cert", &client.cert_pem).await;
+    fill(&browser, "tls_key", &stranger.key_pem).await;
+    browser.click("form.settings button[type=submit]").await;
+    let reason = browser.text(".field-error").await;
+    assert!(reason.starts_with("does not go with the certificate"), "{reason}");
+    assert!(server.get(&format!("/api/v1/app/{app}/endpoint/{ep}")).await.1.get("tls").is_none());
+    browser.audit_refusal("portal-endpoint-tls-refused", 422).await;
+
+    browser.goto(&page).await;
+    browser.type_into("#auth_token_url", &tokens.url("/token")).await;
+    browser.type_into("#auth_client_id", "shop-hooks").await;
+    browser.type_into("#auth_client_secret", "cs-canary-77").await;
+    browser.type_into("#auth_scopes", "hooks:write read").await;
+    fill(&browser, "tls_cert", &client.cert_pem).await;
+    fill(&browser, "tls_key", &client.key_pem).await;
+    fill(&browser, "tls_ca", &ca.cert_pem).await;
+    browser.click("form.settings button[type=submit]").await;
+    browser.until_url("the endpoint's page", |u| u.ends_with(&ep)).await;
+    let (_, read) = server.get(&format!("/api/v1/app/{app}/endpoint/{ep}")).await;
+    assert_eq!(read["auth"]["type"], "oauth2", "{read}");
+    assert_eq!(read["auth"]["scopes"], json!(["hooks:write", "read"]));
+    assert_eq!(read["tls"]["clientCertificate"]["subject"], "CN=portal-client");
+
+    // Shown as a summary, never as values.
+    browser.goto(&page).await;
+    assert!(browser.text("#auth-state").await.contains(&tokens.url("/token")));
+    assert!(browser.text("#tls-state").await.contains("CN=portal-client"));
+    let html = browser.run("return document.documentElement.outerHTML;").await.to_string();
+    let key_line = client.key_pem.lines().nth(1).unwrap();
+    assert!(!html.contains("cs-canary-77") && !html.contains(key_line), "no secret on the page");
+    browser.audit("portal-endpoint-credentials").await;
+
+    // Delivered over mutual TLS with the grant's token.
+    server.send(&app, json!({"eventType": "invoice.paid", "payload": {}})).await;
+    let got = receiver.wait_for(Some("/hook"), 1).await;
+    assert_eq!(got[0].header("authorization"), "Bearer tok-0");
+    assert_eq!(tokens.requests()[0].header("authorization"), "Basic c2hvcC1ob29rczpjcy1jYW5hcnktNzc=");
 }
