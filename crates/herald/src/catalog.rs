@@ -570,6 +570,12 @@ mod tests {
     fn credentials_and_proxies_are_part_of_how_an_endpoint_is_reached() {
         let keyring = Keyring::new(&generate_key(), &[]).unwrap();
         let defaults = Defaults { timeout: std::time::Duration::from_secs(1), retry: Default::default() };
+        let reach_with = |credentials: Credentials| {
+            let mut e = endpoint(None, None, false);
+            e.id = EndpointId::from_trusted("ep_same".into());
+            e.auth = keyring.seal_credentials(&credentials, &e.id);
+            Target::new(e, AppLimits::default(), &defaults, &keyring).reach()
+        };
         let reach = |auth: Option<(&str, &str)>, proxy: Option<&str>| {
             let mut e = endpoint(None, None, false);
             e.id = EndpointId::from_trusted("ep_same".into());
@@ -584,6 +590,27 @@ mod tests {
         assert_ne!(plain, reach(Some(("u", "p")), None), "credentials set");
         assert_ne!(reach(Some(("u", "p")), None), reach(Some(("u", "q")), None), "credentials changed");
         assert_ne!(plain, reach(None, Some("http://proxy.internal:3128")), "an own proxy");
+        let grant = |secret: &str| {
+            let grant = serde_json::json!({"type": "oauth2", "tokenUrl": "https://id.example/t", "clientId": "c", "clientSecret": secret});
+            Credentials { auth: Some(serde_json::from_value(grant).unwrap()), tls: None }
+        };
+        assert_ne!(plain, reach_with(grant("a")), "an OAuth2 grant set");
+        assert_ne!(reach_with(grant("a")), reach_with(grant("b")), "an OAuth2 grant changed");
+        assert_eq!(reach_with(grant("a")), reach_with(grant("a")));
+        let certificate = || {
+            let key = rcgen::KeyPair::generate().unwrap();
+            let cert = rcgen::CertificateParams::new(vec!["herald".to_owned()]).unwrap().self_signed(&key).unwrap();
+            let tls = crate::delivery_auth::ClientTls {
+                client_certificate_pem: cert.pem(),
+                client_key_pem: key.serialize_pem(),
+                ca_pem: None,
+            };
+            Credentials { auth: None, tls: Some(tls) }
+        };
+        let with_certificate = certificate();
+        assert_ne!(plain, reach_with(with_certificate.clone()), "a client certificate set");
+        assert_eq!(reach_with(with_certificate.clone()), reach_with(with_certificate));
+        assert_ne!(reach_with(certificate()), reach_with(certificate()), "a client certificate changed");
     }
 
     #[test]

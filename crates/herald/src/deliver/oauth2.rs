@@ -176,11 +176,15 @@ async fn fetch(client: &HttpClient, grant: &OAuth2Grant, deadline: Instant, seri
         Some(serde_json::Value::Number(n)) => n.as_u64().map(Duration::from_secs),
         Some(serde_json::Value::String(s)) => s.trim().parse().ok().map(Duration::from_secs),
         _ => None,
-    }
-    .unwrap_or(DEFAULT_LIFETIME)
-    .min(DEFAULT_LIFETIME * 24);
-    let early = EARLY_REFRESH.min(lifetime / 5);
-    Ok(Token { header, refresh_at: asked_at + lifetime - early, serial })
+    };
+    Ok(Token { header, refresh_at: asked_at + used_for(lifetime), serial })
+}
+
+/// How long a token is used: its lifetime (an hour when not given, a day at most) less a
+/// fifth of it, at most a minute, so it is replaced before the receiver sees it expire.
+fn used_for(lifetime: Option<Duration>) -> Duration {
+    let lifetime = lifetime.unwrap_or(DEFAULT_LIFETIME).min(DEFAULT_LIFETIME * 24);
+    lifetime - EARLY_REFRESH.min(lifetime / 5)
 }
 
 /// `POST tokenUrl` with `grant_type=client_credentials`, the scopes and audience, and the
@@ -244,6 +248,17 @@ mod tests {
             body(request),
             "grant_type=client_credentials&scope=hooks%3Awrite+read&audience=https%3A%2F%2Fapi.example"
         );
+    }
+
+    #[test]
+    fn tokens_are_replaced_shortly_before_they_expire() {
+        let secs = Duration::from_secs;
+        assert_eq!(used_for(Some(secs(3600))), secs(3540), "a minute early");
+        assert_eq!(used_for(Some(secs(100))), secs(80), "a fifth early");
+        assert_eq!(used_for(Some(secs(1))), Duration::from_millis(800));
+        assert_eq!(used_for(Some(secs(0))), secs(0), "used once, never cached");
+        assert_eq!(used_for(None), secs(3540), "an hour when the server says nothing");
+        assert_eq!(used_for(Some(secs(10 * 86400))), secs(86400 - 60), "a day at most");
     }
 
     #[test]

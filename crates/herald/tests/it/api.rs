@@ -335,4 +335,18 @@ async fn the_openapi_document_covers_every_svix_operation() {
         ours["components"]["schemas"]["EndpointOut"]["properties"]["delivery"].is_object(),
         "extensions documented"
     );
+    // Issue 20's extensions: filters, transforms, credentials (Basic or OAuth2), client
+    // certificates, and what reads show of them.
+    let schemas = &ours["components"]["schemas"];
+    for field in ["filter", "transform", "auth", "tls"] {
+        assert!(schemas["EndpointIn"]["properties"][field].is_object(), "EndpointIn.{field}");
+        assert!(schemas["EndpointOut"]["properties"][field].is_object(), "EndpointOut.{field}");
+    }
+    let text = schemas.to_string();
+    for name in
+        ["tokenUrl", "clientSecret", "clientAuthMethod", "clientCertificatePem", "clientKeyPem", "caPem", "expiresAt"]
+    {
+        assert!(text.contains(&format!("\"{name}\"")), "{name} documented");
+    }
+    assert!(ours["paths"]["/api/v1/app/{app_id}/endpoint/{endpoint_id}/transformation/simulate"]["post"].is_object());
 }

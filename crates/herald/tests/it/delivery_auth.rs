@@ -95,6 +95,21 @@ async fn bad_credentials_are_refused_and_the_owner_may_set_them() {
         .unwrap();
     assert_eq!(answer.status(), StatusCode::OK);
     assert_eq!(answer.json::<serde_json::Value>().await.unwrap()["auth"], json!({"type": "basic"}));
+    let client = TestCa::new("owner CA").client("owner");
+    let owned = json!({"auth": oauth2("https://id.example.com/token"),
+                       "tls": {"clientCertificatePem": client.cert_pem, "clientKeyPem": client.key_pem}});
+    let answer = server
+        .request_as(token, Method::PATCH, &format!("{path}/{}", endpoint["id"].as_str().unwrap()))
+        .json(&owned)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), StatusCode::OK);
+    let read = answer.json::<Value>().await.unwrap();
+    assert_eq!(
+        (read["auth"]["type"].as_str(), read["tls"]["clientCertificate"]["subject"].as_str()),
+        (Some("oauth2"), Some("CN=owner"))
+    );
 }
 
 #[tokio::test]
@@ -128,6 +143,18 @@ async fn oauth2_tokens_are_fetched_once_per_expiry_window_and_shared_by_every_de
         std::str::from_utf8(&asked.body).unwrap(),
         "grant_type=client_credentials&scope=hooks%3Awrite&audience=https%3A%2F%2Fapi.example"
     );
+
+    // The simulation shows that a token goes out, not the token.
+    let ep = endpoint["id"].as_str().unwrap();
+    let (status, simulated) = server
+        .post(
+            &format!("/api/v1/app/{app}/endpoint/{ep}/transformation/simulate"),
+            json!({"eventType": "e", "payload": {}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{simulated}");
+    assert_eq!(simulated["headers"]["authorization"], "<sensitive>", "{simulated}");
+    assert_eq!(receiver.requests_to("/token").len(), 1, "simulating fetches no token");
 
     // A token that expires is fetched again; within its window it is shared.
     let short = server

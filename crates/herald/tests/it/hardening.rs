@@ -6,8 +6,9 @@
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
+use crate::support::certs::TestCa;
 use crate::support::server::{ADMIN_TOKEN, Storage};
-use crate::support::{Receiver, TestServer};
+use crate::support::{Receiver, Reply, TestServer};
 
 #[tokio::test]
 async fn oversized_and_deeply_nested_bodies_get_clear_4xx() {
@@ -153,7 +154,8 @@ async fn rotating_the_server_key_reseals_every_secret_so_the_old_key_can_go() {
 /// Regressions (issue 16, findings 2 and 5): with an idempotency key, the app-portal token
 /// and a rotated signing secret were stored in plaintext with their responses, and endpoint
 /// headers (the receiver's credentials) were stored in plaintext. Delivery credentials
-/// (issue 20) are checked the same way. Canaries in each, then the
+/// (issue 20: Basic, OAuth2 secret and fetched token, client certificate key) are checked
+/// the same way. Canaries in each, then the
 /// whole store (every file of the data directory, every row on PostgreSQL) is searched.
 #[tokio::test]
 async fn no_token_secret_or_header_value_rests_in_plaintext_anywhere() {
@@ -170,6 +172,26 @@ async fn no_token_secret_or_header_value_rests_in_plaintext_anywhere() {
     let (status, _) = server.call(Method::PATCH, &format!("/api/v1/app/{app}"), Some(proxy)).await;
     assert_eq!(status, StatusCode::OK);
     let ep = endpoint["id"].as_str().unwrap().to_owned();
+    // An OAuth2 grant whose token is fetched (a delivery is made with it) and a client
+    // certificate whose key must rest sealed.
+    let client_secret = format!("canary-{}", herald::ids::random_token(16));
+    let access_token = format!("canary-{}", herald::ids::random_token(16));
+    let answer = json!({"access_token": access_token, "token_type": "Bearer", "expires_in": 3600}).to_string();
+    let receiver = Receiver::start(move |r, _| match r.path.as_str() {
+        "/token" => Reply::ok().header("content-type", "application/json").body(&answer),
+        _ => Reply::ok(),
+    })
+    .await;
+    let client = TestCa::new("canary CA").client("canary-client");
+    let key_line = client.key_pem.lines().nth(1).unwrap().to_owned();
+    let grant =
+        json!({"type": "oauth2", "tokenUrl": receiver.url("/token"), "clientId": "c", "clientSecret": client_secret});
+    let tls = json!({"clientCertificatePem": client.cert_pem, "clientKeyPem": client.key_pem});
+    // Its own application: this one goes through a proxy that does not exist.
+    let direct = server.create_app("direct").await;
+    server.create_endpoint(&direct, &receiver.url("/hook"), json!({"auth": grant, "tls": tls})).await;
+    server.send(&direct, json!({"eventType": "e", "payload": {}})).await;
+    receiver.wait_for(Some("/hook"), 1).await;
     let patched = format!("canary-{}", herald::ids::random_token(16));
     let (status, _) = server
         .call(
@@ -207,6 +229,9 @@ async fn no_token_secret_or_header_value_rests_in_plaintext_anywhere() {
         ("the dashboard session", session),
         ("a delivery password", password.as_str()),
         ("an egress proxy password", proxy_password.as_str()),
+        ("an OAuth2 client secret", client_secret.as_str()),
+        ("an OAuth2 access token", access_token.as_str()),
+        ("a client certificate's private key", key_line.as_str()),
     ] {
         assert!(!everything.contains(canary), "{what} rests in plaintext");
     }
