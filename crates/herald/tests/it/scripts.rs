@@ -199,14 +199,16 @@ async fn runaway_transforms_fail_their_own_delivery_and_nothing_else() {
         ("/hungry", "[range(1e10)] | length"),
         ("/deep", "def f: [f]; f"),
         ("/failing", "error(\"no such customer\")"),
+        ("/quoting", ".payload.card.number.digits"),
     ] {
         let endpoint = server.create_endpoint(&app, &receiver.url(path), json!({"transform": code})).await;
         runaway.push((path, endpoint["id"].as_str().unwrap().to_owned()));
     }
     server.create_endpoint(&app, &receiver.url("/plain"), json!({})).await;
     server.create_endpoint(&app, &receiver.url("/tidy"), json!({"transform": "{payload: {n: .payload.n}}"})).await;
-    let first = server.send(&app, json!({"eventType": "e", "payload": {"n": 1}})).await;
-    let second = server.send(&app, json!({"eventType": "e", "payload": {"n": 2}})).await;
+    let card = json!({"number": "4242-canary"});
+    let first = server.send(&app, json!({"eventType": "e", "payload": {"n": 1, "card": card}})).await;
+    let second = server.send(&app, json!({"eventType": "e", "payload": {"n": 2, "card": card}})).await;
     receiver.wait_for(Some("/plain"), 2).await;
     let tidy = receiver.wait_for(Some("/tidy"), 2).await;
     assert!(tidy.iter().all(|r| body_of(r)["n"].is_number()), "the sandbox recovers after each crash");
@@ -227,6 +229,9 @@ async fn runaway_transforms_fail_their_own_delivery_and_nothing_else() {
         assert_eq!(classes, vec!["transform_error"; runaway.len()], "one attempt each, never retried: {attempts:?}");
         let failing = attempts.iter().find(|a| a["url"] == receiver.url("/failing")).unwrap();
         assert!(failing["error"].as_str().unwrap().contains("no such customer"), "{failing}");
+        let quoting = attempts.iter().find(|a| a["url"] == receiver.url("/quoting")).unwrap();
+        assert!(quoting["error"].as_str().unwrap().starts_with("cannot index a value"), "{quoting}");
+        assert!(!json!(attempts).to_string().contains("4242-canary"), "no payload value in a reason");
     }
     for (path, _) in &runaway {
         assert!(receiver.requests_to(path).is_empty(), "{path} was never sent anything");
