@@ -168,7 +168,7 @@ impl Guard {
     }
 
     /// Whether `host` is a destination only the operator's allowed networks make reachable.
-    fn opened_up(&self, host: &Host<&str>) -> bool {
+    pub fn opened_up(&self, host: &Host<&str>) -> bool {
         let in_allowed = |ip: IpAddr| self.allowed.iter().any(|net| net.contains(&canonical(ip)));
         match host {
             Host::Ipv4(ip) => in_allowed(IpAddr::V4(*ip)),

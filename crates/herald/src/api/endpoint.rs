@@ -15,7 +15,7 @@ use super::validate::{Problems, double_option};
 use super::{AppState, visible_app, visible_endpoint};
 use crate::clock::{now_ms, to_rfc3339};
 use crate::deliver::is_reserved_header;
-use crate::delivery_auth::{AuthSummary, ClientTls, CredentialsSummary, DeliveryAuth, TlsSummary};
+use crate::delivery_auth::{AuthSummary, ClientTls, Credentials, CredentialsSummary, DeliveryAuth, TlsSummary};
 use crate::endpoint_settings::{DeliverySettings, EffectiveSettings};
 use crate::ids::EndpointId;
 use crate::postback::{RequestSettings, Template};
@@ -194,10 +194,20 @@ fn seal_credentials(
         return Ok(base.auth.clone());
     }
     let keyring = state.catalog.keyring();
-    let mut credentials = keyring.open_credentials(&base.auth, &base.id).map_err(|e| {
-        tracing::error!(endpoint = %base.id, error = %e, "the endpoint's credentials do not open");
-        ApiError::Internal(anyhow::anyhow!("the endpoint's credentials cannot be read with the configured server key"))
-    })?;
+    let replaces_both = auth.is_some() && tls.is_some();
+    let mut credentials = match keyring.open_credentials(&base.auth, &base.id) {
+        Ok(credentials) => credentials,
+        // What cannot be read can still be replaced as a whole.
+        Err(_) if replaces_both => Credentials::default(),
+        Err(e) => {
+            tracing::error!(endpoint = %base.id, error = %e, "the endpoint's credentials do not open");
+            return Err(ApiError::Conflict(
+                "the endpoint's credentials cannot be read with the configured server key; give both auth and tls \
+                 (or null) to replace them"
+                    .into(),
+            ));
+        }
+    };
     if let Some(auth) = auth {
         credentials.auth = auth;
     }
@@ -208,10 +218,17 @@ fn seal_credentials(
     for (field, msg) in credentials.problems() {
         p.push(field, msg);
     }
-    if let Some(grant) = credentials.auth.as_ref().and_then(DeliveryAuth::oauth2)
-        && let Err(problem) = state.guard.check_url(&grant.token_url)
-    {
-        p.push("auth.tokenUrl", problem.to_string());
+    if let Some(grant) = credentials.auth.as_ref().and_then(DeliveryAuth::oauth2) {
+        match state.guard.check_url(&grant.token_url) {
+            Err(problem) => p.push("auth.tokenUrl", problem.to_string()),
+            // RFC 6749 §2.3.1: the client's secret travels over TLS only (plain HTTP just
+            // to hosts the operator opened up, such as a test rig's own).
+            Ok(url) => p.check(
+                url.scheme() == "https" || url.host().is_some_and(|host| state.guard.opened_up(&host)),
+                "auth.tokenUrl",
+                "must be an https URL (the client secret is sent to it)",
+            ),
+        }
     }
     p.finish()?;
     Ok(keyring.seal_credentials(&credentials, &base.id))

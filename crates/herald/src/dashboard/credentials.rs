@@ -31,10 +31,15 @@ pub fn apply(fields: &Fields, body: &mut Value) -> Result<(), ApiError> {
             "clientSecret": fields.get("auth_client_secret").unwrap_or_default(),
             "scopes": scopes,
             "audience": fields.given("auth_audience"),
+            "clientAuthMethod": fields.given("auth_client_auth_method").unwrap_or("client_secret_basic"),
         });
     }
     if fields.get("tls_remove") == Some("true") {
         body["tls"] = Value::Null;
+    } else if fields.given("tls_ca").is_some()
+        && (fields.given("tls_cert").is_none() || fields.given("tls_key").is_none())
+    {
+        return Err(ApiError::invalid("tls.clientCertificatePem", "paste the certificate and its key with the CAs"));
     } else if fields.given("tls_cert").is_some() || fields.given("tls_key").is_some() {
         body["tls"] = json!({
             "clientCertificatePem": fields.get("tls_cert").unwrap_or_default(),
@@ -74,7 +79,7 @@ pub fn fieldsets(draft: &Draft) -> Markup {
             label for="auth_password" { "Password" }
             input #auth_password type="password" name="auth_password" autocomplete="new-password";
             (draft.problem("auth.password"))
-            h3 { "or OAuth2 client credentials (a bearer token from your token URL)" }
+            h3 { "or OAuth2 client credentials (a bearer token from your token URL; filling these in replaces the whole grant)" }
             label for="auth_token_url" { "Token URL" }
             input #auth_token_url type="url" name="auth_token_url" autocomplete="off" placeholder="https://id.example.com/oauth/token";
             (draft.problem("auth.tokenUrl"))
@@ -90,6 +95,12 @@ pub fn fieldsets(draft: &Draft) -> Markup {
             label for="auth_audience" { "Audience (optional)" }
             input #auth_audience type="text" name="auth_audience" autocomplete="off";
             (draft.problem("auth.audience"))
+            label for="auth_client_auth_method" { "How the client id and secret are sent to the token URL" }
+            select #auth_client_auth_method name="auth_client_auth_method" {
+                option value="client_secret_basic" selected { "HTTP Basic (client_secret_basic)" }
+                option value="client_secret_post" { "In the form body (client_secret_post)" }
+            }
+            (draft.problem("auth.clientAuthMethod"))
         }
         fieldset.tls {
             legend { "Client certificate for mutual TLS (write-only: the key is never shown again)" }

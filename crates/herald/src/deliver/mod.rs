@@ -216,7 +216,7 @@ impl Deliverer {
         if !matches!(sent.result, AttemptResult::Response { status: 401, .. }) {
             return sent;
         }
-        self.tokens.refused(endpoint, grant, &token).await;
+        self.tokens.refused(endpoint, grant, &token, deadline).await;
         match self.tokens.token(endpoint, grant, &token_client, deadline).await {
             Ok(fresh) => self.exchange(client, with_token(&fresh), started, deadline).await,
             Err(why) => Sent::failed(

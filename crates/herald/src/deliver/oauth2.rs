@@ -32,12 +32,17 @@ const DEFAULT_LIFETIME: Duration = Duration::from_secs(3600);
 const EARLY_REFRESH: Duration = Duration::from_secs(60);
 /// Characters of the token endpoint's `error` code quoted in an attempt's reason, at most.
 const MAX_ERROR_CODE: usize = 64;
+/// How long one token request may take, whichever delivery started it: the deliveries
+/// waiting for it share its outcome, so it is not bounded by one of their deadlines (each
+/// stops waiting at its own).
+const FETCH_BUDGET: Duration = Duration::from_secs(10);
 
 /// A token ready to send.
 #[derive(Clone)]
 pub struct Token {
     /// `Bearer …`, marked sensitive (never printed by `http`'s Debug).
     pub header: HeaderValue,
+    fetched_at: Instant,
     refresh_at: Instant,
     /// Which fetch made it: a 401 drops the cached token only if it is this one.
     serial: u64,
@@ -95,7 +100,9 @@ impl TokenCache {
         let Ok(mut slot) = tokio::time::timeout_at(deadline, slot.lock()).await else {
             return Err("timed out waiting for another delivery's token request".into());
         };
-        if let Some(token) = slot.token.as_ref().filter(|t| Instant::now() < t.refresh_at) {
+        // A token still fresh, or one fetched while this delivery waited (even if it is
+        // already due for replacement: a short-lived one), is shared.
+        if let Some(token) = slot.token.as_ref().filter(|t| Instant::now() < t.refresh_at || t.fetched_at >= asked) {
             return Ok(token.clone());
         }
         if let Some((at, why)) = &slot.failed
@@ -104,23 +111,29 @@ impl TokenCache {
             return Err(why.clone());
         }
         let serial = self.fetches.fetch_add(1, Ordering::Relaxed) + 1;
-        match fetch(client, grant, deadline, serial).await {
-            Ok(token) => {
+        // Stopping at this delivery's deadline drops the request and records nothing: the
+        // next waiter asks again.
+        let fetched = tokio::time::timeout_at(deadline, fetch(client, grant, Instant::now() + FETCH_BUDGET, serial));
+        match fetched.await {
+            Err(_) => Err("the token endpoint did not answer within the attempt's time".into()),
+            Ok(Ok(token)) => {
                 *slot = Slot { token: Some(token.clone()), failed: None };
                 Ok(token)
             }
-            Err(why) => {
+            Ok(Err(why)) => {
                 *slot = Slot { token: None, failed: Some((Instant::now(), why.clone())) };
                 Err(why)
             }
         }
     }
 
-    /// Drops `token` because the receiver refused it, unless a newer one replaced it.
-    pub async fn refused(&self, endpoint: &EndpointId, grant: &OAuth2Grant, token: &Token) {
+    /// Drops `token` because the receiver refused it, unless a newer one replaced it
+    /// (waiting for the endpoint's token at most until `deadline`).
+    pub async fn refused(&self, endpoint: &EndpointId, grant: &OAuth2Grant, token: &Token, deadline: Instant) {
         let slot = self.slot(endpoint, grant);
-        let mut slot = slot.lock().await;
-        if slot.token.as_ref().is_some_and(|t| t.serial == token.serial) {
+        if let Ok(mut slot) = tokio::time::timeout_at(deadline, slot.lock()).await
+            && slot.token.as_ref().is_some_and(|t| t.serial == token.serial)
+        {
             slot.token = None;
         }
     }
@@ -173,11 +186,14 @@ async fn fetch(client: &HttpClient, grant: &OAuth2Grant, deadline: Instant, seri
         .map_err(|_| "the token endpoint's access_token is not a valid header value".to_owned())?;
     header.set_sensitive(true);
     let lifetime = match parsed.expires_in {
-        Some(serde_json::Value::Number(n)) => n.as_u64().map(Duration::from_secs),
+        Some(serde_json::Value::Number(n)) => n
+            .as_f64()
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(|s| Duration::from_secs_f64(s.min(DEFAULT_LIFETIME.as_secs_f64() * 24.0))),
         Some(serde_json::Value::String(s)) => s.trim().parse().ok().map(Duration::from_secs),
         _ => None,
     };
-    Ok(Token { header, refresh_at: asked_at + used_for(lifetime), serial })
+    Ok(Token { header, fetched_at: Instant::now(), refresh_at: asked_at + used_for(lifetime), serial })
 }
 
 /// How long a token is used: its lifetime (an hour when not given, a day at most) less a

@@ -184,6 +184,9 @@ impl DeliveryAuth {
                 if grant.client_id.is_empty() {
                     out.push(("auth.clientId", "must be non-empty".into()));
                 }
+                if grant.client_secret.is_empty() {
+                    out.push(("auth.clientSecret", "must be non-empty".into()));
+                }
                 // RFC 6749 §3.3: scope tokens are printable ASCII without spaces, quotes
                 // or backslashes.
                 let scope_ok = |s: &String| {

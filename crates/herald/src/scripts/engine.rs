@@ -105,11 +105,11 @@ impl Program {
 /// A run-time error in words that quote no value: jq's texts embed the values involved
 /// ("cannot index {…} with …"), which may be payload fields that redaction hides from some
 /// readers, and these texts reach the attempt log and the `/filtered` answer. The kind of
-/// error is kept; an `error(…)` the expression raises is shown when its text is written in
-/// the expression (`error("no such customer")`), and otherwise, like a built-in's message,
+/// error is kept; an `error(…)` the expression raises is shown when it is a literal in the
+/// expression (`error("no such customer")`), and otherwise, like a built-in's message,
 /// becomes a generic one.
 fn runtime_error(text: &str, code: &str) -> String {
-    if !text.is_empty() && code.contains(text) {
+    if !text.is_empty() && code.contains(&format!("error({text})")) {
         return text.to_owned();
     }
     if text.starts_with("cannot use ")

@@ -157,9 +157,9 @@ async fn oauth2_tokens_are_fetched_once_per_expiry_window_and_shared_by_every_de
     assert_eq!(receiver.requests_to("/token").len(), 1, "simulating fetches no token");
 
     // A token that expires is fetched again; within its window it is shared.
-    let short = server
-        .create_endpoint(&app, &receiver.url("/short"), json!({"auth": oauth2(&receiver.url("/short-token"))}))
-        .await;
+    let mut in_body = oauth2(&receiver.url("/short-token"));
+    in_body["clientAuthMethod"] = json!("client_secret_post");
+    let short = server.create_endpoint(&app, &receiver.url("/short"), json!({"auth": in_body})).await;
     let only_short = json!({"eventType": "e", "payload": {}});
     let (status, _) = server
         .call(
@@ -176,6 +176,9 @@ async fn oauth2_tokens_are_fetched_once_per_expiry_window_and_shared_by_every_de
     let got = receiver.wait_for(Some("/short"), 2).await;
     assert_eq!(got.iter().map(bearer).collect::<Vec<_>>(), ["Bearer tok-0", "Bearer tok-1"]);
     assert_eq!(receiver.requests_to("/short-token").len(), 2, "a new token after the first expired");
+    let posted = &receiver.requests_to("/short-token")[0];
+    assert_eq!(posted.header("authorization"), "", "client_secret_post: no Basic header");
+    assert!(std::str::from_utf8(&posted.body).unwrap().ends_with("&client_id=herald&client_secret=cl1ent-s3cret"));
     assert!(!short.to_string().contains("cl1ent-s3cret") && !endpoint.to_string().contains("cl1ent-s3cret"));
 }
 
@@ -263,12 +266,22 @@ async fn token_urls_are_judged_by_the_destination_guard() {
     let server = TestServer::start().await;
     let app = server.create_app("shop").await;
     let path = format!("/api/v1/app/{app}/endpoint");
-    for token_url in ["http://169.254.169.254/latest/meta-data", "file:///etc/passwd"] {
+    for token_url in ["http://169.254.169.254/latest/meta-data", "file:///etc/passwd", "http://id.example.com/token"] {
         let body = json!({"url": "https://example.com/h", "auth": oauth2(token_url)});
         let (status, body) = server.post(&path, body).await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{token_url}: {body}");
         assert_eq!(body["detail"][0]["loc"], json!(["body", "auth", "tokenUrl"]), "{body}");
     }
+    // The client secret travels over TLS only (the loopback token servers of these tests
+    // are in the operator's allowed networks, which is what lets them use plain HTTP).
+    let (_, body) =
+        server.post(&path, json!({"url": "https://example.com/h", "auth": oauth2("http://id.example.com/t")})).await;
+    assert_eq!(body["detail"][0]["msg"], "must be an https URL (the client secret is sent to it)", "{body}");
+    let mut secretless = oauth2("https://id.example.com/token");
+    secretless["clientSecret"] = json!("");
+    let (status, body) = server.post(&path, json!({"url": "https://example.com/h", "auth": secretless})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["detail"][0]["loc"], json!(["body", "auth", "clientSecret"]), "{body}");
 }
 
 #[tokio::test]
@@ -282,7 +295,7 @@ async fn a_token_url_whose_name_resolves_to_a_forbidden_address_is_never_asked()
     })
     .await;
     let app = server.create_app("shop").await;
-    let token_url = format!("http://token.ssrf.test:{}/token", canary.port());
+    let token_url = format!("https://token.ssrf.test:{}/token", canary.port());
     let no_retries = json!({"retry": {"strategy": "fixed", "intervalMs": 1000, "maxAttempts": 1}});
     let extra = json!({"auth": oauth2(&token_url), "delivery": no_retries});
     server.create_endpoint(&app, &receiver.url("/hook"), extra).await;
@@ -312,8 +325,24 @@ async fn client_certificates_are_presented_to_receivers_that_require_them() {
     assert_eq!(good["tls"]["ca"][0]["subject"], "CN=Herald test CA");
     assert!(!good.to_string().contains("PRIVATE KEY"), "{good}");
 
-    // A certificate the receiver does not trust, and none at all (trusting the receiver
-    // through a client certificate nobody signed; without `tls`, through nothing).
+    // First the trusted certificate alone: its connection stays in its pool.
+    let first = server.send(&app, json!({"eventType": "e", "payload": {}})).await;
+    receiver.wait_for(Some("/good"), 1).await;
+    let delivered =
+        eventually("the first attempt", || async { server.attempts(&app, &first).await.into_iter().next() }).await;
+    assert_eq!(delivered["responseStatusCode"], 200);
+    let (status, _) = server
+        .call(
+            Method::PATCH,
+            &format!("/api/v1/app/{app}/endpoint/{}", good["id"].as_str().unwrap()),
+            Some(json!({"disabled": true})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+
+    // Then, to the same receiver, a certificate it does not trust (self-signed), and no
+    // certificate (the endpoint does not trust the receiver either: only its own `caPem`
+    // would). Neither reuses the trusted endpoint's pooled connection.
     let rogue = self_signed_client("rogue");
     let rogue_tls =
         json!({"clientCertificatePem": rogue.cert_pem, "clientKeyPem": rogue.key_pem, "caPem": ca.cert_pem});
@@ -322,14 +351,12 @@ async fn client_certificates_are_presented_to_receivers_that_require_them() {
         .await;
     let bare = server.create_endpoint(&app, &receiver.https_url("/bare"), json!({"delivery": no_retries})).await;
     let msg = server.send(&app, json!({"eventType": "e", "payload": {}})).await;
-    receiver.wait_for(Some("/good"), 1).await;
-    let attempts = eventually("three attempts", || async {
+    let attempts = eventually("two attempts", || async {
         let attempts = server.attempts(&app, &msg).await;
-        (attempts.len() == 3).then_some(attempts)
+        (attempts.len() == 2).then_some(attempts)
     })
     .await;
     let of = |ep: &Value| attempts.iter().find(|a| a["endpointId"] == ep["id"]).unwrap().clone();
-    assert_eq!(of(&good)["responseStatusCode"], 200);
     for failed in [of(&rogue_ep), of(&bare)] {
         assert_eq!(failed["errorClass"], "tls", "{failed}");
         assert_eq!(failed["responseStatusCode"], 0, "{failed}");
@@ -385,4 +412,39 @@ async fn unusable_certificates_are_refused_with_the_field_at_fault() {
         assert!(body["detail"][0]["msg"].as_str().unwrap().contains(says), "{body}");
         assert!(!body.to_string().contains("PRIVATE KEY"), "the key is never echoed: {body}");
     }
+}
+
+#[tokio::test]
+async fn deliveries_waiting_for_a_token_share_its_one_request_and_its_failure() {
+    // Slow token servers: one answers a token, the other fails, each after 800 ms.
+    let receiver = Receiver::start(|request, n| match request.path.as_str() {
+        "/token" => token_reply(n, 3600).after(Duration::from_millis(800)),
+        "/down-token" => Reply::status(503).after(Duration::from_millis(800)),
+        _ => Reply::ok(),
+    })
+    .await;
+    let server = TestServer::start().await;
+    let once = json!({"retry": {"strategy": "fixed", "intervalMs": 1000, "maxAttempts": 1}});
+    let (up, down) = (server.create_app("up").await, server.create_app("down").await);
+    server.create_endpoint(&up, &receiver.url("/hook"), json!({"auth": oauth2(&receiver.url("/token"))})).await;
+    let extra = json!({"auth": oauth2(&receiver.url("/down-token")), "delivery": once});
+    server.create_endpoint(&down, &receiver.url("/never"), extra).await;
+    let mut failing = Vec::new();
+    for _ in 0..6 {
+        server.send(&up, json!({"eventType": "e", "payload": {}})).await;
+        failing.push(server.send(&down, json!({"eventType": "e", "payload": {}})).await);
+    }
+    let hooks = receiver.wait_for(Some("/hook"), 6).await;
+    assert!(hooks.iter().all(|r| bearer(r) == "Bearer tok-0"));
+    assert_eq!(receiver.requests_to("/token").len(), 1, "six deliveries, one token request");
+    for msg in &failing {
+        let attempt =
+            eventually("the failed attempt", || async { server.attempts(&down, msg).await.into_iter().next() }).await;
+        assert_eq!(
+            (attempt["errorClass"].as_str(), attempt["error"].as_str()),
+            (Some("auth_token"), Some("the token endpoint answered 503"))
+        );
+    }
+    assert_eq!(receiver.requests_to("/down-token").len(), 1, "the waiting deliveries shared the one failure");
+    assert!(receiver.requests_to("/never").is_empty());
 }

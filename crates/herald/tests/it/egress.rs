@@ -11,7 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::support::dns::{Answer, StubDns};
-use crate::support::{Receiver, TestServer, eventually};
+use crate::support::{Receiver, Reply, TestServer, eventually};
 
 /// A CONNECT proxy: records each request head, then tunnels.
 struct ConnectProxy {
@@ -176,4 +176,29 @@ async fn a_proxy_that_refuses_the_tunnel_fails_the_attempt_as_a_connection_error
     let status = server.delivery_status(&app, &msg, endpoint["id"].as_str().unwrap()).await;
     assert_eq!(status, Some(3), "retried, not a dead letter");
     assert!(receiver.requests().is_empty());
+}
+
+#[tokio::test]
+async fn an_oauth2_token_is_fetched_through_the_applications_proxy() {
+    let tokens = Receiver::start(|_, _| {
+        let body = json!({"access_token": "via-proxy", "token_type": "Bearer", "expires_in": 3600});
+        Reply::ok().header("content-type", "application/json").body(&body.to_string())
+    })
+    .await;
+    let receiver = Receiver::ok().await;
+    let proxy = ConnectProxy::start().await;
+    let server = TestServer::start().await;
+    let app = json!({"name": "fixed", "proxyUrl": format!("http://127.0.0.1:{}", proxy.port)});
+    let (status, app) = server.post("/api/v1/app", app).await;
+    assert_eq!(status, reqwest::StatusCode::CREATED, "{app}");
+    let app = app["id"].as_str().unwrap().to_owned();
+    let grant = json!({"type": "oauth2", "tokenUrl": tokens.url("/token"), "clientId": "c", "clientSecret": "s"});
+    server.create_endpoint(&app, &receiver.url("/hook"), json!({"auth": grant})).await;
+    server.send(&app, json!({"eventType": "e", "payload": {}})).await;
+    assert_eq!(receiver.wait_for(Some("/hook"), 1).await[0].header("authorization"), "Bearer via-proxy");
+    let mut connects: Vec<String> = proxy.heads().iter().map(|h| h.lines().next().unwrap().to_owned()).collect();
+    connects.sort();
+    let mut want = [tokens.addr, receiver.addr].map(|a| format!("CONNECT {a} HTTP/1.1"));
+    want.sort();
+    assert_eq!(connects, want, "the token request and the delivery, each through the proxy");
 }
