@@ -212,3 +212,62 @@ async fn postback_fields_stay_out_of_logs_attempt_urls_and_masked_views() {
     assert!(logs.contains("TRACE"));
     assert!(!logs.contains(&click) && !logs.contains(&payout), "postback fields reach no log");
 }
+
+/// Delivery credentials (issue 20) reach no log, at the most verbose level: an OAuth2
+/// client secret and the tokens Herald fetches (one refused by the receiver, so a refresh
+/// happens), a Basic password, a client certificate's key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delivery_credentials_and_tokens_stay_out_of_logs() {
+    let (secret, password) = (unique("CANARYSECRET"), unique("CANARYPASSWORD"));
+    let (refused, token) = (unique("CANARYREFUSED"), unique("CANARYTOKEN"));
+    let tokens = [refused.clone(), token.clone()];
+    let receiver = Receiver::start(move |request, n| match request.path.as_str() {
+        "/token" => {
+            let body = json!({"access_token": tokens[n.min(1)], "token_type": "Bearer", "expires_in": 3600});
+            Reply::ok().header("content-type", "application/json").body(&body.to_string())
+        }
+        "/oauth" if request.header("authorization").contains("CANARYREFUSED") => Reply::status(401),
+        _ => Reply::ok(),
+    })
+    .await;
+    let client = crate::support::certs::TestCa::new("log CA").client("log-client");
+    let key_line = client.key_pem.lines().nth(1).unwrap().to_owned();
+    let storage = Storage::new().await;
+    let herald = Process::start_with(&storage, &[("RUST_LOG", "trace")]);
+    let api = Client { http: reqwest::Client::new(), base: herald.base.clone() };
+    let admin = crate::support::server::ADMIN_TOKEN;
+    let (_, app) = api.call(reqwest::Method::POST, admin, "/api/v1/app", Some(json!({"name": "creds"}))).await;
+    let app = app["id"].as_str().unwrap().to_owned();
+    let endpoints = [
+        json!({"url": receiver.url("/oauth"),
+               "auth": {"type": "oauth2", "tokenUrl": receiver.url("/token"), "clientId": "c", "clientSecret": secret}}),
+        json!({"url": receiver.url("/basic"), "auth": {"type": "basic", "username": "u", "password": password},
+               "tls": {"clientCertificatePem": client.cert_pem, "clientKeyPem": client.key_pem}}),
+    ];
+    for endpoint in endpoints {
+        let path = format!("/api/v1/app/{app}/endpoint");
+        let (status, body) = api.call(reqwest::Method::POST, admin, &path, Some(endpoint)).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+    let message = json!({"eventType": "e", "payload": {}});
+    api.call(reqwest::Method::POST, admin, &format!("/api/v1/app/{app}/msg"), Some(message)).await;
+    receiver.wait_for(Some("/basic"), 1).await;
+    let delivered = receiver.wait_for(Some("/oauth"), 2).await;
+    assert!(delivered[1].header("authorization").contains(&token), "refreshed after the 401");
+
+    let logs = herald.stop();
+    assert!(logs.contains("TRACE"));
+    // The Basic headers as sent: base64 of the pairs.
+    let (basic, client_basic) = (STANDARD.encode(format!("u:{password}")), STANDARD.encode(format!("c:{secret}")));
+    for (what, canary) in [
+        ("a Basic header", basic.as_str()),
+        ("the client's Basic header", client_basic.as_str()),
+        ("the client secret", secret.as_str()),
+        ("a refused token", refused.as_str()),
+        ("a token", token.as_str()),
+        ("a Basic password", password.as_str()),
+        ("a private key", key_line.as_str()),
+    ] {
+        assert!(!logs.contains(canary), "{what} reaches the log");
+    }
+}
