@@ -140,6 +140,12 @@ prefixed_id!(
     TaskId,
     "qtask_"
 );
+prefixed_id!(
+    /// A poller: an application's messages, filtered like an endpoint's, read by consumers
+    /// that pull them instead of receiving webhooks.
+    PollerId,
+    "poll_"
+);
 
 #[cfg(test)]
 mod tests {

@@ -57,6 +57,9 @@ pub enum ApiError {
     Refused(&'static str, String),
     #[error("payload too large: {0}")]
     PayloadTooLarge(String),
+    /// What was asked for is no longer kept (a poller consumer behind the retention window).
+    #[error("gone: {0}")]
+    Gone(String),
     #[error("service unavailable: {0}")]
     Unavailable(String),
     /// The process is stopping after one of its tasks failed.
@@ -96,6 +99,7 @@ impl ApiError {
             Self::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::BadRequest(_) | Self::GenericError(_) | Self::Refused(..) => StatusCode::BAD_REQUEST,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Gone(_) => StatusCode::GONE,
             Self::Unavailable(_) | Self::Stopping => StatusCode::SERVICE_UNAVAILABLE,
             Self::RateLimited(_) | Self::TooManyFailedAuthentications(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -136,6 +140,7 @@ impl IntoResponse for ApiError {
             Self::GenericError(why) => ("generic_error", why),
             Self::Refused(code, why) => (code, why),
             Self::PayloadTooLarge(why) => ("payload_too_large", why),
+            Self::Gone(why) => ("position_expired", why),
             Self::RateLimited(_) => ("rate_limited", "this token sent too many requests; retry after the delay".into()),
             Self::TooManyFailedAuthentications(_) => {
                 ("rate_limited", "too many failed authentications from this address; retry after the delay".into())

@@ -17,6 +17,7 @@ mod idempotency;
 mod list;
 mod message;
 pub mod openapi;
+mod poller;
 pub(crate) mod portal_access;
 mod rate_limit;
 mod routes;
@@ -135,6 +136,7 @@ fn api_routes() -> Routes {
         .merge(health::routes())
         .merge(stats::routes())
         .merge(dead_letters::routes())
+        .merge(poller::routes())
         .merge(session::routes())
         .post("/api/v1/auth/app-portal-access/{app_id}", portal_access::app_portal_access)
         .post("/api/v1/auth/dashboard-access/{app_id}", portal_access::dashboard_access)

@@ -5,8 +5,8 @@ use axum::Json;
 use utoipa::OpenApi;
 
 use super::{
-    application, attempt, auth, dead_letters, endpoint, endpoint_ops, event_type, health, message, portal_access,
-    session, stats, transformation,
+    application, attempt, auth, dead_letters, endpoint, endpoint_ops, event_type, health, message, poller,
+    portal_access, session, stats, transformation,
 };
 
 #[derive(OpenApi)]
@@ -30,6 +30,8 @@ use super::{
         health::health, health::health_head, health::ping, health::ping_head,
         stats::endpoint_health, stats::retry_now, stats::slow_endpoints, stats::summary,
         dead_letters::dead_letter_stats, dead_letters::replay, dead_letters::replay_progress,
+        poller::list_pollers, poller::create_poller, poller::get_poller, poller::patch_poller, poller::delete_poller,
+        poller::consume, poller::seek,
     ),
     modifiers(&BearerAuth)
 )]

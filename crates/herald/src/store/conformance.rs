@@ -683,6 +683,73 @@ pub async fn an_applications_portal_tokens_expire_together(store: &dyn Store) {
 }
 
 /// Instantiates every case as a `#[tokio::test]` against the store `$make` builds.
+fn poller(app: &App) -> Poller {
+    Poller {
+        id: crate::ids::PollerId::generate(),
+        app_id: app.id.clone(),
+        uid: Some("nightly-batch".into()),
+        description: "the nightly batch".into(),
+        event_types: Some(vec!["invoice.paid".into()]),
+        channels: None,
+        filter: Some(".payload.amount > 1".into()),
+        metadata: Default::default(),
+        created_at: now_ms(),
+        updated_at: now_ms(),
+    }
+}
+
+pub async fn a_poller_reads_back_as_written_and_its_consumers_keep_their_places(store: &dyn Store) {
+    let app = app();
+    store.insert_app(&app).await.unwrap();
+    let mut p = poller(&app);
+    store.insert_poller(&p).await.unwrap();
+    assert_eq!(store.poller(&app.id, p.id.as_str()).await.unwrap().as_ref(), Some(&p));
+    assert_eq!(store.poller(&app.id, "nightly-batch").await.unwrap().as_ref(), Some(&p), "by uid");
+    let mut twin = poller(&app);
+    twin.id = crate::ids::PollerId::generate();
+    assert!(matches!(store.insert_poller(&twin).await, Err(StoreError::Conflict(_))), "a uid once per application");
+    p.description = "changed".into();
+    p.channels = Some(vec!["eu".into()]);
+    p.filter = None;
+    store.update_poller(&p).await.unwrap();
+    assert_eq!(store.poller(&app.id, p.id.as_str()).await.unwrap().as_ref(), Some(&p));
+    assert_eq!(
+        store.list_pollers(&app.id, &PageQuery { limit: 10, iterator: None, descending: false }).await.unwrap(),
+        vec![p.clone()]
+    );
+
+    assert_eq!(store.consumer_position(&p.id, "a").await.unwrap(), None);
+    let at = LogPosition { major: 7, minor: "msg_x".into() };
+    store.save_consumer_position(&p.id, "a", &at).await.unwrap();
+    store.save_consumer_position(&p.id, "b", &LogPosition::default()).await.unwrap();
+    let kept = store.consumer_position(&p.id, "a").await.unwrap().unwrap();
+    assert_eq!(kept.major, 7, "each consumer its own place");
+    assert_eq!(store.consumer_position(&p.id, "b").await.unwrap().unwrap().major, 0);
+    store.delete_poller(&app.id, &p.id).await.unwrap();
+    assert_eq!(store.poller(&app.id, p.id.as_str()).await.unwrap(), None);
+    assert_eq!(store.consumer_position(&p.id, "a").await.unwrap(), None, "its consumers go with it");
+}
+
+pub async fn an_applications_log_reads_in_commit_order_from_any_position(store: &dyn Store) {
+    let (app, _, sent) = seeded(store, 5).await;
+    let (other, _, _) = seeded(store, 2).await;
+    let all = store.messages_after(&app.id, &LogPosition::default(), 100).await.unwrap();
+    let ids: Vec<_> = all.iter().map(|(_, m)| m.id.clone()).collect();
+    assert_eq!(ids, sent.iter().map(|(id, _)| id.clone()).collect::<Vec<_>>(), "this application's, in order");
+    assert!(all.iter().all(|(_, m)| m.payload.is_some()));
+    assert!(all.windows(2).all(|w| w[0].0 < w[1].0), "positions increase");
+    let page = store.messages_after(&app.id, &all[1].0, 2).await.unwrap();
+    assert_eq!(page.iter().map(|(_, m)| &m.id).collect::<Vec<_>>(), [&ids[2], &ids[3]], "after a position");
+    assert!(store.messages_after(&app.id, &all[4].0, 10).await.unwrap().is_empty());
+    assert_eq!(store.message_position(&app.id, &ids[2]).await.unwrap(), Some(all[2].0.clone()));
+    assert_eq!(store.message_position(&other.id, &ids[2]).await.unwrap(), None, "another application's");
+    let from_start = store.position_at(&app.id, 0).await.unwrap();
+    let read = store.messages_after(&app.id, &from_start, 100).await.unwrap();
+    assert_eq!(read.len(), 5, "a time before everything: from the start");
+    let future = store.position_at(&app.id, now_ms() + 60_000).await.unwrap();
+    assert!(store.messages_after(&app.id, &future, 100).await.unwrap().is_empty(), "a time after everything");
+}
+
 #[macro_export]
 macro_rules! conformance_suite {
     ($make:expr) => {
@@ -711,6 +778,8 @@ macro_rules! conformance_suite {
             the_history_adds_up_per_minute_and_hour_and_logs_breakers,
             the_operator_finds_messages_applications_and_endpoints,
             an_applications_portal_tokens_expire_together,
+            a_poller_reads_back_as_written_and_its_consumers_keep_their_places,
+            an_applications_log_reads_in_commit_order_from_any_position,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {

@@ -24,7 +24,7 @@ pub use model::*;
 
 use crate::breaker::Breaker;
 use crate::clock::Millis;
-use crate::ids::{AppId, EndpointId, MessageId};
+use crate::ids::{AppId, EndpointId, MessageId, PollerId};
 use crate::latency::Histogram;
 
 /// Storage failures. Callers distinguish conflicts (the caller's mistake) from the rest.
@@ -268,6 +268,36 @@ pub trait HistoryStore: Send + Sync {
     ) -> StoreResult<Vec<BreakerEvent>>;
 }
 
+/// Pollers and their consumers' positions (Herald extension: pull consumers), and the
+/// application's message log read in commit order.
+#[async_trait]
+pub trait PollStore: Send + Sync {
+    async fn insert_poller(&self, poller: &Poller) -> StoreResult<()>;
+    /// A poller by id or uid.
+    async fn poller(&self, app: &AppId, id_or_uid: &str) -> StoreResult<Option<Poller>>;
+    async fn list_pollers(&self, app: &AppId, page: &PageQuery) -> StoreResult<Vec<Poller>>;
+    async fn update_poller(&self, poller: &Poller) -> StoreResult<()>;
+    /// Deletes the poller and its consumers' positions.
+    async fn delete_poller(&self, app: &AppId, id: &PollerId) -> StoreResult<()>;
+    /// Where a consumer stands; `None` for a consumer never seen (it starts at the
+    /// beginning of what is retained).
+    async fn consumer_position(&self, poller: &PollerId, consumer: &str) -> StoreResult<Option<LogPosition>>;
+    async fn save_consumer_position(&self, poller: &PollerId, consumer: &str, at: &LogPosition) -> StoreResult<()>;
+    /// Up to `limit` messages of `app` after `after`, in commit order, each with its
+    /// position. Only messages no earlier transaction can still join are returned.
+    async fn messages_after(
+        &self,
+        app: &AppId,
+        after: &LogPosition,
+        limit: usize,
+    ) -> StoreResult<Vec<(LogPosition, Message)>>;
+    /// The position of a message of `app` (for seeking past it).
+    async fn message_position(&self, app: &AppId, id: &MessageId) -> StoreResult<Option<LogPosition>>;
+    /// The position just before the first retained message of `app` created at or after
+    /// `at` (for seeking to a time).
+    async fn position_at(&self, app: &AppId, at: Millis) -> StoreResult<LogPosition>;
+}
+
 /// A change another process made to applications or endpoints, announced through the
 /// database so every process's catalog forgets its stale copy (and its dispatcher looks
 /// at the endpoint's circuit breaker again).
@@ -297,7 +327,9 @@ impl Default for Signals {
 }
 
 /// Everything Herald needs from a database.
-pub trait Store: CatalogStore + MessageStore + QueueStore + AccessStore + HealthStore + HistoryStore + 'static {
+pub trait Store:
+    CatalogStore + MessageStore + QueueStore + AccessStore + HealthStore + HistoryStore + PollStore + 'static
+{
     fn signals(&self) -> &Signals;
     /// Whether several processes may share this store (claims then need live leases).
     fn shared(&self) -> bool;

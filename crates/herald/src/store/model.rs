@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Millis;
 use crate::endpoint_settings::DeliverySettings;
-use crate::ids::{AppId, AttemptId, EndpointId, MessageId};
+use crate::ids::{AppId, AttemptId, EndpointId, MessageId, PollerId};
 
 pub type Metadata = BTreeMap<String, String>;
 
@@ -107,6 +107,34 @@ pub struct Endpoint {
     pub scripts: crate::scripts::Scripts,
     /// Herald extension: the credentials presented to the receiver.
     pub auth: SealedAuth,
+}
+
+/// An application's messages for consumers that pull them (Herald extension): the same
+/// event-type, channel and jq filters as an endpoint, and named consumers that each keep
+/// their own position.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Poller {
+    pub id: PollerId,
+    pub app_id: AppId,
+    pub uid: Option<String>,
+    pub description: String,
+    pub event_types: Option<Vec<String>>,
+    pub channels: Option<Vec<String>>,
+    pub filter: Option<String>,
+    pub metadata: Metadata,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+}
+
+/// A place in an application's message log, in commit order: every message committed
+/// later sorts after it. SQLite: the message's seq (one writer commits in seq order).
+/// PostgreSQL: (the inserting transaction's id, the message id), read only below the
+/// oldest transaction still running, so a transaction that commits late cannot land
+/// behind a reader's position.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LogPosition {
+    pub major: i64,
+    pub minor: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -147,7 +147,13 @@ impl CatalogStore for PgStore {
     async fn delete_app(&self, id: &AppId) -> StoreResult<()> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db_err)?;
-        for table in ["attempt", "delivery", "message", "endpoint", "deleted_endpoint", "portal_token"] {
+        tx.execute(
+            "DELETE FROM herald.poller_consumer WHERE poller_id IN (SELECT id FROM herald.poller WHERE app_id = $1)",
+            &[&id.as_str()],
+        )
+        .await
+        .map_err(db_err)?;
+        for table in ["attempt", "delivery", "message", "endpoint", "deleted_endpoint", "portal_token", "poller"] {
             tx.execute(&format!("DELETE FROM herald.{table} WHERE app_id = $1"), &[&id.as_str()])
                 .await
                 .map_err(db_err)?;

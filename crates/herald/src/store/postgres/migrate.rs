@@ -11,6 +11,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (2, include_str!("v2.sql")),
     (3, include_str!("v3.sql")),
     (4, include_str!("v4.sql")),
+    (5, include_str!("v5.sql")),
 ];
 
 /// Any constant shared by every Herald: the key of the migration lock.

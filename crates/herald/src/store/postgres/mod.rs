@@ -13,6 +13,7 @@ mod ingest;
 mod listen;
 mod messages;
 mod migrate;
+mod pollers;
 mod probe;
 mod queue;
 mod rows;

@@ -82,14 +82,19 @@ pub fn event_type(row: &Row) -> EventType {
 pub const MESSAGE_COLUMNS: &str = "m.id, m.app_id, m.event_type, m.event_id, m.channels, m.payload, m.created_at";
 
 pub fn message(row: &Row, with_payload: bool) -> Message {
+    message_at(row, 0, with_payload)
+}
+
+/// A message whose [`MESSAGE_COLUMNS`] start at column `at`.
+pub fn message_at(row: &Row, at: usize, with_payload: bool) -> Message {
     Message {
-        id: MessageId::from_trusted(row.get(0)),
-        app_id: AppId::from_trusted(row.get(1)),
-        event_type: row.get(2),
-        event_id: row.get(3),
-        channels: row.get(4),
-        payload: if with_payload { row.get::<_, Option<String>>(5).map(Arc::from) } else { None },
-        created_at: row.get(6),
+        id: MessageId::from_trusted(row.get(at)),
+        app_id: AppId::from_trusted(row.get(at + 1)),
+        event_type: row.get(at + 2),
+        event_id: row.get(at + 3),
+        channels: row.get(at + 4),
+        payload: if with_payload { row.get::<_, Option<String>>(at + 5).map(Arc::from) } else { None },
+        created_at: row.get(at + 6),
     }
 }
 

@@ -128,6 +128,9 @@ impl CatalogStore for SqliteStore {
                         OR msg_seq IN (SELECT seq FROM message WHERE app_id = ?1)",
                     "DELETE FROM held WHERE id / 65536 IN (SELECT seq FROM message WHERE app_id = ?1)",
                     "DELETE FROM message_by_app WHERE app_id = ?1",
+                    "DELETE FROM message_seq_by_app WHERE app_id = ?1",
+                    "DELETE FROM poller_consumer WHERE poller_id IN (SELECT id FROM poller WHERE app_id = ?1)",
+                    "DELETE FROM poller WHERE app_id = ?1",
                 ] {
                     let uses_app = sql.contains("?1");
                     if uses_app {

@@ -41,12 +41,14 @@ const PASS: i64 = 2_000;
 
 /// Each watermark's table and the statements that index its rows `?1 < seq <= ?2`, each
 /// inserting in its index's order.
-const INDEXES: [(&str, [&str; 2]); 2] = [
+const INDEXES: [(&str, &[&str]); 2] = [
     (
         "message",
-        [
+        &[
             "INSERT INTO message_by_app SELECT app_id, id, seq FROM message WHERE seq > ?1 AND seq <= ?2
              ORDER BY app_id, id",
+            "INSERT INTO message_seq_by_app SELECT app_id, seq FROM message WHERE seq > ?1 AND seq <= ?2
+             ORDER BY app_id, seq",
             "INSERT OR IGNORE INTO dest_by_endpoint
              SELECT j.value, m.id, m.seq * 65536 + j.key FROM message m, json_each(m.dests) j
              WHERE m.seq > ?1 AND m.seq <= ?2 ORDER BY 1, 2",
@@ -54,7 +56,7 @@ const INDEXES: [(&str, [&str; 2]); 2] = [
     ),
     (
         "attempt",
-        [
+        &[
             "INSERT INTO attempt_by_msg SELECT msg_seq, id, seq FROM attempt WHERE seq > ?1 AND seq <= ?2
              ORDER BY msg_seq, id",
             "INSERT INTO attempt_by_endpoint SELECT endpoint_id, id, seq FROM attempt WHERE seq > ?1 AND seq <= ?2

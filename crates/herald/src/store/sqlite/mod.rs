@@ -9,6 +9,7 @@ mod health;
 mod history;
 mod indexer;
 mod messages;
+mod pollers;
 mod queue;
 mod readers;
 mod rows;
@@ -34,6 +35,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (4, include_str!("v4.sql")),
     (5, include_str!("v5.sql")),
     (6, include_str!("v6.sql")),
+    (7, include_str!("v7.sql")),
 ];
 const STATEMENT_CACHE: usize = 256;
 

@@ -24,7 +24,7 @@ fn from_json<T: DeserializeOwned>(row: &Row<'_>, idx: usize) -> rusqlite::Result
         .map_err(|e| rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Text, Box::new(e)))
 }
 
-fn opt_json<T: DeserializeOwned>(row: &Row<'_>, idx: usize) -> rusqlite::Result<Option<T>> {
+pub(super) fn opt_json<T: DeserializeOwned>(row: &Row<'_>, idx: usize) -> rusqlite::Result<Option<T>> {
     match row.get::<_, Option<String>>(idx)? {
         None => Ok(None),
         Some(text) => serde_json::from_str(&text)
@@ -133,15 +133,20 @@ pub const MESSAGE_COLUMNS: &str = "m.id, m.app_id, m.event_type, m.event_id, m.c
 
 /// A message; the payload is left out (`None`) unless `with_payload`.
 pub fn message(row: &Row<'_>, with_payload: bool) -> rusqlite::Result<Message> {
-    let payload = if with_payload { row.get::<_, Option<String>>(5)?.map(Arc::from) } else { None };
+    message_at(row, 0, with_payload)
+}
+
+/// A message whose [`MESSAGE_COLUMNS`] start at column `at`.
+pub fn message_at(row: &Row<'_>, at: usize, with_payload: bool) -> rusqlite::Result<Message> {
+    let payload = if with_payload { row.get::<_, Option<String>>(at + 5)?.map(Arc::from) } else { None };
     Ok(Message {
-        id: MessageId::from_trusted(row.get(0)?),
-        app_id: AppId::from_trusted(row.get(1)?),
-        event_type: row.get(2)?,
-        event_id: row.get(3)?,
-        channels: opt_json(row, 4)?,
+        id: MessageId::from_trusted(row.get(at)?),
+        app_id: AppId::from_trusted(row.get(at + 1)?),
+        event_type: row.get(at + 2)?,
+        event_id: row.get(at + 3)?,
+        channels: opt_json(row, at + 4)?,
         payload,
-        created_at: row.get(6)?,
+        created_at: row.get(at + 6)?,
     })
 }
 

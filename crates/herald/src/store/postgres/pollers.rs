@@ -1,0 +1,169 @@
+//! Pollers and their consumers' positions on PostgreSQL; an application's messages in
+//! commit order. Transactions commit in any order, so a message's place is (the inserting
+//! transaction's id, its id), and readers see only messages below the oldest transaction
+//! still running: everything that can still commit sorts after what they have read.
+
+use async_trait::async_trait;
+use tokio_postgres::Row;
+use tokio_postgres::types::{Json, ToSql};
+
+use super::rows::{self, MESSAGE_COLUMNS, Query};
+use super::{PgStore, db_err, pg_err};
+use crate::clock::{Millis, now_ms};
+use crate::ids::{AppId, MessageId, PollerId, first_body_at};
+use crate::store::{LogPosition, Message, PageQuery, PollStore, Poller, StoreResult};
+
+const POLLER_COLUMNS: &str =
+    "id, app_id, uid, description, event_types, channels, filter, metadata, created_at, updated_at";
+const UID_TAKEN: &str = "a poller with this uid already exists";
+/// Messages no running transaction can still join, in commit order.
+const SETTLED: &str = "m.tx < pg_snapshot_xmin(pg_current_snapshot())";
+
+fn poller(row: &Row) -> Poller {
+    Poller {
+        id: PollerId::from_trusted(row.get(0)),
+        app_id: AppId::from_trusted(row.get(1)),
+        uid: row.get(2),
+        description: row.get(3),
+        event_types: row.get(4),
+        channels: row.get(5),
+        filter: row.get(6),
+        metadata: row.get::<_, Json<_>>(7).0,
+        created_at: row.get(8),
+        updated_at: row.get(9),
+    }
+}
+
+fn poller_params(p: &Poller) -> Vec<Box<dyn ToSql + Sync + Send>> {
+    vec![
+        Box::new(p.id.to_string()),
+        Box::new(p.app_id.to_string()),
+        Box::new(p.uid.clone()),
+        Box::new(p.description.clone()),
+        Box::new(p.event_types.clone()),
+        Box::new(p.channels.clone()),
+        Box::new(p.filter.clone()),
+        Box::new(Json(p.metadata.clone())),
+        Box::new(p.created_at),
+        Box::new(p.updated_at),
+    ]
+}
+
+fn position(row: &Row) -> LogPosition {
+    LogPosition { major: row.get(0), minor: row.get(1) }
+}
+
+#[async_trait]
+impl PollStore for PgStore {
+    async fn insert_poller(&self, p: &Poller) -> StoreResult<()> {
+        let client = self.client().await?;
+        let params = poller_params(p);
+        let params: Vec<&(dyn ToSql + Sync)> = params.iter().map(|b| b.as_ref() as &(dyn ToSql + Sync)).collect();
+        let sql =
+            format!("INSERT INTO herald.poller ({POLLER_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)");
+        client.execute(&sql, &params).await.map_err(pg_err(UID_TAKEN))?;
+        Ok(())
+    }
+
+    async fn poller(&self, app: &AppId, id_or_uid: &str) -> StoreResult<Option<Poller>> {
+        let client = self.client().await?;
+        let sql = format!(
+            "SELECT {POLLER_COLUMNS} FROM herald.poller WHERE app_id = $1 AND (id = $2 OR uid = $2)
+             ORDER BY id = $2 DESC LIMIT 1"
+        );
+        let row = client.query_opt(&sql, &[&app.as_str(), &id_or_uid]).await.map_err(db_err)?;
+        Ok(row.as_ref().map(poller))
+    }
+
+    async fn list_pollers(&self, app: &AppId, page: &PageQuery) -> StoreResult<Vec<Poller>> {
+        let client = self.client().await?;
+        let mut q = Query::default();
+        let p = q.bind(app.to_string());
+        q.and(format!("app_id = {p}"));
+        let tail = q.page("id", page);
+        let sql = format!("SELECT {POLLER_COLUMNS} FROM herald.poller{}{tail}", q.where_clause());
+        let found = client.query(&sql, &q.params()).await.map_err(db_err)?;
+        Ok(found.iter().map(poller).collect())
+    }
+
+    async fn update_poller(&self, p: &Poller) -> StoreResult<()> {
+        let client = self.client().await?;
+        let mut params = poller_params(p);
+        params.remove(8); // created_at does not change
+        let params: Vec<&(dyn ToSql + Sync)> = params.iter().map(|b| b.as_ref() as &(dyn ToSql + Sync)).collect();
+        let sql = "UPDATE herald.poller SET uid = $3, description = $4, event_types = $5, channels = $6, filter = $7,
+                       metadata = $8, updated_at = $9
+                   WHERE id = $1 AND app_id = $2";
+        client.execute(sql, &params).await.map_err(pg_err(UID_TAKEN))?;
+        Ok(())
+    }
+
+    async fn delete_poller(&self, app: &AppId, id: &PollerId) -> StoreResult<()> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db_err)?;
+        tx.execute("DELETE FROM herald.poller_consumer WHERE poller_id = $1", &[&id.as_str()]).await.map_err(db_err)?;
+        tx.execute("DELETE FROM herald.poller WHERE app_id = $1 AND id = $2", &[&app.as_str(), &id.as_str()])
+            .await
+            .map_err(db_err)?;
+        tx.commit().await.map_err(db_err)
+    }
+
+    async fn consumer_position(&self, poller: &PollerId, consumer: &str) -> StoreResult<Option<LogPosition>> {
+        let client = self.client().await?;
+        let sql = "SELECT tx, msg_id FROM herald.poller_consumer WHERE poller_id = $1 AND name = $2";
+        let row = client.query_opt(sql, &[&poller.as_str(), &consumer]).await.map_err(db_err)?;
+        Ok(row.as_ref().map(position))
+    }
+
+    async fn save_consumer_position(&self, poller: &PollerId, consumer: &str, at: &LogPosition) -> StoreResult<()> {
+        let client = self.client().await?;
+        let sql = "INSERT INTO herald.poller_consumer VALUES ($1, $2, $3, $4, $5)
+                   ON CONFLICT (poller_id, name) DO UPDATE SET tx = excluded.tx, msg_id = excluded.msg_id,
+                       updated_at = excluded.updated_at";
+        client.execute(sql, &[&poller.as_str(), &consumer, &at.major, &at.minor, &now_ms()]).await.map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn messages_after(
+        &self,
+        app: &AppId,
+        after: &LogPosition,
+        limit: usize,
+    ) -> StoreResult<Vec<(LogPosition, Message)>> {
+        let client = self.client().await?;
+        let sql = format!(
+            "SELECT m.tx::text::bigint, m.id, {MESSAGE_COLUMNS} FROM herald.message m
+             WHERE m.app_id = $1 AND (m.tx, m.id) > ($2::text::xid8, $3) AND {SETTLED}
+             ORDER BY m.tx, m.id LIMIT $4"
+        );
+        let params: [&(dyn ToSql + Sync); 4] = [&app.as_str(), &after.major.to_string(), &after.minor, &(limit as i64)];
+        let found = client.query(&sql, &params).await.map_err(db_err)?;
+        Ok(found.iter().map(|row| (position(row), rows::message_at(row, 2, true))).collect())
+    }
+
+    async fn message_position(&self, app: &AppId, id: &MessageId) -> StoreResult<Option<LogPosition>> {
+        let client = self.client().await?;
+        let sql = "SELECT m.tx::text::bigint, m.id FROM herald.message m WHERE m.app_id = $1 AND m.id = $2";
+        let row = client.query_opt(sql, &[&app.as_str(), &id.as_str()]).await.map_err(db_err)?;
+        Ok(row.as_ref().map(position))
+    }
+
+    async fn position_at(&self, app: &AppId, at: Millis) -> StoreResult<LogPosition> {
+        let client = self.client().await?;
+        // The first message created at `at` or later, in commit order; the position before
+        // it is the start of its transaction (an empty id sorts before every id).
+        let bound = format!("{}{}", MessageId::PREFIX, first_body_at(at));
+        let sql = "SELECT m.tx::text::bigint FROM herald.message m WHERE m.app_id = $1 AND m.id >= $2
+                   ORDER BY m.tx, m.id LIMIT 1";
+        if let Some(row) = client.query_opt(sql, &[&app.as_str(), &bound]).await.map_err(db_err)? {
+            return Ok(LogPosition { major: row.get(0), minor: String::new() });
+        }
+        // Nothing that recent: after the newest message settled so far.
+        let sql = format!(
+            "SELECT m.tx::text::bigint, m.id FROM herald.message m WHERE m.app_id = $1 AND {SETTLED}
+             ORDER BY m.tx DESC, m.id DESC LIMIT 1"
+        );
+        let newest = client.query_opt(&sql, &[&app.as_str()]).await.map_err(db_err)?;
+        Ok(newest.as_ref().map(position).unwrap_or_default())
+    }
+}
