@@ -194,6 +194,8 @@ fn body_for(op: &Operation, url: &str) -> Option<Value> {
         "v1.message.create" => json!({"eventType": EVENT_TYPE, "payload": {"probe": true}}),
         "v1.event-type.create" => json!({"name": "probe.created", "description": "probe"}),
         "v1.event-type.update" | "patch_event_type" => json!({"description": "probe"}),
+        "herald.poller.create" | "herald.poller.patch" => json!({"description": "probe"}),
+        "herald.poller.seek" => json!({"after": "2000-01-01T00:00:00Z"}),
         other => panic!("no request body for {other} ({}): add a minimal valid one to `body_for`", op.key()),
     })
 }
@@ -353,6 +355,8 @@ struct Tenant {
     attempt: String,
     /// A (finished, empty) bulk replay of this application's dead letters.
     task: String,
+    /// A poller of this application (uid `{label}-poller`).
+    poller: String,
     secret: String,
     url: String,
 }
@@ -377,7 +381,11 @@ impl Tenant {
         let (status, task) = server.post(&format!("/api/v1/app/{app}/dead-letters/replay"), json!({})).await;
         assert_eq!(status, StatusCode::ACCEPTED, "{task}");
         let task = task["taskId"].as_str().unwrap().to_owned();
-        let tenant = Self { label: label.to_owned(), app, endpoint, msg, attempt, task, secret, url };
+        let (status, poller) =
+            server.post(&format!("/api/v1/app/{app}/poller"), json!({"uid": format!("{label}-poller")})).await;
+        assert_eq!(status, StatusCode::CREATED, "{poller}");
+        let poller = poller["id"].as_str().unwrap().to_owned();
+        let tenant = Self { label: label.to_owned(), app, endpoint, msg, attempt, task, poller, secret, url };
         tenant.settled(server).await;
         tenant
     }
@@ -385,9 +393,12 @@ impl Tenant {
     /// What fills each path parameter: ids, or the other keys Herald accepts for them.
     fn keys(&self, flavour: Flavour) -> Keys {
         let label = &self.label;
-        let (app, endpoint, msg) = match flavour {
-            Flavour::Ids => (self.app.clone(), self.endpoint.clone(), self.msg.clone()),
-            Flavour::Uids => (format!("{label}-app"), format!("{label}-endpoint"), format!("{label}-event")),
+        let (app, endpoint, msg, poller) = match flavour {
+            Flavour::Ids => (self.app.clone(), self.endpoint.clone(), self.msg.clone(), self.poller.clone()),
+            Flavour::Uids => {
+                let uid = |what: &str| format!("{label}-{what}");
+                (uid("app"), uid("endpoint"), uid("event"), uid("poller"))
+            }
         };
         [
             ("app_id", app),
@@ -397,6 +408,8 @@ impl Tenant {
             ("task_id", self.task.clone()),
             ("event_type_name", EVENT_TYPE.to_owned()),
             ("session_id", "ses_probe".to_owned()),
+            ("poller_id", poller),
+            ("consumer_id", "probe".to_owned()),
         ]
         .into_iter()
         .map(|(name, value)| (name.to_owned(), value))
@@ -407,9 +420,9 @@ impl Tenant {
     fn fingerprints(&self) -> Vec<String> {
         let label = &self.label;
         let mut all = vec![self.app.clone(), self.endpoint.clone(), self.msg.clone(), self.attempt.clone()];
-        all.push(self.task.clone());
+        all.extend([self.task.clone(), self.poller.clone()]);
         all.extend([self.secret.clone(), self.url.clone()]);
-        all.extend(["app", "endpoint", "event", "payload"].map(|what| format!("{label}-{what}")));
+        all.extend(["app", "endpoint", "event", "payload", "poller"].map(|what| format!("{label}-{what}")));
         all
     }
 

@@ -16,6 +16,7 @@ mod hostile;
 mod isolation;
 mod lifecycle;
 mod pages;
+mod pollers;
 mod portal;
 mod postbacks;
 mod postgres;
