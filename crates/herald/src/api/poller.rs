@@ -2,7 +2,10 @@
 //! receive webhooks and pull their messages instead. A poller filters like an endpoint
 //! (event types, channels, a jq filter); each named consumer keeps its own position server
 //! side, which moves only when the consumer asks for the next page with the iterator it was
-//! given (at-least-once), or seeks.
+//! given (at-least-once), or seeks. A long-poll (`wait_ms`) waits on the store's wake-ups,
+//! not on a loop of queries.
+
+use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -12,6 +15,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::DateTime;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
+use tokio::time::Instant;
 
 use super::auth::Principal;
 use super::error::{ApiError, ApiResult};
@@ -28,6 +32,12 @@ use crate::store::{App, LogPosition, Message, Metadata, Poller};
 /// Messages a page holds at most (and by default).
 const MAX_LIMIT: usize = 250;
 const DEFAULT_LIMIT: usize = 50;
+/// The longest long-poll.
+const MAX_WAIT: Duration = Duration::from_secs(30);
+/// How often a waiting long-poll on a shared database looks again without a wake-up:
+/// messages committed by other processes, or through the outbox in producers' own
+/// transactions, and the end of a transaction that held the log's horizon, send none.
+const SHARED_RECHECK: Duration = Duration::from_secs(1);
 /// Messages one request looks at at most, matching or not: a poller that matches little
 /// of a busy application answers with fewer (or none) and an iterator past what it read.
 const SCAN_BUDGET: usize = 2_000;
@@ -126,6 +136,9 @@ pub struct ConsumerQuery {
     pub limit: Option<usize>,
     /// The iterator of the previous page: acknowledges it.
     pub iterator: Option<String>,
+    /// When nothing is there yet, wait up to this long (at most 30,000 ms) and answer as
+    /// soon as a message arrives.
+    pub wait_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -354,7 +367,28 @@ pub async fn consume(
             at
         }
     };
-    read_page(&state, &principal, &app, &poller, start, limit).await.map(Json)
+    let wait = Duration::from_millis(query.wait_ms.unwrap_or(0));
+    if wait > MAX_WAIT {
+        return Err(ApiError::invalid("wait_ms", "must be at most 30000"));
+    }
+    let deadline = Instant::now() + wait;
+    loop {
+        // Subscribed before reading, so a message committed in between still wakes it.
+        let signals = state.store.signals();
+        let (local, elsewhere) = (signals.messages.notified(), signals.work.notified());
+        let page = read_page(&state, &principal, &app, &poller, start.clone(), limit).await?;
+        let now = Instant::now();
+        if !page.data.is_empty() || !page.done || now >= deadline {
+            return Ok(Json(page));
+        }
+        let recheck = if state.store.shared() { SHARED_RECHECK } else { MAX_WAIT };
+        let until = deadline.min(now + recheck);
+        tokio::select! {
+            () = local => {}
+            () = elsewhere => {}
+            () = tokio::time::sleep_until(until) => {}
+        }
+    }
 }
 
 /// The page after `start`: up to `limit` held messages within the scan budget.

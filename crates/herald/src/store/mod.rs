@@ -311,18 +311,21 @@ pub enum CatalogChange {
     All,
 }
 
-/// What processes sharing a database tell each other. A backend used by one process only
-/// never fires them.
+/// What processes sharing a database tell each other (`work`, `catalog`; a backend used by
+/// one process only never fires them), and what the store tells its own process
+/// (`messages`).
 #[derive(Clone)]
 pub struct Signals {
     /// Claimable work appeared (a delivery committed unclaimed, a requeue, a reaped lease).
     pub work: Arc<Notify>,
     pub catalog: broadcast::Sender<CatalogChange>,
+    /// This process committed messages (pollers' long-polls wake on it).
+    pub messages: Arc<Notify>,
 }
 
 impl Default for Signals {
     fn default() -> Self {
-        Self { work: Arc::new(Notify::new()), catalog: broadcast::channel(1024).0 }
+        Self { work: Arc::new(Notify::new()), catalog: broadcast::channel(1024).0, messages: Arc::new(Notify::new()) }
     }
 }
 

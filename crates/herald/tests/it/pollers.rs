@@ -204,3 +204,27 @@ async fn a_message_that_commits_late_is_never_skipped_across_processes() {
     let it = page["iterator"].as_str().unwrap();
     assert!(ids(&read(&first_process, &app, &poller, "c", &format!("iterator={it}")).await).is_empty());
 }
+
+#[tokio::test]
+async fn a_long_poll_answers_as_soon_as_a_message_arrives() {
+    let server = TestServer::start().await;
+    let app = server.create_app("batch").await;
+    let poller = create_poller(&server, &app, json!({})).await;
+    // Nothing arrives: an empty page once the wait is over.
+    let empty = read(&server, &app, &poller, "c", "wait_ms=200").await;
+    assert_eq!((ids(&empty).len(), empty["done"].as_bool()), (0, Some(true)));
+    let (status, _) = server.get(&format!("/api/v1/app/{app}/poller/{poller}/consumer/c?wait_ms=30001")).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+
+    // A message sent while the consumer waits: answered long before the 30 s wait is over
+    // (the margin only tells a wake-up from the timeout; how fast is BENCHMARKS.md's).
+    let started = std::time::Instant::now();
+    let waiting = read(&server, &app, &poller, "c", "wait_ms=30000");
+    let sender = async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        server.send(&app, json!({"eventType": "e", "payload": {"late": true}})).await
+    };
+    let (page, sent) = tokio::join!(waiting, sender);
+    assert_eq!(ids(&page), [sent]);
+    assert!(started.elapsed() < std::time::Duration::from_secs(20), "woken, not timed out");
+}

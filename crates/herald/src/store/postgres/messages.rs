@@ -24,7 +24,11 @@ fn delivery_status_condition(status: DeliveryStatus) -> &'static str {
 #[async_trait]
 impl MessageStore for PgStore {
     async fn ingest(&self, new: NewMessage) -> StoreResult<IngestResult> {
-        self.ingest.submit(new).await
+        let done = self.ingest.submit(new).await;
+        if done.is_ok() {
+            self.signals.messages.notify_waiters();
+        }
+        done
     }
 
     async fn message(&self, app: &AppId, id_or_event_id: &str) -> StoreResult<Option<Message>> {

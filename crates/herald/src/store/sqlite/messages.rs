@@ -59,7 +59,11 @@ impl MessageStore for SqliteStore {
     async fn ingest(&self, new: NewMessage) -> StoreResult<IngestResult> {
         // Hot: a duplicate eventId fails only its own INSERT statement, nothing else can.
         let seqs = self.seqs.clone();
-        self.writer.write_hot(move |conn| ingest(conn, &seqs, &new)).await
+        let done = self.writer.write_hot(move |conn| ingest(conn, &seqs, &new)).await;
+        if done.is_ok() {
+            self.signals.messages.notify_waiters();
+        }
+        done
     }
 
     async fn message(&self, app: &AppId, id: &str) -> StoreResult<Option<Message>> {
