@@ -54,6 +54,10 @@ async fn two_consumers_read_independently_and_a_crash_before_acknowledging_reads
     let it = a2["iterator"].as_str().unwrap().to_owned();
     assert!(ids(&read(&server, &app, &poller, "a", &format!("iterator={it}")).await).is_empty());
     let later = server.send(&app, json!({"eventType": "invoice.paid", "payload": {"n": 9}})).await;
+    // An older iterator reads again from where it points, but never moves the position back.
+    let first_it = a1["iterator"].as_str().unwrap();
+    let again = read(&server, &app, &poller, "a", &format!("iterator={first_it}")).await;
+    assert_eq!(ids(&again), [paid[3].clone(), paid[4].clone(), later.clone()]);
     assert_eq!(ids(&read(&server, &app, &poller, "a", "").await), std::slice::from_ref(&later), "where it left off");
     paid.push(later);
     assert_eq!(ids(&read(&server, &app, &poller, "b", "").await), paid, "b never acknowledged anything");

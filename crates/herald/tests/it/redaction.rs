@@ -139,10 +139,12 @@ async fn sensitive_fields_are_masked_for_portal_tokens_without_the_permission() 
     };
     let (plain, trusted) = (token(false).await, token(true).await);
     let endpoint_id = endpoint["id"].as_str().unwrap();
+    let (_, poller) = server.post(&format!("/api/v1/app/{app}/poller"), json!({})).await;
     let reads = [
         format!("/api/v1/app/{app}/msg/{msg}"),
         format!("/api/v1/app/{app}/msg"),
         format!("/api/v1/app/{app}/endpoint/{endpoint_id}/msg"),
+        format!("/api/v1/app/{app}/poller/{}/consumer/reader", poller["id"].as_str().unwrap()),
     ];
     for path in &reads {
         let as_token = |token: String| {
