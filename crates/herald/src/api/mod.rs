@@ -17,7 +17,7 @@ mod idempotency;
 mod list;
 mod message;
 pub mod openapi;
-mod poller;
+pub(crate) mod poller;
 pub(crate) mod portal_access;
 mod rate_limit;
 mod routes;

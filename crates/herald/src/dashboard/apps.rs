@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 use super::names::{Names, endpoint_name, small_id};
 use super::pages::{Pager, dead_letter_rows, dead_letter_table, form_time, page_of};
+use super::pollers;
 use super::trends::{self, Window};
 use super::view::{circuit_label, csrf, ms, when};
 use super::{Page, Viewer};
@@ -57,7 +58,8 @@ pub struct AppQuery {
 }
 
 /// An application: its endpoints' health, its charts (summed over its endpoints), its
-/// dead letters and the bulk replay form, its portal links (the operator's), its messages.
+/// dead letters and the bulk replay form, its pollers, its portal links (the operator's),
+/// its messages.
 pub async fn page(
     State(state): State<AppState>,
     viewer: Viewer,
@@ -93,6 +95,7 @@ pub async fn page(
         (dead_letter_table(&dead, &names, true, &viewer.csrf))
         h2 { "Replay dead letters by filter" }
         (replay_form(&base, &viewer.csrf))
+        (pollers::section(&state, &app, &viewer.csrf, &[]).await?)
         @if viewer.principal == Principal::Admin { (portal_links(&state, &app, &viewer.csrf).await?) }
         h2 #messages { "Messages" }
         (messages(&state, &app, &q).await?)

@@ -17,6 +17,7 @@ mod look;
 mod names;
 mod overview;
 mod pages;
+mod pollers;
 mod scripts;
 mod session;
 mod trends;
@@ -69,6 +70,8 @@ pub fn routes() -> Routes {
         .post("/app/{app_id}/msg/{msg_id}/endpoint/{endpoint_id}/resend", actions::resend)
         .post("/app/{app_id}/endpoint/{endpoint_id}/recover", actions::recover)
         .post("/app/{app_id}/replay", actions::bulk_replay)
+        .post("/app/{app_id}/poller/new", pollers::create)
+        .post("/app/{app_id}/poller/{poller_id}/delete", pollers::delete)
 }
 
 /// The signed-in viewer of a dashboard page.

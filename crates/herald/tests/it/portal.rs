@@ -305,3 +305,42 @@ async fn a_customer_sets_oauth2_credentials_and_a_client_certificate() {
     assert_eq!(got[0].header("authorization"), "Bearer tok-0");
     assert_eq!(tokens.requests()[0].header("authorization"), "Basic c2hvcC1ob29rczpjcy1jYW5hcnktNzc=");
 }
+
+#[tokio::test]
+async fn a_customer_adds_and_deletes_a_poller_in_the_portal() {
+    let server = TestServer::start().await;
+    let app = server.create_app("shop").await;
+    let browser = Browser::start().await;
+    enter(&server, &browser, &app).await;
+    let page = server.url(&format!("/app/{app}"));
+    browser.goto(&page).await;
+
+    // A filter that does not parse: refused next to its field, nothing created.
+    browser.type_into("#poller_filter", ".payload |").await;
+    browser.click("#add-poller button[type=submit]").await;
+    let reason = browser.text(".field-error").await;
+    assert!(reason.starts_with("line 1, column"), "{reason}");
+    let (_, listed) = server.get(&format!("/api/v1/app/{app}/poller")).await;
+    assert_eq!(listed["data"], json!([]), "{listed}");
+    browser.audit_refusal("portal-poller-refused", 422).await;
+
+    browser.goto(&page).await;
+    browser.type_into("#poller_description", "nightly billing").await;
+    browser.type_into("#poller_uid", "nightly").await;
+    browser.type_into("#poller_event_types", "invoice.paid, invoice.voided").await;
+    browser.type_into("#poller_filter", ".payload.amount > 0").await;
+    browser.click("#add-poller button[type=submit]").await;
+    browser.until_url("the application's page", |u| u.contains(&format!("/app/{app}"))).await;
+    let (_, listed) = server.get(&format!("/api/v1/app/{app}/poller")).await;
+    let created = &listed["data"][0];
+    assert_eq!((created["uid"].as_str(), created["description"].as_str()), (Some("nightly"), Some("nightly billing")));
+    assert_eq!(created["eventTypes"], json!(["invoice.paid", "invoice.voided"]));
+    assert!(browser.text("table.pollers").await.contains(&format!("/api/v1/app/{app}/poller/nightly/consumer/")));
+    browser.audit("portal-pollers").await;
+
+    browser.click("table.pollers form button").await;
+    browser.click("#confirm").await;
+    browser.until_url("the application's page", |u| u.contains(&format!("/app/{app}"))).await;
+    let (_, listed) = server.get(&format!("/api/v1/app/{app}/poller")).await;
+    assert_eq!(listed["data"], json!([]), "deleted");
+}

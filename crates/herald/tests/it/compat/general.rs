@@ -25,6 +25,8 @@ async fn every_route_answers_with_and_without_a_trailing_slash() {
     })
     .await;
     let (_, task) = server.post(&format!("/api/v1/app/{app}/dead-letters/replay"), json!({})).await;
+    let (_, poller) = server.post(&format!("/api/v1/app/{app}/poller"), json!({})).await;
+    let poller = poller["id"].as_str().unwrap().to_owned();
     let fill = |path: &str| {
         path.replace("{app_id}", &app)
             .replace("{endpoint_id}", &ep)
@@ -33,6 +35,8 @@ async fn every_route_answers_with_and_without_a_trailing_slash() {
             .replace("{task_id}", task["taskId"].as_str().unwrap())
             .replace("{event_type_name}", "invoice.paid")
             .replace("{session_id}", "ses_none")
+            .replace("{poller_id}", &poller)
+            .replace("{consumer_id}", "probe")
     };
     let mut compared = 0;
     for route in
@@ -66,6 +70,8 @@ async fn every_write_route_is_routed_with_a_trailing_slash() {
     let endpoint = server.create_endpoint(&app, "https://hooks.example.com/", json!({})).await;
     let ep = endpoint["id"].as_str().unwrap().to_owned();
     let msg = server.send(&app, json!({"eventType": "invoice.paid", "payload": {}})).await;
+    let (_, poller) = server.post(&format!("/api/v1/app/{app}/poller"), json!({})).await;
+    let poller = poller["id"].as_str().unwrap().to_owned();
     let fill = |path: &str| {
         path.replace("{app_id}", &app)
             .replace("{endpoint_id}", &ep)
@@ -73,6 +79,8 @@ async fn every_write_route_is_routed_with_a_trailing_slash() {
             .replace("{attempt_id}", "atmpt_none")
             .replace("{event_type_name}", "invoice.paid")
             .replace("{session_id}", "ses_none")
+            .replace("{poller_id}", &poller)
+            .replace("{consumer_id}", "probe")
     };
     let mut writes: Vec<_> = herald::api::route_table()
         .into_iter()
