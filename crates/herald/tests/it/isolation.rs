@@ -237,6 +237,7 @@ fn ghost(param: &str) -> String {
         "msg_id" => MessageId::generate().to_string(),
         "attempt_id" => AttemptId::generate().to_string(),
         "task_id" => herald::ids::TaskId::generate().to_string(),
+        "poller_id" => herald::ids::PollerId::generate().to_string(),
         other => panic!("no ghost id for {other}"),
     }
 }
