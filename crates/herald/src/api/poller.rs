@@ -402,9 +402,10 @@ async fn read_page(
 ) -> ApiResult<PolledPage> {
     let mask = state.mask_for(principal);
     let (mut data, mut at, mut scanned) = (Vec::new(), start, 0);
+    let batch_size = (limit * 2).clamp(50, 500);
     loop {
-        let batch = state.store.messages_after(&app.id, &at, (limit * 2).clamp(50, 500)).await?;
-        let exhausted = batch.len() < (limit * 2).clamp(50, 500);
+        let batch = state.store.messages_after(&app.id, &at, batch_size).await?;
+        let exhausted = batch.len() < batch_size;
         for (position, message) in batch {
             let Some(payload) = message.payload.as_deref() else {
                 // Past the retention window: say where reading can resume.

@@ -73,28 +73,14 @@ pub fn fieldsets(draft: &Draft) -> Markup {
             }
             (draft.problem("auth"))
             h3 { "HTTP Basic" }
-            label for="auth_username" { "Username" }
-            input #auth_username type="text" name="auth_username" autocomplete="off";
-            (draft.problem("auth.username"))
-            label for="auth_password" { "Password" }
-            input #auth_password type="password" name="auth_password" autocomplete="new-password";
-            (draft.problem("auth.password"))
+            (secret_input(draft, "auth_username", "Username", "text", "auth.username"))
+            (secret_input(draft, "auth_password", "Password", "password", "auth.password"))
             h3 { "or OAuth2 client credentials (a bearer token from your token URL; filling these in replaces the whole grant)" }
-            label for="auth_token_url" { "Token URL" }
-            input #auth_token_url type="url" name="auth_token_url" autocomplete="off" placeholder="https://id.example.com/oauth/token";
-            (draft.problem("auth.tokenUrl"))
-            label for="auth_client_id" { "Client id" }
-            input #auth_client_id type="text" name="auth_client_id" autocomplete="off";
-            (draft.problem("auth.clientId"))
-            label for="auth_client_secret" { "Client secret" }
-            input #auth_client_secret type="password" name="auth_client_secret" autocomplete="new-password";
-            (draft.problem("auth.clientSecret"))
-            label for="auth_scopes" { "Scopes (space-separated; optional)" }
-            input #auth_scopes type="text" name="auth_scopes" autocomplete="off";
-            (draft.problem("auth.scopes"))
-            label for="auth_audience" { "Audience (optional)" }
-            input #auth_audience type="text" name="auth_audience" autocomplete="off";
-            (draft.problem("auth.audience"))
+            (secret_input(draft, "auth_token_url", "Token URL", "url", "auth.tokenUrl"))
+            (secret_input(draft, "auth_client_id", "Client id", "text", "auth.clientId"))
+            (secret_input(draft, "auth_client_secret", "Client secret", "password", "auth.clientSecret"))
+            (secret_input(draft, "auth_scopes", "Scopes (space-separated; optional)", "text", "auth.scopes"))
+            (secret_input(draft, "auth_audience", "Audience (optional)", "text", "auth.audience"))
             label for="auth_client_auth_method" { "How the client id and secret are sent to the token URL" }
             select #auth_client_auth_method name="auth_client_auth_method" {
                 option value="client_secret_basic" selected { "HTTP Basic (client_secret_basic)" }
@@ -129,5 +115,16 @@ pub fn fieldsets(draft: &Draft) -> Markup {
             textarea #tls_ca name="tls_ca" rows="2" spellcheck="false" {}
             (draft.problem("tls.caPem"))
         }
+    }
+}
+
+/// A write-only input (never filled in again), its label, and the API's refusal of its
+/// field. Passwords are never autofilled from the browser's store either.
+fn secret_input(draft: &Draft, id: &str, label: &str, kind: &str, field: &str) -> Markup {
+    let autocomplete = if kind == "password" { "new-password" } else { "off" };
+    html! {
+        label for=(id) { (label) }
+        input id=(id) type=(kind) name=(id) autocomplete=(autocomplete);
+        (draft.problem(field))
     }
 }

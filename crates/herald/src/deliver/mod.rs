@@ -91,6 +91,8 @@ pub struct Deliverer {
     /// pool) each, made when first used.
     clients: Mutex<HashMap<ClientKey, HttpClient>>,
     tokens: oauth2::TokenCache,
+    /// The TLS settings of connections without a client certificate (public roots).
+    plain_tls: rustls::ClientConfig,
     resolver: Resolver,
     guard: Arc<Guard>,
     config: DelivererConfig,
@@ -107,9 +109,9 @@ struct ClientKey {
 impl Deliverer {
     pub fn new(guard: Arc<Guard>, config: DelivererConfig) -> Self {
         let resolver = Resolver::new(guard.clone(), &config.dns_servers, config.dns_budget);
-        let tls = client_config(None, None).expect("the default TLS settings build");
-        let client = Self::client(&resolver, &guard, &config, config.proxy.clone(), tls);
-        Self { client, clients: Mutex::default(), tokens: Default::default(), resolver, guard, config }
+        let plain_tls = client_config(None, None).expect("the default TLS settings build");
+        let client = Self::client(&resolver, &guard, &config, config.proxy.clone(), plain_tls.clone());
+        Self { client, clients: Mutex::default(), tokens: Default::default(), plain_tls, resolver, guard, config }
     }
 
     /// The client for `target`'s attempts (`tls`: with its TLS settings), or why there is
@@ -126,10 +128,7 @@ impl Deliverer {
             clients.clear();
         }
         let made = || {
-            let tls = match &endpoint_tls {
-                Some(endpoint) => endpoint.config.clone(),
-                None => client_config(None, None).expect("the default TLS settings build"),
-            };
+            let tls = endpoint_tls.as_ref().map_or_else(|| self.plain_tls.clone(), |e| e.config.clone());
             Self::client(&self.resolver, &self.guard, &self.config, proxy, tls)
         };
         Ok(Cow::Owned(clients.entry(key).or_insert_with(made).clone()))
