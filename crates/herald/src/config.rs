@@ -14,6 +14,9 @@ use toml::Value;
 
 use crate::retry::RetryPolicy;
 
+mod otel;
+pub use otel::{OtelConfig, OtlpExport, SamplerChoice};
+
 /// The commented default configuration, embedded in the binary.
 pub const DEFAULT_TOML: &str = include_str!("config/default.toml");
 
@@ -70,6 +73,7 @@ pub struct Config {
     pub retention: RetentionConfig,
     pub portal: PortalConfig,
     pub scripts: ScriptsConfig,
+    pub otel: OtelConfig,
 }
 
 /// The jq sandbox that runs endpoint filters and transforms (see `scripts`).
@@ -250,6 +254,7 @@ struct Raw {
     retention: RawRetention,
     portal: RawPortal,
     scripts: RawScripts,
+    otel: otel::RawOtel,
 }
 
 #[derive(Deserialize)]
@@ -503,7 +508,8 @@ impl Config {
         if let Some(path) = &sources.file {
             merge(&mut merged, read_file(path)?);
         }
-        for (key, value) in env_overrides(&sources.env)? {
+        let env = otel::env_overrides(&sources.env)?.into_iter().chain(env_overrides(&sources.env)?);
+        for (key, value) in env {
             set_path(&mut merged, &key, value)?;
         }
         for (key, value) in &sources.overrides {
@@ -697,6 +703,7 @@ impl Raw {
             retention: self.retention.validate()?,
             portal: self.portal.validate()?,
             scripts: self.scripts.validate()?,
+            otel: self.otel.validate()?,
         })
     }
 }

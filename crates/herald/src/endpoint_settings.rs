@@ -36,6 +36,11 @@ pub struct DeliverySettings {
     /// A named policy the other fields refine (`marketplace`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preset: Option<Preset>,
+    /// Send each attempt's W3C `traceparent` to the endpoint, so that its own spans join
+    /// the message's trace (default `false`: a trace id is information about the sender).
+    /// Set by the operator only; with tracing off nothing is sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub propagate_trace_context: Option<bool>,
 }
 
 /// Named delivery policies.
@@ -82,6 +87,7 @@ pub struct EffectiveSettings {
     pub retry_on: RetryOn,
     pub circuit_breaker: BreakerSettings,
     pub ordering: Ordering,
+    pub propagate_trace_context: bool,
 }
 
 impl EffectiveSettings {
@@ -134,6 +140,7 @@ impl DeliverySettings {
             retry_on: self.retry_on.or_else(|| self.preset.map(Preset::retry_on)).unwrap_or_default(),
             circuit_breaker: self.circuit_breaker.unwrap_or_default(),
             ordering: self.ordering.unwrap_or_default(),
+            propagate_trace_context: self.propagate_trace_context.unwrap_or(false),
         }
     }
 }

@@ -11,6 +11,7 @@ use crate::endpoint_settings::Ordering;
 use crate::history::Recorder;
 use crate::ids::EndpointId;
 use crate::scripts::{Sandbox, Verdict};
+use crate::telemetry::Traces;
 use crate::store::{
     IdempotencyRecord, IngestResult, Message, NewDelivery, NewMessage, Store, StoreError, StoreResult, Trigger,
     keep_trying,
@@ -26,6 +27,8 @@ pub struct Ingestor {
     history: Arc<Recorder>,
     /// Runs endpoint filters.
     sandbox: Arc<Sandbox>,
+    /// Each commit is a span of its message's trace.
+    traces: Traces,
 }
 
 /// Which endpoints a message goes to.
@@ -44,8 +47,9 @@ impl Ingestor {
         delivers: bool,
         history: Arc<Recorder>,
         sandbox: Arc<Sandbox>,
+        traces: Traces,
     ) -> Self {
-        Self { store, catalog, dispatcher, delivers, history, sandbox }
+        Self { store, catalog, dispatcher, delivers, history, sandbox, traces }
     }
 
     /// Commits `message` and its deliveries; returns once the commit is durable.
@@ -80,6 +84,7 @@ impl Ingestor {
         let in_memory = self.delivers && immediate > 0 && self.dispatcher.try_reserve(immediate);
         let message = Arc::new(message);
         let owner = self.dispatcher.owner();
+        let span = self.traces.commit(&message, deliveries.len());
         let new = NewMessage {
             message: (*message).clone(),
             deliveries,
@@ -92,6 +97,7 @@ impl Ingestor {
         let (store, dispatcher, history) = (self.store.clone(), self.dispatcher.clone(), self.history.clone());
         let committing = tokio::spawn(async move {
             let result = store.ingest(new).await;
+            span.committed(result.as_ref().err().map(ToString::to_string));
             match &result {
                 Ok(IngestResult::Created { deliveries }) => {
                     history.accepted(now_ms());
@@ -106,6 +112,7 @@ impl Ingestor {
                             trigger: Trigger::Scheduled,
                             target: target.clone(),
                             owner: owner.clone(),
+                            ready_at: now_ms(),
                         }));
                     }
                     if strict > 0 || (immediate > 0 && !in_memory) {

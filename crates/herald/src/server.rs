@@ -34,6 +34,7 @@ use crate::store::Store;
 use crate::store::postgres::{PgOptions, PgStore};
 use crate::store::sqlite::SqliteStore;
 use crate::supervisor::{Liveness, spawn_loop, spawn_task};
+use crate::telemetry::Traces;
 
 /// How often housekeeping runs.
 const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(600);
@@ -48,6 +49,8 @@ pub struct Server {
     store: Arc<dyn Store>,
     catalog: Arc<Catalog>,
     alerts: Arc<Alerts>,
+    /// Flushed last, once nothing makes spans any more.
+    traces: Traces,
     config: Config,
     /// Failed once any supervised task fails; the process then stops.
     liveness: Arc<Liveness>,
@@ -93,6 +96,8 @@ impl Server {
             None => std::env::current_exe().context("finding the herald executable for the jq sandbox")?,
         };
         let sandbox = Arc::new(Sandbox::new(worker_program, config.scripts.clone()));
+        let database = if config.store.database_url.is_some() { "postgresql" } else { "sqlite" };
+        let traces = Traces::start(&config.otel, database).context("starting the OpenTelemetry exporter")?;
         let dispatcher = Dispatcher::new(
             store.clone(),
             catalog.clone(),
@@ -104,6 +109,7 @@ impl Server {
                 lease: config.queue.lease,
                 max_in_flight: config.delivery.max_in_flight,
                 faults: config.faults.clone(),
+                traces: traces.clone(),
             },
             metrics.clone(),
             liveness.clone(),
@@ -118,6 +124,7 @@ impl Server {
             delivers,
             history.clone(),
             sandbox.clone(),
+            traces.clone(),
         ));
 
         let state = AppState::new(Services {
@@ -151,6 +158,7 @@ impl Server {
             redactor: Arc::new(Redactor::new(config.redaction.fields.clone(), &config.redaction.keys)),
             replays: Default::default(),
             liveness: liveness.clone(),
+            traces: traces.clone(),
         });
         let router = match config.server.role {
             Role::Worker => api::health_router(state),
@@ -172,6 +180,7 @@ impl Server {
             store,
             catalog,
             alerts,
+            traces,
             config,
             liveness,
             _data_dir: data_dir,
@@ -248,6 +257,7 @@ impl Server {
                 let _ = dispatcher.await;
             }
         };
+        let traces = self.traces.clone();
         let served = if failure.is_none() {
             let served = served.await;
             background.await;
@@ -256,6 +266,7 @@ impl Server {
             background.await;
             served.await
         };
+        traces.shutdown().await;
         match live.failure() {
             Some(reason) => Err(anyhow::anyhow!("stopped after a failure: {reason}")),
             None => served,

@@ -9,12 +9,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Method, Request};
 use http_body_util::Full;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 
 use crate::clock::{now_ms, to_rfc3339};
+use crate::deliver::{OperatorClient, operator_client};
 use crate::ids::MessageId;
 use crate::signing::{SigningKey, signature_header};
 
@@ -22,25 +20,16 @@ use crate::signing::{SigningKey, signature_header};
 const BACKOFF: [Duration; 2] = [Duration::from_secs(2), Duration::from_secs(10)];
 const TIMEOUT: Duration = Duration::from_secs(10);
 
-type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
-
 #[derive(Clone)]
 pub struct Sender {
-    client: HttpsClient,
+    client: OperatorClient,
     url: http::Uri,
     key: Arc<SigningKey>,
 }
 
 impl Sender {
     pub fn new(url: http::Uri, key: SigningKey) -> Self {
-        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .expect("ring supports the default protocol versions")
-            .with_root_certificates(rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() })
-            .with_no_client_auth();
-        let https =
-            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().build();
-        Self { client: Client::builder(TokioExecutor::new()).build(https), url, key: Arc::new(key) }
+        Self { client: operator_client(), url, key: Arc::new(key) }
     }
 
     /// Sends one alert in the background.

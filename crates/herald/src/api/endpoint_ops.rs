@@ -333,6 +333,7 @@ pub async fn send_example(
         channels: None,
         payload: Some(example.to_string().into()),
         created_at: now_ms(),
+        trace: None,
     };
     match state.ingestor.ingest(message.clone(), Route::Only(&endpoint.id), None).await? {
         IngestResult::Created { .. } => Ok(Json(MessageOut::new(&message, true))),

@@ -89,7 +89,7 @@ impl ApiError {
         Self::Validation(vec![ValidationItem::body(path, msg)])
     }
 
-    fn status(&self) -> StatusCode {
+    pub fn status(&self) -> StatusCode {
         match self {
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,

@@ -4,7 +4,8 @@ use axum::Extension;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
+use opentelemetry::trace::SpanContext;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -171,15 +172,36 @@ pub async fn create_message(
     Path(app_id): Path<String>,
     query: QueryMap,
     keyed: Option<Extension<Keyed>>,
+    headers: HeaderMap,
     body: JsonBody<MessageIn>,
 ) -> ApiResult<Response> {
-    require_admin_for(&state, &principal, &app_id, "messages are created by the operator's admin token").await?;
+    // A span for the request, under the caller's `traceparent` if it sent one; the message
+    // keeps its context, so its commit and attempts join the same trace.
+    let span = state.traces.ingest(&headers);
+    let trace = span.context();
+    let accepted = span.scope(accept(&state, &principal, &app_id, &query, keyed, body.value, trace)).await;
+    match &accepted {
+        Ok((response, msg)) => span.answered(response.status(), &app_id, Some(msg)),
+        Err(e) => span.answered(e.status(), &app_id, None),
+    }
+    accepted.map(|(response, _)| response)
+}
+
+async fn accept(
+    state: &AppState,
+    principal: &Principal,
+    app_id: &str,
+    query: &QueryMap,
+    keyed: Option<Extension<Keyed>>,
+    mut input: MessageIn,
+    trace: Option<SpanContext>,
+) -> ApiResult<(Response, MessageId)> {
+    require_admin_for(state, principal, app_id, "messages are created by the operator's admin token").await?;
     if state.liveness.failure().is_some() {
         return Err(ApiError::Stopping);
     }
-    let mut input = body.value;
-    check(&state, &input)?;
-    let app = app_for_inline(&state, &app_id, input.application.take()).await?;
+    check(state, &input)?;
+    let app = app_for_inline(state, app_id, input.application.take()).await?;
     let with_content = query.flag("with_content", true)?;
     let payload = Some(input.body().into());
     let message = Message {
@@ -190,21 +212,24 @@ pub async fn create_message(
         channels: input.channels,
         payload,
         created_at: now_ms(),
+        trace,
     };
+    let id = message.id.clone();
     let response_body = serde_json::to_string(&MessageOut::new(&message, with_content)).map_err(anyhow::Error::from)?;
     // The idempotency layer looked the key up already; the answer is kept in the same
     // transaction as the message.
     let idempotency = keyed.as_ref().map(|k| k.record(&state.keyring, StatusCode::ACCEPTED, response_body.as_bytes()));
-    match state.ingestor.ingest(message, Route::Matching, idempotency).await? {
-        IngestResult::Created { .. } => Ok(json_response(StatusCode::ACCEPTED, response_body)),
+    let response = match state.ingestor.ingest(message, Route::Matching, idempotency).await? {
+        IngestResult::Created { .. } => json_response(StatusCode::ACCEPTED, response_body),
         // Another process took the key meanwhile: its answer is the answer.
         IngestResult::Replayed(stored) => {
-            keyed.expect("a replay follows an idempotency key").replay(&state.keyring, stored)
+            keyed.expect("a replay follows an idempotency key").replay(&state.keyring, stored)?
         }
         IngestResult::DuplicateEventId => {
-            Err(ApiError::Conflict("a message with this eventId already exists in this application".into()))
+            return Err(ApiError::Conflict("a message with this eventId already exists in this application".into()));
         }
-    }
+    };
+    Ok((response, id))
 }
 
 #[utoipa::path(get, path = "/api/v1/app/{app_id}/msg", operation_id = "v1.message.list", tag = "Message",

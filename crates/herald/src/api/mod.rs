@@ -114,6 +114,8 @@ pub struct Services {
     pub replays: Arc<ReplayTasks>,
     /// Whether the process is sound (health checks and ingest read it).
     pub liveness: Arc<Liveness>,
+    /// Ingest requests are spans of OpenTelemetry traces.
+    pub traces: crate::telemetry::Traces,
 }
 
 impl Services {

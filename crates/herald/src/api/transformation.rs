@@ -143,6 +143,7 @@ pub async fn simulate(
         channels: input.channels,
         payload: Some(input.payload.to_string().into()),
         created_at: now_ms(),
+        trace: None,
     };
     match target.filter(&state.sandbox, &message).await {
         Verdict::Pass => {}
@@ -166,6 +167,7 @@ pub async fn simulate(
         attempt_no: 1,
         sequence: 0,
         now: now_ms(),
+        traceparent: None,
     };
     let mut request = match out.build(&state.settings.user_agent) {
         Ok(built) => built.request,

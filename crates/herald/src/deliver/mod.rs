@@ -4,6 +4,7 @@
 
 mod connector;
 mod oauth2;
+mod operator;
 mod proxy;
 mod request;
 mod resolver;
@@ -23,6 +24,7 @@ use hyper_util::rt::TokioExecutor;
 use tokio::time::Instant;
 
 pub use connector::{Budgeted, ConnectError, GuardedConnector, SetupTimeout};
+pub use operator::{OperatorClient, operator_client};
 pub use proxy::EgressProxy;
 pub use request::{Outgoing, Standard, is_reserved_header, is_sensitive_header};
 pub use resolver::{ResolveError, Resolver};

@@ -127,6 +127,8 @@ pub struct Outgoing<'a> {
     /// The message's position in its endpoint's stream (increasing, stable across retries).
     pub sequence: i64,
     pub now: Millis,
+    /// The attempt's span as a W3C `traceparent`, for endpoints that asked for it.
+    pub traceparent: Option<&'a str>,
 }
 
 /// A request ready to send, and the URL to record for it.
@@ -241,6 +243,10 @@ impl Outgoing<'_> {
             let value =
                 HeaderValue::try_from(value).map_err(|e| (Failure::Internal, format!("bad header value: {e}")))?;
             headers.insert(name, value);
+        }
+        if let Some(traceparent) = self.traceparent {
+            let value = HeaderValue::from_str(traceparent).map_err(|e| (Failure::Internal, format!("bad traceparent: {e}")))?;
+            headers.insert("traceparent", value);
         }
         request.body(Full::new(body)).map_err(|e| (Failure::Internal, format!("building the request: {e}")))
     }

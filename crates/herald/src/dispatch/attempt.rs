@@ -16,6 +16,7 @@ use crate::clock::now_ms;
 use crate::deliver::{Outgoing, Sent};
 use crate::ids::{AttemptId, EndpointId};
 use crate::outcome::{AttemptResult, Decision, Failure, OutcomeClass, classify, decide, error_class};
+use crate::telemetry::format_traceparent;
 use crate::store::{Attempt, BreakerEvent, BreakerEventKind, NextState, OutcomeRecord};
 
 /// The record of this job's next attempt to `url`, answerless until filled in.
@@ -97,9 +98,21 @@ impl Dispatcher {
         self.conclude(job, next, attempt);
     }
 
-    /// Sends one attempt, after the endpoint's transform (if any); `Err` when the transform
-    /// dropped the delivery.
+    /// Sends one attempt, after the endpoint's transform (if any), as a span of the
+    /// message's trace; `Err` when the transform dropped the delivery.
     async fn send(&self, target: &Target, job: &Job) -> Result<Sent, Skipped> {
+        let span = self.config.traces.attempt(job);
+        // A trace id tells the receiver something about the sender: sent only on request.
+        let traceparent = span.context().filter(|_| target.settings.propagate_trace_context).map(|c| format_traceparent(&c));
+        let sent = span.scope(self.transform_and_send(target, job, traceparent.as_deref())).await;
+        match &sent {
+            Ok(sent) => span.attempted(sent),
+            Err(_) => span.skipped(),
+        }
+        sent
+    }
+
+    async fn transform_and_send(&self, target: &Target, job: &Job, traceparent: Option<&str>) -> Result<Sent, Skipped> {
         let Some(payload) = job.message.payload.clone() else {
             return Ok(Sent::failed(Failure::Internal, "the message payload was expunged", Duration::ZERO));
         };
@@ -118,6 +131,7 @@ impl Dispatcher {
             attempt_no: job.attempts + 1,
             sequence: job.delivery_id,
             now: now_ms(),
+            traceparent,
         };
         #[cfg(feature = "fault-injection")]
         let poisoned = self.config.faults.panic_on_event_type.as_deref() == Some(job.message.event_type.as_str());

@@ -38,6 +38,9 @@ pub struct Job {
     pub target: Arc<Target>,
     /// The owner name the delivery was claimed under; its outcome is recorded under it.
     pub owner: Arc<str>,
+    /// When the job became due (its commit, or its retry's time): where its wait in the
+    /// dispatcher starts, as traces show it.
+    pub ready_at: Millis,
 }
 
 impl Job {
@@ -54,6 +57,7 @@ impl Job {
             trigger: c.trigger,
             target,
             owner,
+            ready_at: c.next_at,
         }
     }
 }
@@ -568,11 +572,13 @@ mod tests {
                     channels: None,
                     payload: Some("{}".into()),
                     created_at: 0,
+                    trace: None,
                 }),
                 attempts,
                 trigger: Trigger::Scheduled,
                 target: target.clone(),
                 owner: Arc::from("test-0"),
+                ready_at: 0,
             }
         }
     }

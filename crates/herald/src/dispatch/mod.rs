@@ -25,6 +25,7 @@ use tokio_util::task::TaskTracker;
 pub use lanes::Job;
 use lanes::Lanes;
 
+use crate::telemetry::Traces;
 use crate::catalog::Catalog;
 use crate::clock::{Millis, now_ms};
 use crate::config::{FaultsConfig, QueueConfig};
@@ -46,6 +47,8 @@ pub struct DispatchConfig {
     pub max_in_flight: usize,
     /// Fault injection (test builds only).
     pub faults: FaultsConfig,
+    /// Each attempt (and the wait before it) is a span of its message's trace.
+    pub traces: Traces,
 }
 
 /// How often a pump waiting for its lease to be renewed looks again.
@@ -155,7 +158,8 @@ impl Dispatcher {
         let mut lanes = self.lanes();
         let owner = self.owner();
         let (mut held, mut dropped) = (0, 0);
-        for (job, due) in jobs {
+        for (mut job, due) in jobs {
+            job.ready_at = due;
             if job.owner != owner {
                 dropped += 1;
             } else if due <= now {

@@ -204,6 +204,7 @@ mod tests {
             channels: Some(vec!["eu".into()]),
             payload: Some(r#"{"amount": 1.50}"#.into()),
             created_at: 0,
+            trace: None,
         };
         let text = input(&message, &original().headers, "POST", "https://h/x");
         let value: Value = serde_json::from_slice(&text).unwrap();

@@ -56,6 +56,7 @@ pub(crate) fn message(app: &App, event_id: Option<&str>) -> Message {
         channels: None,
         payload: Some(Arc::from("{}")),
         created_at: now_ms(),
+        trace: None,
     }
 }
 

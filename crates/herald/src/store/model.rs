@@ -160,6 +160,9 @@ pub struct Message {
     pub channels: Option<Vec<String>>,
     pub payload: Option<Arc<str>>,
     pub created_at: Millis,
+    /// The context of the span that accepted it (OpenTelemetry), which its attempts'
+    /// spans hang under; stored as a W3C `traceparent`. `None` when tracing was off.
+    pub trace: Option<opentelemetry::trace::SpanContext>,
 }
 
 /// One delivery to create with a message.

@@ -12,6 +12,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use super::db_err;
 use crate::store::{IdempotencyRecord, IngestResult, NewMessage, StoreError, StoreResult, StoredResponse};
 use crate::supervisor::{Liveness, spawn_task};
+use crate::telemetry::format_traceparent;
 
 /// Batches committing at the same time.
 const CONCURRENT_BATCHES: usize = 4;
@@ -115,16 +116,16 @@ async fn commit(pool: &Pool, news: &[NewMessage]) -> StoreResult<Vec<IngestResul
     Ok(results.into_iter().map(|r| r.expect("every message has a result")).collect())
 }
 
-/// Inserts a batch's messages (`$1`–`$7`, one array per column), returning the ids of those
+/// Inserts a batch's messages (`$1`–`$8`, one array per column), returning the ids of those
 /// created (a repeated event id creates nothing). A macro, so that statements can embed it.
 macro_rules! insert_messages_sql {
     () => {
-        "INSERT INTO herald.message (id, app_id, event_type, event_id, channels, payload, created_at)
+        "INSERT INTO herald.message (id, app_id, event_type, event_id, channels, payload, created_at, trace)
          SELECT id, app_id, event_type, event_id,
                 CASE WHEN ch IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(ch::jsonb)) END,
-                payload, created_at
-         FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int8[])
-              AS t(id, app_id, event_type, event_id, ch, payload, created_at)
+                payload, created_at, trace
+         FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int8[], $8::text[])
+              AS t(id, app_id, event_type, event_id, ch, payload, created_at, trace)
          ON CONFLICT DO NOTHING
          RETURNING id"
     };
@@ -139,7 +140,7 @@ const INGEST_PLAIN: &str = concat!(
                  INSERT INTO herald.delivery
                      (msg_id, endpoint_id, app_id, state, attempts, next_at, trigger, owner, strict, created_at)
                  SELECT msg_id, endpoint_id, app_id, 0, 0, created_at, 0, owner, strict, created_at
-                 FROM UNNEST($8::text[], $9::text[], $10::text[], $11::text[], $12::bool[], $13::int8[])
+                 FROM UNNEST($9::text[], $10::text[], $11::text[], $12::text[], $13::bool[], $14::int8[])
                       AS t(msg_id, endpoint_id, app_id, owner, strict, created_at)
                  WHERE msg_id IN (SELECT id FROM m)
                  RETURNING msg_id, endpoint_id, id
@@ -165,6 +166,7 @@ async fn commit_plain(pool: &Pool, news: &[NewMessage]) -> StoreResult<Vec<Inges
                 &m.channels,
                 &m.payloads,
                 &m.created,
+                &m.traces,
                 &d.msg,
                 &d.endpoint,
                 &d.app,
@@ -217,6 +219,7 @@ struct MessageColumns {
     channels: Vec<Option<String>>,
     payloads: Vec<Option<String>>,
     created: Vec<i64>,
+    traces: Vec<Option<String>>,
 }
 
 impl MessageColumns {
@@ -231,6 +234,7 @@ impl MessageColumns {
             channels: column(&|n| n.message.channels.as_ref().map(|c| serde_json::to_string(c).expect("strings"))),
             payloads: column(&|n| n.message.payload.as_deref().map(str::to_owned)),
             created: fresh.iter().map(|n| n.message.created_at).collect(),
+            traces: column(&|n| n.message.trace.as_ref().map(format_traceparent)),
         }
     }
 }
@@ -345,7 +349,7 @@ async fn insert_messages(
     let rows = tx
         .query(
             &tx.prepare_cached(insert_messages_sql!()).await.map_err(db_err)?,
-            &[&m.ids, &m.apps, &m.types, &m.event_ids, &m.channels, &m.payloads, &m.created],
+            &[&m.ids, &m.apps, &m.types, &m.event_ids, &m.channels, &m.payloads, &m.created, &m.traces],
         )
         .await
         .map_err(db_err)?;

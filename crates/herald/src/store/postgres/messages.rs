@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 
-use super::rows::{self, ATTEMPT_COLUMNS, MESSAGE_COLUMNS, Query};
+use super::rows::{self, ATTEMPT_COLUMNS, MESSAGE_COLUMN_COUNT, MESSAGE_COLUMNS, Query};
 use super::{PgStore, db_err};
 use crate::clock::Millis;
 use crate::ids::{AppId, EndpointId, MessageId};
@@ -160,7 +160,7 @@ impl MessageStore for PgStore {
             q.where_clause()
         );
         let found = client.query(&sql, &q.params()).await.map_err(db_err)?;
-        Ok(found.iter().map(|r| (rows::message(r, true), rows::delivery_view(r, 7))).collect())
+        Ok(found.iter().map(|r| (rows::message(r, true), rows::delivery_view(r, MESSAGE_COLUMN_COUNT))).collect())
     }
 
     async fn message_deliveries(&self, msg: &MessageId, page: &PageQuery) -> StoreResult<Vec<DeliveryView>> {

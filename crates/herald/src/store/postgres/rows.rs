@@ -6,6 +6,7 @@ use tokio_postgres::Row;
 use tokio_postgres::types::{Json, ToSql};
 
 use crate::ids::{AppId, AttemptId, EndpointId, MessageId};
+use crate::telemetry::parse_traceparent;
 use crate::store::{
     App, AppProxy, Attempt, DeliveryState, DeliveryView, Endpoint, EventType, Message, MessageFilter, PageQuery,
     SealedAuth, SealedHeaders, SealedSecrets, Trigger,
@@ -79,7 +80,9 @@ pub fn event_type(row: &Row) -> EventType {
     }
 }
 
-pub const MESSAGE_COLUMNS: &str = "m.id, m.app_id, m.event_type, m.event_id, m.channels, m.payload, m.created_at";
+pub const MESSAGE_COLUMNS: &str = "m.id, m.app_id, m.event_type, m.event_id, m.channels, m.payload, m.created_at, m.trace";
+/// How many columns [`MESSAGE_COLUMNS`] names.
+pub const MESSAGE_COLUMN_COUNT: usize = 8;
 
 pub fn message(row: &Row, with_payload: bool) -> Message {
     message_at(row, 0, with_payload)
@@ -95,6 +98,7 @@ pub fn message_at(row: &Row, at: usize, with_payload: bool) -> Message {
         channels: row.get(at + 4),
         payload: if with_payload { row.get::<_, Option<String>>(at + 5).map(Arc::from) } else { None },
         created_at: row.get(at + 6),
+        trace: row.get::<_, Option<&str>>(at + 7).and_then(parse_traceparent),
     }
 }
 

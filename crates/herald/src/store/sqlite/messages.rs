@@ -11,8 +11,9 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 
 use super::deliveries::{self, LATER_PLACES, Materialize, delivery_id, msg_seq_of};
-use super::rows::{self, ATTEMPT_COLUMNS, Branch, MESSAGE_COLUMNS, Query, merged_page};
+use super::rows::{self, ATTEMPT_COLUMNS, Branch, MESSAGE_COLUMN_COUNT, MESSAGE_COLUMNS, Query, merged_page};
 use super::{SqliteStore, is_unique_violation};
+use crate::telemetry::format_traceparent;
 use crate::clock::Millis;
 use crate::ids::{AppId, EndpointId, MessageId};
 use crate::store::sql::{self, sqlite};
@@ -212,8 +213,8 @@ fn ingest(conn: &Connection, seqs: &Seqs, new: &NewMessage) -> StoreResult<Inges
     let dests: Vec<&str> = new.deliveries.iter().map(|d| d.endpoint.as_str()).collect();
     let inserted = conn
         .prepare_cached(
-            "INSERT INTO message (seq, id, app_id, event_type, event_id, channels, payload, created_at, dests)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO message (seq, id, app_id, event_type, event_id, channels, payload, created_at, dests, trace)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )?
         .execute(params![
             seq,
@@ -225,6 +226,7 @@ fn ingest(conn: &Connection, seqs: &Seqs, new: &NewMessage) -> StoreResult<Inges
             m.payload.as_deref(),
             m.created_at,
             rows::to_json(&dests),
+            m.trace.as_ref().map(format_traceparent),
         ]);
     match inserted {
         Err(e) if is_unique_violation(&e) => return Ok(IngestResult::DuplicateEventId),
@@ -400,7 +402,7 @@ fn endpoint_messages(
     let (sql, params) = merged_page(&columns, branches, page);
     let mut stmt = conn.prepare_cached(&sql)?;
     let found = stmt
-        .query_map(params_from_iter(params), |row| Ok((rows::message(row, true)?, rows::delivery_view(row, 7)?)))?
+        .query_map(params_from_iter(params), |row| Ok((rows::message(row, true)?, rows::delivery_view(row, MESSAGE_COLUMN_COUNT)?)))?
         .collect::<Result<_, _>>()?;
     Ok(found)
 }

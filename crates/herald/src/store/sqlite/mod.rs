@@ -36,6 +36,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (5, include_str!("v5.sql")),
     (6, include_str!("v6.sql")),
     (7, include_str!("v7.sql")),
+    (8, include_str!("v8.sql")),
 ];
 const STATEMENT_CACHE: usize = 256;
 

@@ -9,6 +9,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::ids::{AppId, AttemptId, EndpointId, MessageId};
+use crate::telemetry::parse_traceparent;
 use crate::store::{
     App, AppProxy, Attempt, DeliveryState, DeliveryView, Endpoint, EventType, Message, MessageFilter, PageQuery,
     SealedAuth, SealedHeaders, SealedSecrets, Trigger,
@@ -129,7 +130,9 @@ pub fn event_type(row: &Row<'_>) -> rusqlite::Result<EventType> {
     })
 }
 
-pub const MESSAGE_COLUMNS: &str = "m.id, m.app_id, m.event_type, m.event_id, m.channels, m.payload, m.created_at";
+pub const MESSAGE_COLUMNS: &str = "m.id, m.app_id, m.event_type, m.event_id, m.channels, m.payload, m.created_at, m.trace";
+/// How many columns [`MESSAGE_COLUMNS`] names.
+pub const MESSAGE_COLUMN_COUNT: usize = 8;
 
 /// A message; the payload is left out (`None`) unless `with_payload`.
 pub fn message(row: &Row<'_>, with_payload: bool) -> rusqlite::Result<Message> {
@@ -147,6 +150,7 @@ pub fn message_at(row: &Row<'_>, at: usize, with_payload: bool) -> rusqlite::Res
         channels: opt_json(row, at + 4)?,
         payload,
         created_at: row.get(at + 6)?,
+        trace: row.get::<_, Option<String>>(at + 7)?.as_deref().and_then(parse_traceparent),
     })
 }
 

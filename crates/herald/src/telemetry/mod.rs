@@ -1,0 +1,12 @@
+//! What Herald tells operators about itself: logs (`logs`), and OpenTelemetry traces of
+//! each message from ingest to its last attempt (`traces`, exported by `export`).
+//! Prometheus metrics live in `crate::metrics`.
+
+mod export;
+mod logs;
+mod traceparent;
+mod traces;
+
+pub use logs::init;
+pub use traceparent::{format_traceparent, parse_traceparent};
+pub use traces::{Span, Traces};

@@ -1,0 +1,302 @@
+//! Traces: each message's life as one OpenTelemetry trace. The ingest request is a server
+//! span (continuing the caller's `traceparent`) with the commit under it. The message keeps
+//! the ingest span's context (stored with it), so that every attempt, in this process or in
+//! another one hours later, hangs under that span: one span for the wait in the dispatcher,
+//! then an HTTP client span for the request.
+//!
+//! Off (no collector configured), [`Traces`] holds nothing and each call is one branch;
+//! spans the sampler drops get their context (so children follow the decision) but no
+//! attributes.
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures_util::future::Either;
+use opentelemetry::context::FutureExt as _;
+use opentelemetry::propagation::TextMapPropagator;
+use opentelemetry::trace::{
+    Span as _, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState, Tracer as _,
+    TracerProvider as _,
+};
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{
+    BatchConfigBuilder, BatchSpanProcessor, Sampler, SamplingDecision, SdkTracer, SdkTracerProvider, ShouldSample,
+};
+use sha2::{Digest, Sha256};
+
+use super::export::Exporter;
+use crate::config::{OtelConfig, SamplerChoice};
+use crate::deliver::Sent;
+use crate::dispatch::Job;
+use crate::outcome::{AttemptResult, error_class};
+use crate::ids::MessageId;
+use crate::store::Message;
+
+/// The route of the ingest span (its name is the method and this).
+const INGEST_ROUTE: &str = "/api/v1/app/{app_id}/msg";
+/// Longest a collector may take to accept one batch.
+const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The tracer, or nothing when tracing is off. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct Traces(Option<Arc<Tracing>>);
+
+impl std::fmt::Debug for Traces {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Traces(exporting)" } else { "Traces(off)" })
+    }
+}
+
+struct Tracing {
+    provider: SdkTracerProvider,
+    tracer: SdkTracer,
+    /// Decides for messages that carry no trace context (see [`Tracing::derived`]).
+    sampler: Sampler,
+    /// `db.system.name` of the commit spans.
+    database: &'static str,
+}
+
+impl Traces {
+    pub fn off() -> Self {
+        Self(None)
+    }
+
+    /// Starts exporting if `config` names a collector. Called on the runtime the exports
+    /// are to run on.
+    pub fn start(config: &OtelConfig, database: &'static str) -> anyhow::Result<Self> {
+        let Some(export) = &config.export else { return Ok(Self::off()) };
+        let headers = export
+            .headers
+            .iter()
+            .map(|(name, value)| (name.to_string(), value.to_str().unwrap_or_default().to_owned()))
+            .collect();
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_http_client(Exporter::new())
+            .with_protocol(Protocol::HttpBinary)
+            .with_endpoint(export.url.to_string())
+            .with_headers(headers)
+            .with_timeout(EXPORT_TIMEOUT)
+            .build()?;
+        let batches = BatchConfigBuilder::default().with_scheduled_delay(export.schedule_delay).build();
+        let sampler = sampler(config.sampler);
+        let provider = SdkTracerProvider::builder()
+            .with_span_processor(BatchSpanProcessor::builder(exporter).with_batch_config(batches).build())
+            .with_sampler(sampler.clone())
+            .with_resource(Resource::builder().with_service_name(config.service_name.clone()).build())
+            .build();
+        let tracer = provider.tracer("herald");
+        tracing::info!(collector = %export.url, sampler = ?config.sampler, "exporting traces");
+        Ok(Self(Some(Arc::new(Tracing { provider, tracer, sampler, database }))))
+    }
+
+    /// Exports what is left; called once, at the end.
+    pub async fn shutdown(&self) {
+        let Some(inner) = self.0.clone() else { return };
+        // Blocks until the exporting thread is done, and that thread's requests run on
+        // this runtime: off its workers.
+        match tokio::task::spawn_blocking(move || inner.provider.shutdown()).await {
+            Ok(Err(e)) => tracing::warn!(error = %e, "exporting the last traces failed"),
+            Err(e) => tracing::warn!(error = %e, "exporting the last traces failed"),
+            Ok(Ok(())) => {}
+        }
+    }
+
+    /// The span of an ingest request, under the caller's `traceparent` if it sent one.
+    pub fn ingest(&self, headers: &http::HeaderMap) -> Span {
+        let Some(inner) = &self.0 else { return Span(None) };
+        let parent = TraceContextPropagator::new().extract(&opentelemetry_http::HeaderExtractor(headers));
+        let span = inner.tracer.span_builder(Cow::Owned(format!("POST {INGEST_ROUTE}"))).with_kind(SpanKind::Server);
+        let mut span = Span(Some(span.start_with_context(&inner.tracer, &parent)));
+        span.record(|| {
+            vec![KeyValue::new("http.request.method", "POST"), KeyValue::new("http.route", INGEST_ROUTE)]
+        });
+        span
+    }
+
+    /// The durable commit of `message` (a child of its ingest span).
+    pub fn commit(&self, message: &Message, deliveries: usize) -> Span {
+        let Some(inner) = &self.0 else { return Span(None) };
+        let parent = inner.parent(message);
+        let mut span = Span(Some(inner.tracer.start_with_context("herald.commit", &parent)));
+        span.record(|| {
+            vec![
+                KeyValue::new("db.system.name", inner.database),
+                KeyValue::new("herald.msg_id", message.id.to_string()),
+                KeyValue::new("herald.deliveries", deliveries as i64),
+            ]
+        });
+        span
+    }
+
+    /// Records the job's wait in the dispatcher (from when it was due until now) and
+    /// starts the span of its attempt; both are children of the message's ingest span.
+    pub fn attempt(&self, job: &Job) -> Span {
+        let Some(inner) = &self.0 else { return Span(None) };
+        let parent = inner.parent(&job.message);
+        let now = SystemTime::now();
+        let attempt_no = i64::from(job.attempts + 1);
+        let due = (UNIX_EPOCH + Duration::from_millis(job.ready_at.max(0) as u64)).min(now);
+        let wait = inner.tracer.span_builder("herald.dispatch.wait").with_start_time(due);
+        let mut wait = Span(Some(wait.start_with_context(&inner.tracer, &parent)));
+        wait.record(|| {
+            vec![
+                KeyValue::new("herald.endpoint_id", job.endpoint_id.to_string()),
+                KeyValue::new("herald.attempt", attempt_no),
+            ]
+        });
+        if let Some(span) = &mut wait.0 {
+            span.end_with_timestamp(now);
+        }
+        let method = job.target.method();
+        let attempt = inner.tracer.span_builder(method.to_string()).with_kind(SpanKind::Client).with_start_time(now);
+        let mut span = Span(Some(attempt.start_with_context(&inner.tracer, &parent)));
+        span.record(|| {
+            let mut attributes = vec![
+                KeyValue::new("http.request.method", method.to_string()),
+                KeyValue::new("herald.app_id", job.message.app_id.to_string()),
+                KeyValue::new("herald.msg_id", job.message.id.to_string()),
+                KeyValue::new("herald.endpoint_id", job.endpoint_id.to_string()),
+                KeyValue::new("herald.attempt", attempt_no),
+            ];
+            if let Some(url) = &job.target.url {
+                attributes.extend(url_attributes(url));
+            }
+            attributes
+        });
+        span
+    }
+}
+
+impl Tracing {
+    /// The context a message's spans hang under: its stored one, else one derived from it.
+    fn parent(&self, message: &Message) -> Context {
+        let context = message.trace.clone().unwrap_or_else(|| self.derived(message));
+        Context::new().with_remote_span_context(context)
+    }
+
+    /// A message accepted without a trace context (from the outbox, or while tracing was
+    /// off) still gets one trace for all its attempts: ids derived from the message id,
+    /// sampled as the sampler decides for that trace id. Its root span is not exported.
+    fn derived(&self, message: &Message) -> SpanContext {
+        let digest = Sha256::digest(message.id.as_str().as_bytes());
+        let trace_id = TraceId::from_bytes(digest[..16].try_into().expect("16 bytes"));
+        let span_id = SpanId::from_bytes(digest[16..24].try_into().expect("8 bytes"));
+        let decision = self.sampler.should_sample(None, trace_id, "message", &SpanKind::Internal, &[], &[]).decision;
+        let flags = if decision == SamplingDecision::RecordAndSample { TraceFlags::SAMPLED } else { TraceFlags::default() };
+        SpanContext::new(trace_id, span_id, flags, true, TraceState::default())
+    }
+}
+
+/// `url.full` without query or user info (they may hold credentials), and the server.
+fn url_attributes(url: &url::Url) -> Vec<KeyValue> {
+    let host = url.host_str().unwrap_or_default().to_owned();
+    let port = url.port_or_known_default().map_or(0, i64::from);
+    let origin = url.origin().ascii_serialization();
+    vec![
+        KeyValue::new("url.full", format!("{origin}{}", url.path())),
+        KeyValue::new("server.address", host),
+        KeyValue::new("server.port", port),
+    ]
+}
+
+fn sampler(choice: SamplerChoice) -> Sampler {
+    let parent_based = |root| Sampler::ParentBased(Box::new(root));
+    match choice {
+        SamplerChoice::AlwaysOn => Sampler::AlwaysOn,
+        SamplerChoice::AlwaysOff => Sampler::AlwaysOff,
+        SamplerChoice::TraceIdRatio(ratio) => Sampler::TraceIdRatioBased(ratio),
+        SamplerChoice::ParentBasedAlwaysOn => parent_based(Sampler::AlwaysOn),
+        SamplerChoice::ParentBasedAlwaysOff => parent_based(Sampler::AlwaysOff),
+        SamplerChoice::ParentBasedTraceIdRatio(ratio) => parent_based(Sampler::TraceIdRatioBased(ratio)),
+    }
+}
+
+/// A span being recorded, or nothing (tracing off). Ends when dropped.
+pub struct Span(Option<opentelemetry_sdk::trace::Span>);
+
+impl Span {
+    /// The span's context, to store with a message or send on (also when the sampler
+    /// dropped the span: children then follow that decision).
+    pub fn context(&self) -> Option<SpanContext> {
+        self.0.as_ref().map(|span| span.span_context().clone()).filter(SpanContext::is_valid)
+    }
+
+    /// Runs `work` with this span current, so that log lines carry its ids.
+    pub fn scope<F: Future>(&self, work: F) -> impl Future<Output = F::Output> {
+        match self.context() {
+            Some(context) => Either::Left(work.with_context(Context::new().with_remote_span_context(context))),
+            None => Either::Right(work),
+        }
+    }
+
+    /// Adds attributes, built only if the span is sampled.
+    fn record(&mut self, attributes: impl FnOnce() -> Vec<KeyValue>) {
+        if let Some(span) = self.0.as_mut().filter(|span| span.is_recording()) {
+            span.set_attributes(attributes());
+        }
+    }
+
+    fn fail(&mut self, description: String) {
+        if let Some(span) = self.0.as_mut().filter(|span| span.is_recording()) {
+            span.set_status(Status::error(description));
+        }
+    }
+
+    /// Ends an ingest span with the answer's status (5xx is an error, as for any server);
+    /// `app` as the caller named it, and the message's id if one was accepted.
+    pub fn answered(mut self, status: http::StatusCode, app: &str, msg: Option<&MessageId>) {
+        self.record(|| {
+            let mut attributes = vec![
+                KeyValue::new("http.response.status_code", i64::from(status.as_u16())),
+                KeyValue::new("herald.app", app.to_owned()),
+            ];
+            if let Some(msg) = msg {
+                attributes.push(KeyValue::new("herald.msg_id", msg.to_string()));
+            }
+            if status.is_server_error() {
+                attributes.push(KeyValue::new("error.type", status.as_u16().to_string()));
+            }
+            attributes
+        });
+        if status.is_server_error() {
+            self.fail(status.to_string());
+        }
+    }
+
+    /// Ends a commit span; `failure` if the commit failed.
+    pub fn committed(mut self, failure: Option<String>) {
+        if let Some(why) = failure {
+            self.record(|| vec![KeyValue::new("error.type", "commit")]);
+            self.fail(why);
+        }
+    }
+
+    /// Ends an attempt's span with its result (and its error class if it failed).
+    pub fn attempted(mut self, sent: &Sent) {
+        let class = error_class(&sent.result);
+        self.record(|| {
+            let mut attributes = vec![KeyValue::new("herald.duration_ms", sent.duration.as_secs_f64() * 1000.0)];
+            if let AttemptResult::Response { status, .. } = sent.result {
+                attributes.push(KeyValue::new("http.response.status_code", i64::from(status)));
+            }
+            if let Some(class) = class {
+                attributes.push(KeyValue::new("error.type", class));
+            }
+            attributes
+        });
+        if class.is_some() {
+            self.fail(sent.error.clone().unwrap_or_else(|| class.unwrap_or_default().to_owned()));
+        }
+    }
+
+    /// Ends the span of a delivery its transform dropped (no request was sent).
+    pub fn skipped(mut self) {
+        self.record(|| vec![KeyValue::new("herald.skipped", true)]);
+    }
+}
