@@ -256,6 +256,29 @@ fn check_rate_bound(principal: &Principal, app: &App, rate: Option<u16>) -> ApiR
     }
 }
 
+/// `delivery.propagateTraceContext` is the operator's to set (a trace id is information
+/// about the sender): a portal token keeps whatever the endpoint had, and asking for
+/// anything else is refused.
+fn keep_operator_settings(
+    principal: &Principal,
+    before: Option<&DeliverySettings>,
+    after: &mut DeliverySettings,
+) -> ApiResult<()> {
+    if matches!(principal, Principal::Admin) {
+        return Ok(());
+    }
+    let kept = before.and_then(|b| b.propagate_trace_context);
+    match after.propagate_trace_context {
+        Some(asked) if asked != kept.unwrap_or(false) => {
+            Err(ApiError::Forbidden("delivery.propagateTraceContext is set by the operator's admin token"))
+        }
+        _ => {
+            after.propagate_trace_context = kept;
+            Ok(())
+        }
+    }
+}
+
 /// Checks every field of an endpoint about to be stored.
 pub fn check_endpoint(state: &AppState, e: &Endpoint) -> ApiResult<()> {
     let mut p = Problems::default();
@@ -480,8 +503,9 @@ pub async fn create_endpoint(
 ) -> ApiResult<(StatusCode, Json<EndpointOut>)> {
     let app = visible_app(&state, &principal, &app_id).await?;
     check_event_types_exist(&state, body.value.event_types.as_ref()).await?;
-    let endpoint = new_endpoint(&state, &app, body.value, None)?;
+    let mut endpoint = new_endpoint(&state, &app, body.value, None)?;
     check_rate_bound(&principal, &app, endpoint.throttle_rate)?;
+    keep_operator_settings(&principal, None, &mut endpoint.delivery)?;
     insert(&state, &endpoint).await?;
     Ok((StatusCode::CREATED, Json(EndpointOut::new(&endpoint, &state))))
 }
@@ -511,13 +535,16 @@ pub async fn upsert_endpoint(
     let input = body.value;
     check_event_types_exist(&state, input.event_types.as_ref()).await?;
     let Some(existing) = state.store.endpoint(&app.id, &endpoint_id).await? else {
-        let endpoint = new_endpoint(&state, &app, input, Some(&endpoint_id))?;
+        let mut endpoint = new_endpoint(&state, &app, input, Some(&endpoint_id))?;
         check_rate_bound(&principal, &app, endpoint.throttle_rate)?;
+        keep_operator_settings(&principal, None, &mut endpoint.delivery)?;
         insert(&state, &endpoint).await?;
         return Ok((StatusCode::CREATED, Json(EndpointOut::new(&endpoint, &state))));
     };
-    let endpoint = replace_fields(&state, existing, input)?;
+    let before = existing.delivery.clone();
+    let mut endpoint = replace_fields(&state, existing, input)?;
     check_rate_bound(&principal, &app, endpoint.throttle_rate)?;
+    keep_operator_settings(&principal, Some(&before), &mut endpoint.delivery)?;
     save(&state, &endpoint).await?;
     Ok((StatusCode::OK, Json(EndpointOut::new(&endpoint, &state))))
 }
@@ -532,6 +559,7 @@ pub async fn patch_endpoint(
     body: JsonBody<EndpointPatch>,
 ) -> ApiResult<Json<EndpointOut>> {
     let (app, mut e) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
+    let before = e.delivery.clone();
     let patch = body.value;
     check_event_types_exist(&state, patch.event_types.as_ref().and_then(Option::as_ref)).await?;
     if let Some(url) = patch.url {
@@ -573,6 +601,7 @@ pub async fn patch_endpoint(
     e.auth = seal_credentials(&state, &e, patch.auth, patch.tls)?;
     e.updated_at = now_ms();
     check_rate_bound(&principal, &app, e.throttle_rate)?;
+    keep_operator_settings(&principal, Some(&before), &mut e.delivery)?;
     save(&state, &e).await?;
     Ok(Json(EndpointOut::new(&e, &state)))
 }

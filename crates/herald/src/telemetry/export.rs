@@ -40,7 +40,8 @@ impl HttpClient for Exporter {
             let body = Limited::new(body, ANSWER_LIMIT).collect().await?.to_bytes();
             Ok::<_, HttpError>(Response::from_parts(parts, body))
         };
-        let task = self.runtime.spawn(tokio::time::timeout(EXPORT_TIMEOUT, exchange));
+        // Made on the runtime: the timer needs it.
+        let task = self.runtime.spawn(async move { tokio::time::timeout(EXPORT_TIMEOUT, exchange).await });
         match task.await? {
             Ok(answer) => answer,
             Err(_) => Err("the collector did not answer within 10 s".into()),

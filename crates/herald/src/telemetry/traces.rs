@@ -91,7 +91,9 @@ impl Traces {
             .with_resource(Resource::builder().with_service_name(config.service_name.clone()).build())
             .build();
         let tracer = provider.tracer("herald");
-        tracing::info!(collector = %export.url, sampler = ?config.sampler, "exporting traces");
+        // Host and path only: user info in the URL would be a credential.
+        let (host, path) = (export.url.host().unwrap_or_default(), export.url.path());
+        tracing::info!(collector.host = host, collector.path = path, sampler = ?config.sampler, "exporting traces");
         Ok(Self(Some(Arc::new(Tracing { provider, tracer, sampler, database }))))
     }
 
@@ -290,8 +292,13 @@ impl Span {
             }
             attributes
         });
-        if class.is_some() {
-            self.fail(sent.error.clone().unwrap_or_else(|| class.unwrap_or_default().to_owned()));
+        if let Some(class) = class {
+            let why = match (&sent.error, &sent.result) {
+                (Some(error), _) => error.clone(),
+                (None, AttemptResult::Response { status, .. }) => format!("the endpoint answered {status}"),
+                (None, AttemptResult::Failed(_)) => class.to_owned(),
+            };
+            self.fail(why);
         }
     }
 

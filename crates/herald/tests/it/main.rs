@@ -15,6 +15,7 @@ mod health;
 mod hostile;
 mod isolation;
 mod lifecycle;
+mod otel;
 mod pages;
 mod pollers;
 mod portal;

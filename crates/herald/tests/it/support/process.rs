@@ -49,11 +49,32 @@ impl Process {
             if let Some(at) = line.find("addr=") {
                 break line[at + 5..].split_whitespace().next().unwrap().to_owned();
             }
+            // The same line in JSON (`log.format = "json"`).
+            if let Some(at) = line.find("\"addr\":\"") {
+                break line[at + 8..].split('"').next().unwrap().to_owned();
+            }
         };
         // Keep draining the log so the child never blocks on a full pipe.
         let sink = output.clone();
         std::thread::spawn(move || lines.map_while(Result::ok).for_each(|line| push_line(&sink, &line)));
         Self { child, base: format!("http://{addr}"), output }
+    }
+
+    /// One API call with `token`; the status and the JSON answer (`null` if none).
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        token: &str,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> (reqwest::StatusCode, serde_json::Value) {
+        let mut request = reqwest::Client::new().request(method, format!("{}{path}", self.base)).bearer_auth(token);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status();
+        (status, response.json().await.unwrap_or(serde_json::Value::Null))
     }
 
     /// What the process logged so far (stdout and stderr, interleaved by line).
