@@ -4,7 +4,7 @@ use axum::Extension;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{StatusCode, header};
 use opentelemetry::trace::SpanContext;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
@@ -13,7 +13,7 @@ use serde_json::value::RawValue;
 use super::application::{ApplicationIn, app_for_inline};
 use super::auth::Principal;
 use super::error::{ApiError, ApiResult};
-use super::extract::{JsonBody, QueryMap};
+use super::extract::{JsonBody, QueryMap, TraceParent};
 use super::idempotency::Keyed;
 use super::list::{Cursor, ListResponse, Order, Page};
 use super::routes::Routes;
@@ -172,12 +172,12 @@ pub async fn create_message(
     Path(app_id): Path<String>,
     query: QueryMap,
     keyed: Option<Extension<Keyed>>,
-    headers: HeaderMap,
+    TraceParent(traceparent): TraceParent,
     body: JsonBody<MessageIn>,
 ) -> ApiResult<Response> {
     // A span for the request, under the caller's `traceparent` if it sent one; the message
     // keeps its context, so its commit and attempts join the same trace.
-    let span = state.traces.ingest(&headers);
+    let span = state.traces.ingest(traceparent.as_ref());
     let trace = span.context();
     let accepted = span.scope(accept(&state, &principal, &app_id, &query, keyed, body.value, trace)).await;
     match &accepted {

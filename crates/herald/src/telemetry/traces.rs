@@ -110,9 +110,13 @@ impl Traces {
     }
 
     /// The span of an ingest request, under the caller's `traceparent` if it sent one.
-    pub fn ingest(&self, headers: &http::HeaderMap) -> Span {
+    pub fn ingest(&self, traceparent: Option<&http::HeaderValue>) -> Span {
         let Some(inner) = &self.0 else { return Span(None) };
-        let parent = TraceContextPropagator::new().extract(&opentelemetry_http::HeaderExtractor(headers));
+        let mut headers = http::HeaderMap::new();
+        if let Some(value) = traceparent {
+            headers.insert("traceparent", value.clone());
+        }
+        let parent = TraceContextPropagator::new().extract(&opentelemetry_http::HeaderExtractor(&headers));
         let span = inner.tracer.span_builder(Cow::Owned(format!("POST {INGEST_ROUTE}"))).with_kind(SpanKind::Server);
         let mut span = Span(Some(span.start_with_context(&inner.tracer, &parent)));
         span.record(|| {
@@ -305,5 +309,69 @@ impl Span {
     /// Ends the span of a delivery its transform dropped (no request was sent).
     pub fn skipped(mut self) {
         self.record(|| vec![KeyValue::new("herald.skipped", true)]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{AppId, MessageId};
+
+    fn tracing_with(sampler: Sampler) -> Tracing {
+        let provider = SdkTracerProvider::builder().with_sampler(sampler.clone()).build();
+        let tracer = provider.tracer("test");
+        Tracing { provider, tracer, sampler, database: "sqlite" }
+    }
+
+    fn message(trace: Option<SpanContext>) -> Message {
+        Message {
+            id: MessageId::generate(),
+            app_id: AppId::generate(),
+            event_type: "t".into(),
+            event_id: None,
+            channels: None,
+            payload: None,
+            created_at: 0,
+            trace,
+        }
+    }
+
+    #[test]
+    fn a_message_without_a_stored_context_gets_one_derived_from_its_id() {
+        let on = tracing_with(Sampler::ParentBased(Box::new(Sampler::AlwaysOn)));
+        let m = message(None);
+        let (first, again) = (on.derived(&m), on.derived(&m));
+        assert_eq!(first, again, "every attempt of the message joins the same trace");
+        assert!(first.is_valid() && first.is_sampled() && first.is_remote());
+        assert_ne!(on.derived(&message(None)).trace_id(), first.trace_id());
+        let off = tracing_with(Sampler::ParentBased(Box::new(Sampler::AlwaysOff)));
+        assert!(!off.derived(&m).is_sampled(), "the sampler decides for the derived trace");
+    }
+
+    #[test]
+    fn a_stored_context_is_the_parent_and_an_unsampled_one_records_nothing() {
+        let tracing = tracing_with(Sampler::ParentBased(Box::new(Sampler::AlwaysOn)));
+        let stored = SpanContext::new(
+            TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap(),
+            SpanId::from_hex("00f067aa0ba902b7").unwrap(),
+            TraceFlags::default(),
+            true,
+            TraceState::default(),
+        );
+        let traces = Traces(Some(Arc::new(tracing)));
+        let span = traces.commit(&message(Some(stored.clone())), 1);
+        let context = span.context().unwrap();
+        assert_eq!(context.trace_id(), stored.trace_id());
+        assert!(!context.is_sampled(), "the ingest's decision holds for its children");
+        assert!(!span.0.as_ref().unwrap().is_recording());
+    }
+
+    #[test]
+    fn off_makes_no_span_and_url_attributes_drop_credentials() {
+        assert!(Traces::off().commit(&message(None), 1).context().is_none());
+        let url = url::Url::parse("https://user:pw@hooks.example.com:8443/in?token=secret").unwrap();
+        let attributes = url_attributes(&url);
+        assert_eq!(attributes[0], KeyValue::new("url.full", "https://hooks.example.com:8443/in"));
+        assert_eq!(attributes[2], KeyValue::new("server.port", 8443_i64));
     }
 }
