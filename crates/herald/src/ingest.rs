@@ -11,11 +11,11 @@ use crate::endpoint_settings::Ordering;
 use crate::history::Recorder;
 use crate::ids::EndpointId;
 use crate::scripts::{Sandbox, Verdict};
-use crate::telemetry::Traces;
 use crate::store::{
     IdempotencyRecord, IngestResult, Message, NewDelivery, NewMessage, Store, StoreError, StoreResult, Trigger,
     keep_trying,
 };
+use crate::telemetry::Traces;
 
 pub struct Ingestor {
     store: Arc<dyn Store>,

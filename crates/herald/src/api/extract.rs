@@ -170,6 +170,18 @@ impl QueryMap {
     }
 }
 
+/// The caller's W3C `traceparent` header, if it sent one (the only header a traced
+/// request needs: taking it alone spares every request a copy of all its headers).
+pub struct TraceParent(pub Option<axum::http::HeaderValue>);
+
+impl<S: Send + Sync> FromRequestParts<S> for TraceParent {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Self(parts.headers.get("traceparent").cloned()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,17 +199,5 @@ mod tests {
         assert!(matches!(parse_json::<serde_json::Value>(deep.as_bytes()), Err(ApiError::BadRequest(_))));
         let fine = format!("{}{}", "[".repeat(MAX_JSON_DEPTH), "]".repeat(MAX_JSON_DEPTH));
         assert!(parse_json::<serde_json::Value>(fine.as_bytes()).is_ok());
-    }
-}
-
-/// The caller's W3C `traceparent` header, if it sent one (the only header a traced
-/// request needs: taking it alone spares every request a copy of all its headers).
-pub struct TraceParent(pub Option<axum::http::HeaderValue>);
-
-impl<S: Send + Sync> FromRequestParts<S> for TraceParent {
-    type Rejection = std::convert::Infallible;
-
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        Ok(Self(parts.headers.get("traceparent").cloned()))
     }
 }

@@ -5,8 +5,8 @@ use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
-use opentelemetry::trace::SpanContext;
 use axum::response::Response;
+use opentelemetry::trace::SpanContext;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 

@@ -127,7 +127,9 @@ impl RawOtel {
         };
         let protocol = self.exporter_otlp_protocol.trim();
         if !protocol.is_empty() && protocol != "http/protobuf" {
-            bail!("otel.exporter_otlp_protocol (OTEL_EXPORTER_OTLP_PROTOCOL) {protocol:?}: Herald exports http/protobuf only");
+            bail!(
+                "otel.exporter_otlp_protocol (OTEL_EXPORTER_OTLP_PROTOCOL) {protocol:?}: Herald exports http/protobuf only"
+            );
         }
         let service_name = match self.service_name.trim() {
             "" => "herald".to_owned(),
@@ -226,7 +228,8 @@ mod tests {
         assert_eq!(export.headers[0].1, "s=cret");
         assert_eq!(export.headers[1].0, "x-team");
         assert!(!format!("{export:?}").contains("cret"));
-        let bad = RawOtel { exporter_otlp_endpoint: "http://c".into(), exporter_otlp_headers: "novalue".into(), ..raw() };
+        let bad =
+            RawOtel { exporter_otlp_endpoint: "http://c".into(), exporter_otlp_headers: "novalue".into(), ..raw() };
         assert!(bad.validate().is_err());
     }
 

@@ -245,7 +245,8 @@ impl Outgoing<'_> {
             headers.insert(name, value);
         }
         if let Some(traceparent) = self.traceparent {
-            let value = HeaderValue::from_str(traceparent).map_err(|e| (Failure::Internal, format!("bad traceparent: {e}")))?;
+            let value =
+                HeaderValue::from_str(traceparent).map_err(|e| (Failure::Internal, format!("bad traceparent: {e}")))?;
             headers.insert("traceparent", value);
         }
         request.body(Full::new(body)).map_err(|e| (Failure::Internal, format!("building the request: {e}")))

@@ -16,8 +16,8 @@ use crate::clock::now_ms;
 use crate::deliver::{Outgoing, Sent};
 use crate::ids::{AttemptId, EndpointId};
 use crate::outcome::{AttemptResult, Decision, Failure, OutcomeClass, classify, decide, error_class};
-use crate::telemetry::format_traceparent;
 use crate::store::{Attempt, BreakerEvent, BreakerEventKind, NextState, OutcomeRecord};
+use crate::telemetry::format_traceparent;
 
 /// The record of this job's next attempt to `url`, answerless until filled in.
 fn attempt_of(job: &Job, url: String) -> Attempt {
@@ -103,7 +103,8 @@ impl Dispatcher {
     async fn send(&self, target: &Target, job: &Job) -> Result<Sent, Skipped> {
         let span = self.config.traces.attempt(job);
         // A trace id tells the receiver something about the sender: sent only on request.
-        let traceparent = span.context().filter(|_| target.settings.propagate_trace_context).map(|c| format_traceparent(&c));
+        let traceparent =
+            span.context().filter(|_| target.settings.propagate_trace_context).map(|c| format_traceparent(&c));
         let sent = span.scope(self.transform_and_send(target, job, traceparent.as_deref())).await;
         match &sent {
             Ok(sent) => span.attempted(sent),

@@ -25,7 +25,6 @@ use tokio_util::task::TaskTracker;
 pub use lanes::Job;
 use lanes::Lanes;
 
-use crate::telemetry::Traces;
 use crate::catalog::Catalog;
 use crate::clock::{Millis, now_ms};
 use crate::config::{FaultsConfig, QueueConfig};
@@ -34,6 +33,7 @@ use crate::metrics::Metrics;
 use crate::scripts::Sandbox;
 use crate::store::Store;
 use crate::supervisor::{Liveness, spawn_loop};
+use crate::telemetry::Traces;
 
 /// Settings the dispatcher runs with.
 #[derive(Debug, Clone)]

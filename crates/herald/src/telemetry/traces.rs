@@ -33,8 +33,8 @@ use super::export::Exporter;
 use crate::config::{OtelConfig, SamplerChoice};
 use crate::deliver::Sent;
 use crate::dispatch::Job;
-use crate::outcome::{AttemptResult, error_class};
 use crate::ids::MessageId;
+use crate::outcome::{AttemptResult, error_class};
 use crate::store::Message;
 
 /// The route of the ingest span (its name is the method and this).
@@ -119,9 +119,7 @@ impl Traces {
         let parent = TraceContextPropagator::new().extract(&opentelemetry_http::HeaderExtractor(&headers));
         let span = inner.tracer.span_builder(Cow::Owned(format!("POST {INGEST_ROUTE}"))).with_kind(SpanKind::Server);
         let mut span = Span(Some(span.start_with_context(&inner.tracer, &parent)));
-        span.record(|| {
-            vec![KeyValue::new("http.request.method", "POST"), KeyValue::new("http.route", INGEST_ROUTE)]
-        });
+        span.record(|| vec![KeyValue::new("http.request.method", "POST"), KeyValue::new("http.route", INGEST_ROUTE)]);
         span
     }
 
@@ -194,7 +192,8 @@ impl Tracing {
         let trace_id = TraceId::from_bytes(digest[..16].try_into().expect("16 bytes"));
         let span_id = SpanId::from_bytes(digest[16..24].try_into().expect("8 bytes"));
         let decision = self.sampler.should_sample(None, trace_id, "message", &SpanKind::Internal, &[], &[]).decision;
-        let flags = if decision == SamplingDecision::RecordAndSample { TraceFlags::SAMPLED } else { TraceFlags::default() };
+        let flags =
+            if decision == SamplingDecision::RecordAndSample { TraceFlags::SAMPLED } else { TraceFlags::default() };
         SpanContext::new(trace_id, span_id, flags, true, TraceState::default())
     }
 }

@@ -87,7 +87,8 @@ async fn a_message_retried_in_another_process_is_one_trace_from_the_callers_span
 
     let spans = eventually("the spans of three attempts", || {
         let spans = of_trace(&collector, CALLER_TRACE);
-        let done = attempts_in(&spans).len() == 3 && spans.iter().filter(|s| s.name == "herald.dispatch.wait").count() == 3;
+        let done =
+            attempts_in(&spans).len() == 3 && spans.iter().filter(|s| s.name == "herald.dispatch.wait").count() == 3;
         std::future::ready(done.then_some(spans))
     })
     .await;
@@ -169,9 +170,11 @@ async fn traceparent_goes_only_to_endpoints_the_operator_opened_and_json_logs_ca
     let mut env = traced(&collector, "herald");
     env.extend([("HERALD_LOG__FORMAT", "json".to_owned()), ("RUST_LOG", "trace".to_owned())]);
     let herald = start(&storage, &env);
-    let (app, opened) = app_with_endpoint(&herald, &receiver.url("/opened"), json!({"propagateTraceContext": true})).await;
+    let (app, opened) =
+        app_with_endpoint(&herald, &receiver.url("/opened"), json!({"propagateTraceContext": true})).await;
     let closed = json!({"url": receiver.url("/closed")});
-    let (status, _) = herald.call(Method::POST, ADMIN_TOKEN, &format!("/api/v1/app/{app}/endpoint"), Some(closed)).await;
+    let (status, _) =
+        herald.call(Method::POST, ADMIN_TOKEN, &format!("/api/v1/app/{app}/endpoint"), Some(closed)).await;
     assert_eq!(status, StatusCode::CREATED);
     send(&herald, &app, None).await;
     let opened_got = receiver.wait_for(Some("/opened"), 1).await;
@@ -211,7 +214,9 @@ async fn traceparent_goes_only_to_endpoints_the_operator_opened_and_json_logs_ca
 async fn only_the_operator_sets_trace_propagation() {
     let server = TestServer::start().await;
     let app = server.create_app("shop").await;
-    let endpoint = server.create_endpoint(&app, "https://hooks.example.com/", json!({"delivery": {"propagateTraceContext": true}})).await;
+    let endpoint = server
+        .create_endpoint(&app, "https://hooks.example.com/", json!({"delivery": {"propagateTraceContext": true}}))
+        .await;
     let id = endpoint["id"].as_str().unwrap().to_owned();
     assert_eq!(endpoint["delivery"]["propagateTraceContext"], json!(true));
     let (_, access) = server.post(&format!("/api/v1/auth/app-portal-access/{app}"), json!({})).await;
@@ -240,6 +245,7 @@ async fn only_the_operator_sets_trace_propagation() {
     let closed = json!({"url": "https://hooks.example.com/", "delivery": {"propagateTraceContext": false}});
     assert_eq!(as_portal(Method::POST, &list, closed).await, StatusCode::CREATED);
 
-    let (status, read) = server.call(Method::PATCH, &path, Some(json!({"delivery": {"propagateTraceContext": false}}))).await;
+    let (status, read) =
+        server.call(Method::PATCH, &path, Some(json!({"delivery": {"propagateTraceContext": false}}))).await;
     assert_eq!((status, &read["delivery"]["propagateTraceContext"]), (StatusCode::OK, &json!(false)));
 }

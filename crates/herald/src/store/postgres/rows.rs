@@ -6,11 +6,11 @@ use tokio_postgres::Row;
 use tokio_postgres::types::{Json, ToSql};
 
 use crate::ids::{AppId, AttemptId, EndpointId, MessageId};
-use crate::telemetry::parse_traceparent;
 use crate::store::{
     App, AppProxy, Attempt, DeliveryState, DeliveryView, Endpoint, EventType, Message, MessageFilter, PageQuery,
     SealedAuth, SealedHeaders, SealedSecrets, Trigger,
 };
+use crate::telemetry::parse_traceparent;
 
 pub const APP_COLUMNS: &str = "id, uid, name, metadata, throttle_rate, max_concurrency, weight, created_at, updated_at, portal_brand, \
      proxy_url, proxy_credentials";
@@ -80,7 +80,8 @@ pub fn event_type(row: &Row) -> EventType {
     }
 }
 
-pub const MESSAGE_COLUMNS: &str = "m.id, m.app_id, m.event_type, m.event_id, m.channels, m.payload, m.created_at, m.trace";
+pub const MESSAGE_COLUMNS: &str =
+    "m.id, m.app_id, m.event_type, m.event_id, m.channels, m.payload, m.created_at, m.trace";
 /// How many columns [`MESSAGE_COLUMNS`] names.
 pub const MESSAGE_COLUMN_COUNT: usize = 8;
 

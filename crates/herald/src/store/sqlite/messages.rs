@@ -13,7 +13,6 @@ use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 use super::deliveries::{self, LATER_PLACES, Materialize, delivery_id, msg_seq_of};
 use super::rows::{self, ATTEMPT_COLUMNS, Branch, MESSAGE_COLUMN_COUNT, MESSAGE_COLUMNS, Query, merged_page};
 use super::{SqliteStore, is_unique_violation};
-use crate::telemetry::format_traceparent;
 use crate::clock::Millis;
 use crate::ids::{AppId, EndpointId, MessageId};
 use crate::store::sql::{self, sqlite};
@@ -21,6 +20,7 @@ use crate::store::{
     Attempt, AttemptFilter, DeliveryState, DeliveryStatus, DeliveryView, EndpointStats, IngestResult, Message,
     MessageFilter, MessageStore, NewMessage, PageQuery, StoreResult, StoredResponse, Trigger,
 };
+use crate::telemetry::format_traceparent;
 
 /// The next seq of messages and of attempts: assigned in the writer thread, so in commit
 /// order, and never given twice (not even after the newest rows were deleted).
@@ -402,7 +402,9 @@ fn endpoint_messages(
     let (sql, params) = merged_page(&columns, branches, page);
     let mut stmt = conn.prepare_cached(&sql)?;
     let found = stmt
-        .query_map(params_from_iter(params), |row| Ok((rows::message(row, true)?, rows::delivery_view(row, MESSAGE_COLUMN_COUNT)?)))?
+        .query_map(params_from_iter(params), |row| {
+            Ok((rows::message(row, true)?, rows::delivery_view(row, MESSAGE_COLUMN_COUNT)?))
+        })?
         .collect::<Result<_, _>>()?;
     Ok(found)
 }

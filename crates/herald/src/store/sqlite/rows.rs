@@ -9,11 +9,11 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::ids::{AppId, AttemptId, EndpointId, MessageId};
-use crate::telemetry::parse_traceparent;
 use crate::store::{
     App, AppProxy, Attempt, DeliveryState, DeliveryView, Endpoint, EventType, Message, MessageFilter, PageQuery,
     SealedAuth, SealedHeaders, SealedSecrets, Trigger,
 };
+use crate::telemetry::parse_traceparent;
 
 pub fn to_json<T: Serialize + ?Sized>(value: &T) -> String {
     serde_json::to_string(value).expect("records always serialize")
@@ -130,7 +130,8 @@ pub fn event_type(row: &Row<'_>) -> rusqlite::Result<EventType> {
     })
 }
 
-pub const MESSAGE_COLUMNS: &str = "m.id, m.app_id, m.event_type, m.event_id, m.channels, m.payload, m.created_at, m.trace";
+pub const MESSAGE_COLUMNS: &str =
+    "m.id, m.app_id, m.event_type, m.event_id, m.channels, m.payload, m.created_at, m.trace";
 /// How many columns [`MESSAGE_COLUMNS`] names.
 pub const MESSAGE_COLUMN_COUNT: usize = 8;
 
