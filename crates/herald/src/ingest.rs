@@ -96,7 +96,7 @@ impl Ingestor {
         // or its deliveries would stay claimed by this process with nobody working on them.
         let (store, dispatcher, history) = (self.store.clone(), self.dispatcher.clone(), self.history.clone());
         let committing = tokio::spawn(async move {
-            let result = store.ingest(new).await;
+            let result = span.scope(store.ingest(new)).await;
             span.committed(result.as_ref().err().map(ToString::to_string));
             match &result {
                 Ok(IngestResult::Created { deliveries }) => {

@@ -181,12 +181,14 @@ pub async fn create_message(
     let trace = span.context();
     let accepted = span.scope(accept(&state, &principal, &app_id, &query, keyed, body.value, trace)).await;
     match &accepted {
-        Ok((response, msg)) => span.answered(response.status(), &app_id, Some(msg)),
+        Ok((response, msg)) => span.answered(response.status(), &app_id, msg.as_ref()),
         Err(e) => span.answered(e.status(), &app_id, None),
     }
     accepted.map(|(response, _)| response)
 }
 
+/// The answer to a message create, and the id of the message it made (none when an
+/// idempotent request got another's answer).
 async fn accept(
     state: &AppState,
     principal: &Principal,
@@ -195,7 +197,7 @@ async fn accept(
     keyed: Option<Extension<Keyed>>,
     mut input: MessageIn,
     trace: Option<SpanContext>,
-) -> ApiResult<(Response, MessageId)> {
+) -> ApiResult<(Response, Option<MessageId>)> {
     require_admin_for(state, principal, app_id, "messages are created by the operator's admin token").await?;
     if state.liveness.failure().is_some() {
         return Err(ApiError::Stopping);
@@ -219,17 +221,16 @@ async fn accept(
     // The idempotency layer looked the key up already; the answer is kept in the same
     // transaction as the message.
     let idempotency = keyed.as_ref().map(|k| k.record(&state.keyring, StatusCode::ACCEPTED, response_body.as_bytes()));
-    let response = match state.ingestor.ingest(message, Route::Matching, idempotency).await? {
-        IngestResult::Created { .. } => json_response(StatusCode::ACCEPTED, response_body),
+    match state.ingestor.ingest(message, Route::Matching, idempotency).await? {
+        IngestResult::Created { .. } => Ok((json_response(StatusCode::ACCEPTED, response_body), Some(id))),
         // Another process took the key meanwhile: its answer is the answer.
         IngestResult::Replayed(stored) => {
-            keyed.expect("a replay follows an idempotency key").replay(&state.keyring, stored)?
+            Ok((keyed.expect("a replay follows an idempotency key").replay(&state.keyring, stored)?, None))
         }
         IngestResult::DuplicateEventId => {
-            return Err(ApiError::Conflict("a message with this eventId already exists in this application".into()));
+            Err(ApiError::Conflict("a message with this eventId already exists in this application".into()))
         }
-    };
-    Ok((response, id))
+    }
 }
 
 #[utoipa::path(get, path = "/api/v1/app/{app_id}/msg", operation_id = "v1.message.list", tag = "Message",

@@ -16,7 +16,7 @@ const ENV_KEYS: &[(&str, &str)] = &[
     ("OTEL_EXPORTER_OTLP_HEADERS", "exporter_otlp_headers"),
     ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "exporter_otlp_traces_headers"),
     ("OTEL_EXPORTER_OTLP_PROTOCOL", "exporter_otlp_protocol"),
-    ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "exporter_otlp_protocol"),
+    ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "exporter_otlp_traces_protocol"),
     ("OTEL_TRACES_SAMPLER", "traces_sampler"),
     ("OTEL_TRACES_SAMPLER_ARG", "traces_sampler_arg"),
     ("OTEL_SERVICE_NAME", "service_name"),
@@ -53,6 +53,7 @@ pub(super) struct RawOtel {
     exporter_otlp_headers: String,
     exporter_otlp_traces_headers: String,
     exporter_otlp_protocol: String,
+    exporter_otlp_traces_protocol: String,
     traces_sampler: String,
     traces_sampler_arg: f64,
     service_name: String,
@@ -108,44 +109,50 @@ pub enum SamplerChoice {
 }
 
 impl RawOtel {
+    /// With no collector (or `sdk_disabled`), tracing is off and the other keys are not
+    /// looked at: a machine-wide OpenTelemetry setup for other programs does not stop Herald.
     pub(super) fn validate(self) -> anyhow::Result<OtelConfig> {
-        if !(0.0..=1.0).contains(&self.traces_sampler_arg) {
-            bail!("otel.traces_sampler_arg must be between 0 and 1, not {}", self.traces_sampler_arg);
-        }
-        let ratio = self.traces_sampler_arg;
-        let sampler = match self.traces_sampler.trim() {
-            "always_on" => SamplerChoice::AlwaysOn,
-            "always_off" => SamplerChoice::AlwaysOff,
-            "traceidratio" => SamplerChoice::TraceIdRatio(ratio),
-            "parentbased_always_on" | "" => SamplerChoice::ParentBasedAlwaysOn,
-            "parentbased_always_off" => SamplerChoice::ParentBasedAlwaysOff,
-            "parentbased_traceidratio" => SamplerChoice::ParentBasedTraceIdRatio(ratio),
-            other => bail!(
-                "otel.traces_sampler (OTEL_TRACES_SAMPLER) {other:?} is not one of always_on, always_off, \
-                 traceidratio, parentbased_always_on, parentbased_always_off, parentbased_traceidratio"
-            ),
-        };
-        let protocol = self.exporter_otlp_protocol.trim();
-        if !protocol.is_empty() && protocol != "http/protobuf" {
-            bail!(
-                "otel.exporter_otlp_protocol (OTEL_EXPORTER_OTLP_PROTOCOL) {protocol:?}: Herald exports http/protobuf only"
-            );
-        }
         let service_name = match self.service_name.trim() {
             "" => "herald".to_owned(),
             name => name.to_owned(),
         };
         let url = traces_url(&self.exporter_otlp_traces_endpoint, &self.exporter_otlp_endpoint)?;
-        let export = match url {
-            Some(url) if !self.sdk_disabled => {
-                let mut headers = parse_headers(&self.exporter_otlp_headers)?;
-                headers.extend(parse_headers(&self.exporter_otlp_traces_headers)?);
-                Some(OtlpExport { url, headers, schedule_delay: Duration::from_millis(self.bsp_schedule_delay.max(1)) })
-            }
-            _ => None,
+        let (Some(url), false) = (url, self.sdk_disabled) else {
+            return Ok(OtelConfig { service_name, ..OtelConfig::default() });
         };
-        Ok(OtelConfig { export, sampler, service_name })
+        let protocol = match self.exporter_otlp_traces_protocol.trim() {
+            "" => self.exporter_otlp_protocol.trim(),
+            per_signal => per_signal,
+        };
+        if !protocol.is_empty() && protocol != "http/protobuf" {
+            bail!(
+                "otel.exporter_otlp_protocol (OTEL_EXPORTER_OTLP_PROTOCOL) {protocol:?}: Herald exports http/protobuf only"
+            );
+        }
+        let mut headers = parse_headers(&self.exporter_otlp_headers)?;
+        headers.extend(parse_headers(&self.exporter_otlp_traces_headers)?);
+        let schedule_delay = Duration::from_millis(self.bsp_schedule_delay.max(1));
+        let sampler = sampler(&self.traces_sampler, self.traces_sampler_arg)?;
+        Ok(OtelConfig { export: Some(OtlpExport { url, headers, schedule_delay }), sampler, service_name })
     }
+}
+
+fn sampler(name: &str, ratio: f64) -> anyhow::Result<SamplerChoice> {
+    if !(0.0..=1.0).contains(&ratio) {
+        bail!("otel.traces_sampler_arg must be between 0 and 1, not {ratio}");
+    }
+    Ok(match name.trim() {
+        "always_on" => SamplerChoice::AlwaysOn,
+        "always_off" => SamplerChoice::AlwaysOff,
+        "traceidratio" => SamplerChoice::TraceIdRatio(ratio),
+        "parentbased_always_on" | "" => SamplerChoice::ParentBasedAlwaysOn,
+        "parentbased_always_off" => SamplerChoice::ParentBasedAlwaysOff,
+        "parentbased_traceidratio" => SamplerChoice::ParentBasedTraceIdRatio(ratio),
+        other => bail!(
+            "otel.traces_sampler (OTEL_TRACES_SAMPLER) {other:?} is not one of always_on, always_off, \
+             traceidratio, parentbased_always_on, parentbased_always_off, parentbased_traceidratio"
+        ),
+    })
 }
 
 /// The traces URL: the per-signal endpoint as given, else `<endpoint>/v1/traces`.
@@ -155,9 +162,13 @@ fn traces_url(traces_endpoint: &str, endpoint: &str) -> anyhow::Result<Option<ht
         ("", base) => ("otel.exporter_otlp_endpoint", format!("{}/v1/traces", base.trim_end_matches('/'))),
         (full, _) => ("otel.exporter_otlp_traces_endpoint", full.to_owned()),
     };
-    let url: http::Uri = text.parse().map_err(|_| anyhow::anyhow!("{key}: {text:?} is not a URL"))?;
+    // Not quoted in errors: a URL may carry credentials.
+    let url: http::Uri = text.parse().map_err(|_| anyhow::anyhow!("{key} is not a URL"))?;
     if !matches!(url.scheme_str(), Some("http" | "https")) || url.host().is_none() {
-        bail!("{key}: {text:?} is not an http(s) URL");
+        bail!("{key} is not an http(s) URL");
+    }
+    if url.authority().is_some_and(|a| a.as_str().contains('@')) {
+        bail!("{key} has user info; put the collector's credentials in otel.exporter_otlp_headers");
     }
     Ok(Some(url))
 }
@@ -170,8 +181,9 @@ fn parse_headers(text: &str) -> anyhow::Result<Vec<(http::HeaderName, http::Head
         let (name, value) = pair.split_once('=').ok_or_else(refused)?;
         let name: http::HeaderName = name.trim().parse().map_err(|_| refused())?;
         let value = percent_encoding::percent_decode_str(value.trim()).decode_utf8().map_err(|_| refused())?;
-        // The value is a credential: never quoted in an error.
+        // The value is a credential: never quoted in an error. Visible ASCII only.
         let value = http::HeaderValue::from_str(&value).map_err(|_| refused())?;
+        value.to_str().map_err(|_| refused())?;
         headers.push((name, value));
     }
     Ok(headers)
@@ -188,6 +200,7 @@ mod tests {
             exporter_otlp_headers: String::new(),
             exporter_otlp_traces_headers: String::new(),
             exporter_otlp_protocol: "http/protobuf".into(),
+            exporter_otlp_traces_protocol: String::new(),
             traces_sampler: "parentbased_always_on".into(),
             traces_sampler_arg: 1.0,
             service_name: "herald".into(),
@@ -234,12 +247,23 @@ mod tests {
     }
 
     #[test]
-    fn samplers_and_their_argument() {
-        let ratio = RawOtel { traces_sampler: "traceidratio".into(), traces_sampler_arg: 0.01, ..raw() };
+    fn samplers_and_protocols_are_checked_when_tracing_is_on() {
+        let on = || RawOtel { exporter_otlp_endpoint: "http://c:4318".into(), ..raw() };
+        let ratio = RawOtel { traces_sampler: "traceidratio".into(), traces_sampler_arg: 0.01, ..on() };
         assert_eq!(ratio.validate().unwrap().sampler, SamplerChoice::TraceIdRatio(0.01));
-        assert!(RawOtel { traces_sampler: "sometimes".into(), ..raw() }.validate().is_err());
-        assert!(RawOtel { traces_sampler_arg: 2.0, ..raw() }.validate().is_err());
-        assert!(RawOtel { exporter_otlp_protocol: "grpc".into(), ..raw() }.validate().is_err());
+        assert!(RawOtel { traces_sampler: "sometimes".into(), ..on() }.validate().is_err());
+        assert!(RawOtel { traces_sampler_arg: 2.0, ..on() }.validate().is_err());
+        assert!(RawOtel { exporter_otlp_protocol: "grpc".into(), ..on() }.validate().is_err());
+        let per_signal = RawOtel {
+            exporter_otlp_protocol: "grpc".into(),
+            exporter_otlp_traces_protocol: "http/protobuf".into(),
+            ..on()
+        };
+        assert!(per_signal.validate().is_ok(), "the per-signal protocol wins");
+        let elsewhere = RawOtel { exporter_otlp_protocol: "grpc".into(), traces_sampler: "xray".into(), ..raw() };
+        assert!(elsewhere.validate().unwrap().export.is_none(), "off: another program's settings do not matter");
+        let userinfo = RawOtel { exporter_otlp_endpoint: "https://u:p@c:4318".into(), ..raw() };
+        assert!(!userinfo.validate().unwrap_err().to_string().contains("u:p"));
     }
 
     #[test]

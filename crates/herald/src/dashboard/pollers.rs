@@ -1,6 +1,6 @@
 //! An application's pollers in the portal and the dashboard: the list on the application's
-//! page with the URL consumers read, a form that adds one, and deletion after a
-//! confirmation. Each form calls the API handler with the viewer's principal, so the
+//! page with the URL consumers read and where each consumer stands, a form that adds one,
+//! and deletion after a confirmation. Each form calls the API handler with the viewer's principal, so the
 //! tenant rules and every check are the API's.
 
 use axum::body::Bytes;
@@ -12,13 +12,15 @@ use serde_json::json;
 
 use super::form::{Fields, body, problems};
 use super::names::small_id;
-use super::view::csrf;
+use super::view::{csrf, when};
 use super::{Page, Viewer};
 use crate::api::{ApiError, AppState, poller, visible_app};
-use crate::store::{App, PageQuery, Poller};
+use crate::store::{App, ConsumerState, PageQuery, Poller};
 
 /// Pollers listed on the application's page at most.
 const LISTED: usize = 50;
+/// Consumers listed per poller at most (the most recently active).
+const CONSUMERS_LISTED: usize = 10;
 
 /// The application page's section: its pollers and the form that adds one.
 pub async fn section(
@@ -28,7 +30,11 @@ pub async fn section(
     refused: &[(Option<String>, String)],
 ) -> Result<Markup, Page> {
     let page = PageQuery { limit: LISTED, iterator: None, descending: false };
-    let pollers = state.store.list_pollers(&app.id, &page).await.map_err(ApiError::from)?;
+    let mut pollers = Vec::new();
+    for p in state.store.list_pollers(&app.id, &page).await.map_err(ApiError::from)? {
+        let consumers = state.store.consumers(&p.id, CONSUMERS_LISTED).await.map_err(ApiError::from)?;
+        pollers.push((p, consumers));
+    }
     let base = format!("/app/{}", app.id);
     let problem = |field: &str| {
         html! { @for (_, msg) in refused.iter().filter(|(f, _)| f.as_deref() == Some(field)) {
@@ -39,8 +45,8 @@ pub async fn section(
         h2 #pollers { "Pollers (read messages without a webhook endpoint)" }
         @if pollers.is_empty() { p.muted { "No pollers yet." } } @else {
             table.pollers {
-                thead { tr { th { "Poller" } th { "Event types" } th { "Channels" } th { "Filter" } th { "Read from" } th { "" } } }
-                tbody { @for p in &pollers { (row(app, p, token)) } }
+                thead { tr { th { "Poller" } th { "Event types" } th { "Channels" } th { "Filter" } th { "Read from" } th { "Consumers" } th { "" } } }
+                tbody { @for (p, consumers) in &pollers { (row(app, p, consumers, token)) } }
             }
         }
         form.settings #add-poller method="post" action={ (base) "/poller/new" } {
@@ -65,7 +71,7 @@ pub async fn section(
     })
 }
 
-fn row(app: &App, p: &Poller, token: &str) -> Markup {
+fn row(app: &App, p: &Poller, consumers: &[ConsumerState], token: &str) -> Markup {
     let list = |items: &Option<Vec<String>>| items.as_ref().map_or("all".to_owned(), |v| v.join(", "));
     let key = p.uid.clone().unwrap_or_else(|| p.id.to_string());
     html! {
@@ -78,6 +84,11 @@ fn row(app: &App, p: &Poller, token: &str) -> Markup {
             td { (list(&p.channels)) }
             td { @if let Some(filter) = &p.filter { code { (filter) } } @else { "none" } }
             td { code.url { "GET /api/v1/app/" (app.id) "/poller/" (key) "/consumer/{name}" } }
+            td.consumers {
+                @if consumers.is_empty() { span.muted { "none has acknowledged a page yet" } } @else {
+                    ul { @for c in consumers { li { code { (c.name) } " moved " (when(Some(c.moved_at))) } } }
+                }
+            }
             td {
                 form.inline method="post" action={ "/app/" (app.id) "/poller/" (p.id) "/delete" } {
                     (csrf(token))

@@ -158,8 +158,7 @@ impl Dispatcher {
         let mut lanes = self.lanes();
         let owner = self.owner();
         let (mut held, mut dropped) = (0, 0);
-        for (mut job, due) in jobs {
-            job.ready_at = due;
+        for (job, due) in jobs {
             if job.owner != owner {
                 dropped += 1;
             } else if due <= now {

@@ -82,6 +82,7 @@ async fn write(dispatcher: &Dispatcher, batch: &mut Vec<Pending>, stop: &Cancell
             (Recorded::Applied, NextState::Retry { at, keep: true }) => {
                 job.attempts = record.attempts;
                 job.trigger = Trigger::Scheduled;
+                job.ready_at = at;
                 kept.push((job, at));
             }
             (applied, _) => {

@@ -726,9 +726,38 @@ pub async fn a_poller_reads_back_as_written_and_its_consumers_keep_their_places(
     let kept = store.consumer_position(&p.id, "a").await.unwrap().unwrap();
     assert_eq!(kept.major, 7, "each consumer its own place");
     assert_eq!(store.consumer_position(&p.id, "b").await.unwrap().unwrap().major, 0);
+    let listed = store.consumers(&p.id, 10).await.unwrap();
+    let mut names: Vec<&str> = listed.iter().map(|c| c.name.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["a", "b"]);
+    assert!(listed.iter().all(|c| c.moved_at > 0));
+    assert_eq!(store.consumers(&p.id, 1).await.unwrap().len(), 1, "bounded");
     store.delete_poller(&app.id, &p.id).await.unwrap();
     assert_eq!(store.poller(&app.id, p.id.as_str()).await.unwrap(), None);
     assert_eq!(store.consumer_position(&p.id, "a").await.unwrap(), None, "its consumers go with it");
+}
+
+pub async fn a_messages_trace_context_comes_back_wherever_it_is_read(store: &dyn Store) {
+    let app = app();
+    store.insert_app(&app).await.unwrap();
+    let ep = endpoint(&app);
+    store.insert_endpoint(&ep).await.unwrap();
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let traced = Message { trace: crate::telemetry::parse_traceparent(traceparent), ..message(&app, None) };
+    for m in [&traced, &message(&app, None)] {
+        let deliveries = vec![NewDelivery { endpoint: ep.id.clone(), strict: false }];
+        let new = NewMessage { message: m.clone(), deliveries, owner: None, idempotency: None };
+        store.ingest(new).await.unwrap();
+    }
+    let stored = |m: &Message| m.trace.as_ref().map(crate::telemetry::format_traceparent);
+    let read = store.message(&app.id, traced.id.as_str()).await.unwrap().unwrap();
+    assert_eq!(stored(&read).as_deref(), Some(traceparent));
+    let claimed = store.claim("a", now_ms() + 1000, 10).await.unwrap();
+    let by_id = |id: &MessageId| claimed.iter().find(|c| &c.message.id == id).unwrap().message.clone();
+    assert_eq!(stored(&by_id(&traced.id)).as_deref(), Some(traceparent), "claims carry it to any process");
+    let log = store.messages_after(&app.id, &LogPosition::default(), 10).await.unwrap();
+    let traces: Vec<Option<String>> = log.iter().map(|(_, m)| stored(m)).collect();
+    assert_eq!(traces, [Some(traceparent.to_owned()), None], "none stays none");
 }
 
 pub async fn an_applications_log_reads_in_commit_order_from_any_position(store: &dyn Store) {
@@ -781,6 +810,7 @@ macro_rules! conformance_suite {
             an_applications_portal_tokens_expire_together,
             a_poller_reads_back_as_written_and_its_consumers_keep_their_places,
             an_applications_log_reads_in_commit_order_from_any_position,
+            a_messages_trace_context_comes_back_wherever_it_is_read,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {

@@ -283,6 +283,8 @@ pub trait PollStore: Send + Sync {
     /// beginning of what is retained).
     async fn consumer_position(&self, poller: &PollerId, consumer: &str) -> StoreResult<Option<LogPosition>>;
     async fn save_consumer_position(&self, poller: &PollerId, consumer: &str, at: &LogPosition) -> StoreResult<()>;
+    /// Up to `limit` of the poller's consumers, the most recently moved first.
+    async fn consumers(&self, poller: &PollerId, limit: usize) -> StoreResult<Vec<ConsumerState>>;
     /// Up to `limit` messages of `app` after `after`, in commit order, each with its
     /// position. Only messages no earlier transaction can still join are returned.
     async fn messages_after(

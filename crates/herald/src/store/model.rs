@@ -137,6 +137,14 @@ pub struct LogPosition {
     pub minor: String,
 }
 
+/// A poller's consumer as the portal shows it: its name and when its position last moved
+/// (an acknowledged page, or a seek).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerState {
+    pub name: String,
+    pub moved_at: Millis,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct EventType {
     pub name: String,

@@ -13,7 +13,7 @@ use tokio::runtime::Handle;
 use crate::deliver::{OperatorClient, operator_client};
 
 /// Longest a collector may take to answer one export.
-const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most of a collector's answer read (it is a small protobuf).
 const ANSWER_LIMIT: usize = 64 * 1024;
 
@@ -44,7 +44,7 @@ impl HttpClient for Exporter {
         let task = self.runtime.spawn(async move { tokio::time::timeout(EXPORT_TIMEOUT, exchange).await });
         match task.await? {
             Ok(answer) => answer,
-            Err(_) => Err("the collector did not answer within 10 s".into()),
+            Err(_) => Err(format!("the collector did not answer within {} s", EXPORT_TIMEOUT.as_secs()).into()),
         }
     }
 }

@@ -17,7 +17,8 @@ use tracing_subscriber::registry::LookupSpan;
 use crate::config::LogConfig;
 
 /// Log targets held at `info` or above: at lower levels they print data Herald must not log.
-const CAPPED: &[&str] = &["tokio_postgres=info", "postgres=info"];
+/// The OpenTelemetry crates say only what went wrong (a failed export, dropped spans).
+const CAPPED: &[&str] = &["tokio_postgres=info", "postgres=info", "opentelemetry=warn"];
 
 pub fn init(config: &LogConfig) {
     let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&config.level));

@@ -8,7 +8,6 @@
 //! spans the sampler drops get their context (so children follow the decision) but no
 //! attributes.
 
-use std::borrow::Cow;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -29,7 +28,7 @@ use opentelemetry_sdk::trace::{
 };
 use sha2::{Digest, Sha256};
 
-use super::export::Exporter;
+use super::export::{EXPORT_TIMEOUT, Exporter};
 use crate::config::{OtelConfig, SamplerChoice};
 use crate::deliver::Sent;
 use crate::dispatch::Job;
@@ -37,10 +36,9 @@ use crate::ids::MessageId;
 use crate::outcome::{AttemptResult, error_class};
 use crate::store::Message;
 
-/// The route of the ingest span (its name is the method and this).
+/// The route of the ingest span, and the span's name (the method and the route).
 const INGEST_ROUTE: &str = "/api/v1/app/{app_id}/msg";
-/// Longest a collector may take to accept one batch.
-const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+const INGEST_SPAN: &str = "POST /api/v1/app/{app_id}/msg";
 
 /// The tracer, or nothing when tracing is off. Cheap to clone.
 #[derive(Clone, Default)]
@@ -97,12 +95,15 @@ impl Traces {
         Ok(Self(Some(Arc::new(Tracing { provider, tracer, sampler, database }))))
     }
 
-    /// Exports what is left; called once, at the end.
+    /// Exports what is left; called once, at the end. (Requests or attempts still running
+    /// past the grace period end their spans after this; the SDK drops them with a warning.)
     pub async fn shutdown(&self) {
         let Some(inner) = self.0.clone() else { return };
         // Blocks until the exporting thread is done, and that thread's requests run on
         // this runtime: off its workers.
-        match tokio::task::spawn_blocking(move || inner.provider.shutdown()).await {
+        // Long enough for the last export to get its whole budget.
+        let patience = EXPORT_TIMEOUT + Duration::from_secs(1);
+        match tokio::task::spawn_blocking(move || inner.provider.shutdown_with_timeout(patience)).await {
             Ok(Err(e)) => tracing::warn!(error = %e, "exporting the last traces failed"),
             Err(e) => tracing::warn!(error = %e, "exporting the last traces failed"),
             Ok(Ok(())) => {}
@@ -117,7 +118,7 @@ impl Traces {
             headers.insert("traceparent", value.clone());
         }
         let parent = TraceContextPropagator::new().extract(&opentelemetry_http::HeaderExtractor(&headers));
-        let span = inner.tracer.span_builder(Cow::Owned(format!("POST {INGEST_ROUTE}"))).with_kind(SpanKind::Server);
+        let span = inner.tracer.span_builder(INGEST_SPAN).with_kind(SpanKind::Server);
         let mut span = Span(Some(span.start_with_context(&inner.tracer, &parent)));
         span.record(|| vec![KeyValue::new("http.request.method", "POST"), KeyValue::new("http.route", INGEST_ROUTE)]);
         span
@@ -144,19 +145,7 @@ impl Traces {
         let Some(inner) = &self.0 else { return Span(None) };
         let parent = inner.parent(&job.message);
         let now = SystemTime::now();
-        let attempt_no = i64::from(job.attempts + 1);
-        let due = (UNIX_EPOCH + Duration::from_millis(job.ready_at.max(0) as u64)).min(now);
-        let wait = inner.tracer.span_builder("herald.dispatch.wait").with_start_time(due);
-        let mut wait = Span(Some(wait.start_with_context(&inner.tracer, &parent)));
-        wait.record(|| {
-            vec![
-                KeyValue::new("herald.endpoint_id", job.endpoint_id.to_string()),
-                KeyValue::new("herald.attempt", attempt_no),
-            ]
-        });
-        if let Some(span) = &mut wait.0 {
-            span.end_with_timestamp(now);
-        }
+        inner.record_wait(job, &parent, now);
         let method = job.target.method();
         let attempt = inner.tracer.span_builder(method.to_string()).with_kind(SpanKind::Client).with_start_time(now);
         let mut span = Span(Some(attempt.start_with_context(&inner.tracer, &parent)));
@@ -166,7 +155,7 @@ impl Traces {
                 KeyValue::new("herald.app_id", job.message.app_id.to_string()),
                 KeyValue::new("herald.msg_id", job.message.id.to_string()),
                 KeyValue::new("herald.endpoint_id", job.endpoint_id.to_string()),
-                KeyValue::new("herald.attempt", attempt_no),
+                KeyValue::new("herald.attempt", i64::from(job.attempts + 1)),
             ];
             if let Some(url) = &job.target.url {
                 attributes.extend(url_attributes(url));
@@ -178,6 +167,20 @@ impl Traces {
 }
 
 impl Tracing {
+    /// The span of the job's wait in the dispatcher: from when it was due until `now`.
+    fn record_wait(&self, job: &Job, parent: &Context, now: SystemTime) {
+        let due = (UNIX_EPOCH + Duration::from_millis(job.ready_at.max(0) as u64)).min(now);
+        let wait = self.tracer.span_builder("herald.dispatch.wait").with_start_time(due);
+        let mut wait = wait.start_with_context(&self.tracer, parent);
+        if wait.is_recording() {
+            wait.set_attributes([
+                KeyValue::new("herald.endpoint_id", job.endpoint_id.to_string()),
+                KeyValue::new("herald.attempt", i64::from(job.attempts + 1)),
+            ]);
+        }
+        wait.end_with_timestamp(now);
+    }
+
     /// The context a message's spans hang under: its stored one, else one derived from it.
     fn parent(&self, message: &Message) -> Context {
         let context = message.trace.clone().unwrap_or_else(|| self.derived(message));
@@ -198,13 +201,13 @@ impl Tracing {
     }
 }
 
-/// `url.full` without query or user info (they may hold credentials), and the server.
+/// The server an attempt went to. Not `url.full`: webhook URLs often carry their secret in
+/// the path or the query (`/services/T0/B0/<secret>`), and spans leave Herald.
 fn url_attributes(url: &url::Url) -> Vec<KeyValue> {
     let host = url.host_str().unwrap_or_default().to_owned();
     let port = url.port_or_known_default().map_or(0, i64::from);
-    let origin = url.origin().ascii_serialization();
     vec![
-        KeyValue::new("url.full", format!("{origin}{}", url.path())),
+        KeyValue::new("url.scheme", url.scheme().to_owned()),
         KeyValue::new("server.address", host),
         KeyValue::new("server.port", port),
     ]
@@ -295,11 +298,12 @@ impl Span {
             }
             attributes
         });
+        // Herald's reason texts stay in the attempt log: some quote what the endpoint or a
+        // transform said, and spans leave Herald.
         if let Some(class) = class {
-            let why = match (&sent.error, &sent.result) {
-                (Some(error), _) => error.clone(),
-                (None, AttemptResult::Response { status, .. }) => format!("the endpoint answered {status}"),
-                (None, AttemptResult::Failed(_)) => class.to_owned(),
+            let why = match sent.result {
+                AttemptResult::Response { status, .. } => format!("the endpoint answered {status}"),
+                AttemptResult::Failed(_) => class.to_owned(),
             };
             self.fail(why);
         }
@@ -370,7 +374,9 @@ mod tests {
         assert!(Traces::off().commit(&message(None), 1).context().is_none());
         let url = url::Url::parse("https://user:pw@hooks.example.com:8443/in?token=secret").unwrap();
         let attributes = url_attributes(&url);
-        assert_eq!(attributes[0], KeyValue::new("url.full", "https://hooks.example.com:8443/in"));
+        assert_eq!(attributes[1], KeyValue::new("server.address", "hooks.example.com"));
         assert_eq!(attributes[2], KeyValue::new("server.port", 8443_i64));
+        let text = format!("{attributes:?}");
+        assert!(!text.contains("secret") && !text.contains("/in") && !text.contains("pw"), "{text}");
     }
 }

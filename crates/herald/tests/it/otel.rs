@@ -124,8 +124,10 @@ async fn a_message_retried_in_another_process_is_one_trace_from_the_callers_span
         assert_eq!(attempt.attr("herald.endpoint_id"), &json!(endpoint));
         assert_eq!(attempt.attr("herald.msg_id"), &json!(msg));
         assert_eq!(attempt.attr("http.request.method"), &json!("POST"));
-        assert_eq!(attempt.attr("url.full"), &json!(receiver.url("/hook")));
+        assert_eq!(attempt.attr("url.full"), &Value::Null, "a webhook URL's path may hold its secret");
         assert_eq!(attempt.attr("server.address"), &json!("127.0.0.1"));
+        let port = receiver.url("/").split(':').nth(2).unwrap().trim_end_matches('/').parse::<u16>().unwrap();
+        assert_eq!(attempt.attr("server.port"), &json!(port));
         assert!(attempt.attr("herald.duration_ms").as_f64().unwrap() >= 0.0);
     }
     let mut waits: Vec<&CollectedSpan> = spans.iter().filter(|s| s.name == "herald.dispatch.wait").collect();
@@ -135,6 +137,7 @@ async fn a_message_retried_in_another_process_is_one_trace_from_the_callers_span
         assert_eq!(wait.attr("herald.endpoint_id"), &json!(endpoint));
         assert!(wait.start_ns <= wait.end_ns && wait.end_ns <= attempt.start_ns, "the wait ends as its attempt starts");
     }
+    assert!(waits[0].start_ns >= commit.start_ns, "the first wait starts at the commit: {waits:#?}");
     assert!(waits[1].start_ns >= attempts[0].end_ns, "the retry's wait starts when it was due, after the failure");
     let known: Vec<&str> = spans.iter().map(|s| s.span_id.as_str()).chain([CALLER_SPAN]).collect();
     assert!(spans.iter().all(|s| known.contains(&s.parent_span_id.as_str())), "one connected trace: {spans:#?}");
@@ -208,6 +211,23 @@ async fn traceparent_goes_only_to_endpoints_the_operator_opened_and_json_logs_ca
     }
     let listening = output.lines().find(|l| l.contains("Herald is listening")).unwrap();
     assert!(!listening.contains("trace_id"), "no ids outside a span: {listening}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_that_refuses_exports_is_reported_in_the_log_without_the_header_value() {
+    let collector = Collector::start_requiring(Some(("x-collector-key", "s=cret"))).await;
+    let storage = Storage::new().await;
+    let mut env = traced(&collector, "herald");
+    env[1].1 = "x-collector-key=wrong-key-value".into();
+    let herald = start(&storage, &env);
+    let (app, _) = app_with_endpoint(&herald, "https://hooks.example.com/", json!({})).await;
+    send(&herald, &app, None).await;
+    eventually("a refused export", || std::future::ready((collector.refused() > 0).then_some(()))).await;
+    let output = herald.stop();
+    let reported = output.lines().find(|l| l.contains("ExportError")).unwrap_or_else(|| panic!("{output}"));
+    assert!(reported.contains("401"), "{reported}");
+    assert!(!output.contains("wrong-key-value"), "the header value is a credential: {output}");
+    assert_eq!(collector.spans().len(), 0);
 }
 
 #[tokio::test]

@@ -232,3 +232,31 @@ async fn a_long_poll_answers_as_soon_as_a_message_arrives() {
     assert_eq!(ids(&page), [sent]);
     assert!(started.elapsed() < std::time::Duration::from_secs(20), "woken, not timed out");
 }
+
+/// Sends `n` messages of `event_type`, several at a time (their order does not matter).
+async fn send_many(server: &TestServer, app: &str, event_type: &str, n: usize) {
+    use futures_util::StreamExt;
+    futures_util::stream::iter(0..n)
+        .map(|i| server.send(app, json!({"eventType": event_type, "payload": {"i": i}})))
+        .buffer_unordered(16)
+        .collect::<Vec<_>>()
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_request_looks_at_two_thousand_messages_at_most() {
+    let server = TestServer::start().await;
+    let app = server.create_app("busy").await;
+    let poller = create_poller(&server, &app, json!({"eventTypes": ["rare"]})).await;
+    send_many(&server, &app, "noise", 1999).await;
+    let first = server.send(&app, json!({"eventType": "rare", "payload": {"n": 1}})).await;
+    send_many(&server, &app, "noise", 2).await;
+    let second = server.send(&app, json!({"eventType": "rare", "payload": {"n": 2}})).await;
+
+    // The 2,000th message is the first match; the second lies beyond what one request reads.
+    let page = read(&server, &app, &poller, "c", "limit=250").await;
+    assert_eq!((ids(&page), page["done"].as_bool()), (vec![first], Some(false)));
+    let it = page["iterator"].as_str().unwrap();
+    let next = read(&server, &app, &poller, "c", &format!("limit=250&iterator={it}")).await;
+    assert_eq!((ids(&next), next["done"].as_bool()), (vec![second], Some(true)));
+}

@@ -336,6 +336,17 @@ async fn a_customer_adds_and_deletes_a_poller_in_the_portal() {
     assert_eq!((created["uid"].as_str(), created["description"].as_str()), (Some("nightly"), Some("nightly billing")));
     assert_eq!(created["eventTypes"], json!(["invoice.paid", "invoice.voided"]));
     assert!(browser.text("table.pollers").await.contains(&format!("/api/v1/app/{app}/poller/nightly/consumer/")));
+    assert!(browser.text("td.consumers").await.contains("none has acknowledged a page yet"));
+
+    // A consumer acknowledges a page: the portal shows it and when it moved.
+    server.send(&app, json!({"eventType": "invoice.paid", "payload": {"amount": 5}})).await;
+    let consumer = format!("/api/v1/app/{app}/poller/nightly/consumer/billing-sync");
+    let (_, first) = server.get(&consumer).await;
+    assert_eq!(first["data"].as_array().map(Vec::len), Some(1), "{first}");
+    server.get(&format!("{consumer}?iterator={}", first["iterator"].as_str().unwrap())).await;
+    browser.goto(&page).await;
+    let consumers = browser.text("td.consumers").await;
+    assert!(consumers.contains("billing-sync moved "), "{consumers}");
     browser.audit("portal-pollers").await;
 
     browser.click("table.pollers form button").await;

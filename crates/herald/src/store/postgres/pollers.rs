@@ -11,7 +11,7 @@ use super::rows::{self, MESSAGE_COLUMNS, Query};
 use super::{PgStore, db_err, pg_err};
 use crate::clock::{Millis, now_ms};
 use crate::ids::{AppId, MessageId, PollerId, first_body_at};
-use crate::store::{LogPosition, Message, PageQuery, PollStore, Poller, StoreResult};
+use crate::store::{ConsumerState, LogPosition, Message, PageQuery, PollStore, Poller, StoreResult};
 
 const POLLER_COLUMNS: &str =
     "id, app_id, uid, description, event_types, channels, filter, metadata, created_at, updated_at";
@@ -122,6 +122,14 @@ impl PollStore for PgStore {
                        updated_at = excluded.updated_at";
         client.execute(sql, &[&poller.as_str(), &consumer, &at.major, &at.minor, &now_ms()]).await.map_err(db_err)?;
         Ok(())
+    }
+
+    async fn consumers(&self, poller: &PollerId, limit: usize) -> StoreResult<Vec<ConsumerState>> {
+        let client = self.client().await?;
+        let sql = "SELECT name, updated_at FROM herald.poller_consumer WHERE poller_id = $1
+                   ORDER BY updated_at DESC, name LIMIT $2";
+        let rows = client.query(sql, &[&poller.as_str(), &(limit as i64)]).await.map_err(db_err)?;
+        Ok(rows.iter().map(|r| ConsumerState { name: r.get(0), moved_at: r.get(1) }).collect())
     }
 
     async fn messages_after(

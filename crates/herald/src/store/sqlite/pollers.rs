@@ -10,7 +10,7 @@ use super::SqliteStore;
 use super::rows::{self, MESSAGE_COLUMNS, Query};
 use crate::clock::{Millis, now_ms};
 use crate::ids::{AppId, MessageId, PollerId};
-use crate::store::{LogPosition, Message, PageQuery, PollStore, Poller, StoreError, StoreResult};
+use crate::store::{ConsumerState, LogPosition, Message, PageQuery, PollStore, Poller, StoreError, StoreResult};
 
 const POLLER_COLUMNS: &str =
     "id, app_id, uid, description, event_types, channels, filter, metadata, created_at, updated_at";
@@ -151,6 +151,24 @@ impl PollStore for SqliteStore {
                 )?
                 .execute(params![poller.as_str(), consumer, at, now_ms()])?;
                 Ok(())
+            })
+            .await
+    }
+
+    async fn consumers(&self, poller: &PollerId, limit: usize) -> StoreResult<Vec<ConsumerState>> {
+        let poller = poller.clone();
+        self.readers
+            .read(move |conn| {
+                let mut stmt = conn.prepare_cached(
+                    "SELECT name, updated_at FROM poller_consumer WHERE poller_id = ?
+                     ORDER BY updated_at DESC, name LIMIT ?",
+                )?;
+                let found = stmt
+                    .query_map(params![poller.as_str(), limit as i64], |r| {
+                        Ok(ConsumerState { name: r.get(0)?, moved_at: r.get(1)? })
+                    })?
+                    .collect::<Result<_, _>>()?;
+                Ok(found)
             })
             .await
     }
