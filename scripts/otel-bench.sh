@@ -5,6 +5,7 @@
 # Spans go to scripts/otlp-sink.py on port 4318 (answers 200, counts exports).
 #
 #   scripts/otel-bench.sh target/release/herald [OLD_HERALD] [ROUNDS=3] [RATE=3000]
+#   BENCH_ARGS=--postgres scripts/otel-bench.sh …   (Herald on a throwaway PostgreSQL)
 set -euo pipefail
 new=${1:?the herald binary to measure}
 old=${2:-}
@@ -22,7 +23,7 @@ run() { # label binary [VAR=value …]
     local label=$1 binary=$2
     shift 2
     local report
-    report=$(env "$@" "$bench" --scenario steady --spawn --herald "$binary" --rate "$rate" --duration 10 --json 2>/dev/null | tail -n 1)
+    report=$(env "$@" "$bench" --scenario steady --spawn --herald "$binary" --rate "$rate" --duration 10 ${BENCH_ARGS:-} --json 2>/dev/null | tail -n 1)
     python3 - "$label" "$report" <<'PY'
 import json, sys
 label, report = sys.argv[1], json.loads(sys.argv[2])
