@@ -244,36 +244,30 @@ pub fn routes() -> Routes {
         .delete("/api/v1/app/{app_id}/endpoint/{endpoint_id}", delete_endpoint)
 }
 
-/// A customer (portal token) may slow its endpoint down, never past the rate limit the
-/// operator gave its application.
-fn check_rate_bound(principal: &Principal, app: &App, rate: Option<u16>) -> ApiResult<()> {
-    match (principal, app.throttle_rate, rate) {
-        (Principal::App { .. }, Some(limit), Some(rate)) if rate > limit => Err(ApiError::invalid(
-            "throttleRate",
-            format!("must be at most {limit}, the rate limit of the application"),
-        )),
-        _ => Ok(()),
-    }
-}
-
-/// `delivery.propagateTraceContext` is the operator's to set (a trace id is information
-/// about the sender): a portal token keeps whatever the endpoint had, and asking for
+/// What a customer (portal token) may not decide about its endpoint: it may slow the
+/// endpoint down, never past the rate limit the operator gave its application; and
+/// `delivery.propagateTraceContext` is the operator's (a trace id is information about
+/// the sender): a portal token keeps whatever the endpoint had (`before`), and asking for
 /// anything else is refused.
-fn keep_operator_settings(
-    principal: &Principal,
-    before: Option<&DeliverySettings>,
-    after: &mut DeliverySettings,
-) -> ApiResult<()> {
+fn apply_owner_rules(principal: &Principal, app: &App, before: Option<&Endpoint>, e: &mut Endpoint) -> ApiResult<()> {
     if matches!(principal, Principal::Admin) {
         return Ok(());
     }
-    let kept = before.and_then(|b| b.propagate_trace_context);
-    match after.propagate_trace_context {
+    if let (Some(limit), Some(rate)) = (app.throttle_rate, e.throttle_rate)
+        && rate > limit
+    {
+        return Err(ApiError::invalid(
+            "throttleRate",
+            format!("must be at most {limit}, the rate limit of the application"),
+        ));
+    }
+    let kept = before.and_then(|b| b.delivery.propagate_trace_context);
+    match e.delivery.propagate_trace_context {
         Some(asked) if asked != kept.unwrap_or(false) => {
             Err(ApiError::Forbidden("delivery.propagateTraceContext is set by the operator's admin token"))
         }
         _ => {
-            after.propagate_trace_context = kept;
+            e.delivery.propagate_trace_context = kept;
             Ok(())
         }
     }
@@ -504,8 +498,7 @@ pub async fn create_endpoint(
     let app = visible_app(&state, &principal, &app_id).await?;
     check_event_types_exist(&state, body.value.event_types.as_ref()).await?;
     let mut endpoint = new_endpoint(&state, &app, body.value, None)?;
-    check_rate_bound(&principal, &app, endpoint.throttle_rate)?;
-    keep_operator_settings(&principal, None, &mut endpoint.delivery)?;
+    apply_owner_rules(&principal, &app, None, &mut endpoint)?;
     insert(&state, &endpoint).await?;
     Ok((StatusCode::CREATED, Json(EndpointOut::new(&endpoint, &state))))
 }
@@ -536,15 +529,13 @@ pub async fn upsert_endpoint(
     check_event_types_exist(&state, input.event_types.as_ref()).await?;
     let Some(existing) = state.store.endpoint(&app.id, &endpoint_id).await? else {
         let mut endpoint = new_endpoint(&state, &app, input, Some(&endpoint_id))?;
-        check_rate_bound(&principal, &app, endpoint.throttle_rate)?;
-        keep_operator_settings(&principal, None, &mut endpoint.delivery)?;
+        apply_owner_rules(&principal, &app, None, &mut endpoint)?;
         insert(&state, &endpoint).await?;
         return Ok((StatusCode::CREATED, Json(EndpointOut::new(&endpoint, &state))));
     };
-    let before = existing.delivery.clone();
+    let before = existing.clone();
     let mut endpoint = replace_fields(&state, existing, input)?;
-    check_rate_bound(&principal, &app, endpoint.throttle_rate)?;
-    keep_operator_settings(&principal, Some(&before), &mut endpoint.delivery)?;
+    apply_owner_rules(&principal, &app, Some(&before), &mut endpoint)?;
     save(&state, &endpoint).await?;
     Ok((StatusCode::OK, Json(EndpointOut::new(&endpoint, &state))))
 }
@@ -559,7 +550,7 @@ pub async fn patch_endpoint(
     body: JsonBody<EndpointPatch>,
 ) -> ApiResult<Json<EndpointOut>> {
     let (app, mut e) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
-    let before = e.delivery.clone();
+    let before = e.clone();
     let patch = body.value;
     check_event_types_exist(&state, patch.event_types.as_ref().and_then(Option::as_ref)).await?;
     if let Some(url) = patch.url {
@@ -600,8 +591,7 @@ pub async fn patch_endpoint(
     }
     e.auth = seal_credentials(&state, &e, patch.auth, patch.tls)?;
     e.updated_at = now_ms();
-    check_rate_bound(&principal, &app, e.throttle_rate)?;
-    keep_operator_settings(&principal, Some(&before), &mut e.delivery)?;
+    apply_owner_rules(&principal, &app, Some(&before), &mut e)?;
     save(&state, &e).await?;
     Ok(Json(EndpointOut::new(&e, &state)))
 }

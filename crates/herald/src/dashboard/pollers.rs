@@ -1,7 +1,7 @@
 //! An application's pollers in the portal and the dashboard: the list on the application's
 //! page with the URL consumers read and where each consumer stands, a form that adds one,
-//! and deletion after a confirmation. Each form calls the API handler with the viewer's principal, so the
-//! tenant rules and every check are the API's.
+//! and deletion after a confirmation. Each form calls the API handler with the viewer's
+//! principal, so the tenant rules and every check are the API's.
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};

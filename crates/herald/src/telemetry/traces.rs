@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::future::Either;
 use opentelemetry::context::FutureExt as _;
-use opentelemetry::propagation::TextMapPropagator;
+use opentelemetry::propagation::{Extractor, TextMapPropagator};
 use opentelemetry::trace::{
     Span as _, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState, Tracer as _,
     TracerProvider as _,
@@ -113,11 +113,7 @@ impl Traces {
     /// The span of an ingest request, under the caller's `traceparent` if it sent one.
     pub fn ingest(&self, traceparent: Option<&http::HeaderValue>) -> Span {
         let Some(inner) = &self.0 else { return Span(None) };
-        let mut headers = http::HeaderMap::new();
-        if let Some(value) = traceparent {
-            headers.insert("traceparent", value.clone());
-        }
-        let parent = TraceContextPropagator::new().extract(&opentelemetry_http::HeaderExtractor(&headers));
+        let parent = TraceContextPropagator::new().extract(&OnlyTraceparent(traceparent));
         let span = inner.tracer.span_builder(INGEST_SPAN).with_kind(SpanKind::Server);
         let mut span = Span(Some(span.start_with_context(&inner.tracer, &parent)));
         span.record(|| vec![KeyValue::new("http.request.method", "POST"), KeyValue::new("http.route", INGEST_ROUTE)]);
@@ -211,6 +207,20 @@ fn url_attributes(url: &url::Url) -> Vec<KeyValue> {
         KeyValue::new("server.address", host),
         KeyValue::new("server.port", port),
     ]
+}
+
+/// The caller's `traceparent` as the W3C propagator reads headers (it is the only one
+/// Herald continues; `tracestate` is not kept).
+struct OnlyTraceparent<'a>(Option<&'a http::HeaderValue>);
+
+impl Extractor for OnlyTraceparent<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.filter(|_| key.eq_ignore_ascii_case("traceparent")).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.map_or(vec![], |_| vec!["traceparent"])
+    }
 }
 
 fn sampler(choice: SamplerChoice) -> Sampler {

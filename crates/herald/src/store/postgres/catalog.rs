@@ -197,11 +197,7 @@ impl CatalogStore for PgStore {
 
     async fn list_endpoints(&self, app: &AppId, page: &PageQuery) -> StoreResult<Vec<Endpoint>> {
         let client = self.client().await?;
-        let mut q = Query::default();
-        let p = q.bind(app.to_string());
-        q.and(format!("app_id = {p}"));
-        let tail = q.page("id", page);
-        let sql = format!("SELECT {ENDPOINT_COLUMNS} FROM herald.endpoint{}{tail}", q.where_clause());
+        let (sql, q) = rows::app_page(ENDPOINT_COLUMNS, "herald.endpoint", app, page);
         let found = client.query(&sql, &q.params()).await.map_err(db_err)?;
         Ok(found.iter().map(rows::endpoint).collect())
     }

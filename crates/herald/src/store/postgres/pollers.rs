@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use tokio_postgres::Row;
 use tokio_postgres::types::{Json, ToSql};
 
-use super::rows::{self, MESSAGE_COLUMNS, Query};
+use super::rows::{self, MESSAGE_COLUMNS};
 use super::{PgStore, db_err, pg_err};
 use crate::clock::{Millis, now_ms};
 use crate::ids::{AppId, MessageId, PollerId, first_body_at};
@@ -77,11 +77,7 @@ impl PollStore for PgStore {
 
     async fn list_pollers(&self, app: &AppId, page: &PageQuery) -> StoreResult<Vec<Poller>> {
         let client = self.client().await?;
-        let mut q = Query::default();
-        let p = q.bind(app.to_string());
-        q.and(format!("app_id = {p}"));
-        let tail = q.page("id", page);
-        let sql = format!("SELECT {POLLER_COLUMNS} FROM herald.poller{}{tail}", q.where_clause());
+        let (sql, q) = rows::app_page(POLLER_COLUMNS, "herald.poller", app, page);
         let found = client.query(&sql, &q.params()).await.map_err(db_err)?;
         Ok(found.iter().map(poller).collect())
     }

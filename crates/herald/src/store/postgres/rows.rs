@@ -139,6 +139,15 @@ pub fn delivery_view(row: &Row, at: usize) -> DeliveryView {
 
 pub type Param = Box<dyn ToSql + Sync + Send>;
 
+/// One page (by id) of an application's rows of `table`: the statement and its parameters.
+pub fn app_page(columns: &str, table: &str, app: &AppId, page: &PageQuery) -> (String, Query) {
+    let mut q = Query::default();
+    let p = q.bind(app.to_string());
+    q.and(format!("app_id = {p}"));
+    let tail = q.page("id", page);
+    (format!("SELECT {columns} FROM {table}{}{tail}", q.where_clause()), q)
+}
+
 /// A WHERE clause with `$n` parameters.
 #[derive(Default)]
 pub struct Query {

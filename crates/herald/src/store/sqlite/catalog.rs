@@ -205,12 +205,9 @@ impl CatalogStore for SqliteStore {
         let (app, page) = (app.clone(), page.clone());
         self.readers
             .read(move |conn| {
-                let mut q = Query::default();
-                q.and("app_id = ?", [Value::Text(app.to_string())]);
-                let tail = q.page("id", &page);
-                let sql = format!("SELECT {ENDPOINT_COLUMNS} FROM endpoint{}{tail}", q.where_clause());
+                let (sql, params) = rows::app_page(ENDPOINT_COLUMNS, "endpoint", &app, &page);
                 let mut stmt = conn.prepare_cached(&sql)?;
-                let found = stmt.query_map(params_from_iter(q.params), rows::endpoint)?.collect::<Result<_, _>>()?;
+                let found = stmt.query_map(params_from_iter(params), rows::endpoint)?.collect::<Result<_, _>>()?;
                 Ok(found)
             })
             .await

@@ -7,7 +7,7 @@ use rusqlite::types::Value;
 use rusqlite::{OptionalExtension, Row, params, params_from_iter};
 
 use super::SqliteStore;
-use super::rows::{self, MESSAGE_COLUMNS, Query};
+use super::rows::{self, MESSAGE_COLUMNS};
 use crate::clock::{Millis, now_ms};
 use crate::ids::{AppId, MessageId, PollerId};
 use crate::store::{ConsumerState, LogPosition, Message, PageQuery, PollStore, Poller, StoreError, StoreResult};
@@ -89,12 +89,9 @@ impl PollStore for SqliteStore {
         let (app, page) = (app.clone(), page.clone());
         self.readers
             .read(move |conn| {
-                let mut q = Query::default();
-                q.and("app_id = ?", [Value::Text(app.to_string())]);
-                let tail = q.page("id", &page);
-                let sql = format!("SELECT {POLLER_COLUMNS} FROM poller{}{tail}", q.where_clause());
+                let (sql, params) = rows::app_page(POLLER_COLUMNS, "poller", &app, &page);
                 let mut stmt = conn.prepare_cached(&sql)?;
-                let found = stmt.query_map(params_from_iter(q.params), poller)?.collect::<Result<_, _>>()?;
+                let found = stmt.query_map(params_from_iter(params), poller)?.collect::<Result<_, _>>()?;
                 Ok(found)
             })
             .await

@@ -237,6 +237,14 @@ impl Query {
     }
 }
 
+/// One page (by id) of an application's rows of `table`: the statement and its parameters.
+pub fn app_page(columns: &str, table: &str, app: &AppId, page: &PageQuery) -> (String, Vec<Value>) {
+    let mut q = Query::default();
+    q.and("app_id = ?", [Value::Text(app.to_string())]);
+    let tail = q.page("id", page);
+    (format!("SELECT {columns} FROM {table}{}{tail}", q.where_clause()), q.params)
+}
+
 /// A source of one page: `FROM {from}` with its conditions, in the order of `key` (an
 /// indexed column holding the page's ordering value, the same in every branch).
 pub struct Branch<'a> {
