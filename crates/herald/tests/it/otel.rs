@@ -93,6 +93,7 @@ async fn a_message_retried_in_another_process_is_one_trace_from_the_callers_span
     })
     .await;
     second.stop();
+    assert!(storage.everything().await.contains(CALLER_TRACE), "the trace context is stored with the message");
     assert_eq!(collector.refused(), 0, "every export carried the configured header as protobuf");
 
     let ingest = spans.iter().find(|s| s.kind == SERVER).expect("an ingest span");
@@ -125,6 +126,7 @@ async fn a_message_retried_in_another_process_is_one_trace_from_the_callers_span
         assert_eq!(attempt.attr("herald.msg_id"), &json!(msg));
         assert_eq!(attempt.attr("http.request.method"), &json!("POST"));
         assert_eq!(attempt.attr("url.full"), &Value::Null, "a webhook URL's path may hold its secret");
+        assert_eq!(attempt.attr("url.scheme"), &json!("http"));
         assert_eq!(attempt.attr("server.address"), &json!("127.0.0.1"));
         let port = receiver.url("/").split(':').nth(2).unwrap().trim_end_matches('/').parse::<u16>().unwrap();
         assert_eq!(attempt.attr("server.port"), &json!(port));
@@ -160,6 +162,7 @@ async fn nothing_is_exported_and_no_traceparent_is_sent_while_tracing_is_off() {
         assert!(got[before].headers.get("traceparent").is_none(), "no trace context goes out while off");
         let output = herald.stop();
         assert!(!output.contains("trace_id"), "no trace ids in the logs: {output}");
+        assert!(!storage.everything().await.contains(CALLER_TRACE), "no trace context is stored");
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(collector.requests(), 0, "nothing reached the collector");
