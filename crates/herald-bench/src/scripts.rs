@@ -9,12 +9,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use herald::config::ScriptsConfig;
+use herald::ids::AppId;
 use herald::scripts::Sandbox;
 use herald::scripts::engine::Program;
 use serde::Serialize;
 
 use super::BenchArgs;
 use super::probe::ProcessSample;
+
+/// Longest output a worker answers with (a transform's whole request).
+const MAX_OUTPUT: usize = 1 << 20;
 
 /// A filter as users write them: the event type and a threshold.
 pub const FILTER: &str = r#".eventType == "invoice.paid" and .payload.amount > 100"#;
@@ -49,8 +53,16 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let input = input(args.payload_bytes);
     let sandbox = Sandbox::new(
         super::herald_binary(args)?,
-        ScriptsConfig { timeout: Duration::from_secs(5), memory_bytes: 512 << 20, workers: 2, worker_program: None },
+        ScriptsConfig {
+            timeout: Duration::from_secs(5),
+            memory_bytes: 512 << 20,
+            workers: 2,
+            max_workers_per_app: 2,
+            worker_program: None,
+        },
+        MAX_OUTPUT,
     );
+    let tenant = AppId::generate();
     let mut costs = Vec::new();
     for code in [FILTER, TRANSFORM] {
         let program = Program::compile(code).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -59,14 +71,17 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<()> {
             program.run(&input).map_err(|e| anyhow::anyhow!(e))?;
         }
         let in_process_us = per(started.elapsed(), n);
-        sandbox.eval(code, &input).await.context("starting the sandbox")?; // warm: workers started, program cached
+        sandbox.eval(&tenant, code, &input).await.context("starting the sandbox")?; // warm: workers started, program cached
         let started = Instant::now();
         for _ in 0..n {
-            sandbox.eval(code, &input).await?;
+            sandbox.eval(&tenant, code, &input).await?;
         }
         let sandbox_wall_us = per(started.elapsed(), n);
         let before = cpu_with_children();
-        let (a, b) = tokio::join!(repeat(&sandbox, code, &input, n / 2), repeat(&sandbox, code, &input, n / 2));
+        let (a, b) = tokio::join!(
+            repeat(&sandbox, &tenant, code, &input, n / 2),
+            repeat(&sandbox, &tenant, code, &input, n / 2)
+        );
         a?;
         b?;
         let sandbox_cpu_us = (cpu_with_children() - before) * 1e6 / (n / 2 * 2) as f64;
@@ -88,9 +103,9 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn repeat(sandbox: &Sandbox, code: &str, input: &[u8], n: usize) -> anyhow::Result<()> {
+async fn repeat(sandbox: &Sandbox, tenant: &AppId, code: &str, input: &[u8], n: usize) -> anyhow::Result<()> {
     for _ in 0..n {
-        sandbox.eval(code, input).await?;
+        sandbox.eval(tenant, code, input).await?;
     }
     Ok(())
 }

@@ -173,7 +173,7 @@ impl Target {
     pub async fn filter(&self, sandbox: &Sandbox, message: &Message) -> Verdict {
         match &self.endpoint.scripts.filter {
             None => Verdict::Pass,
-            Some(code) => Verdict::of(sandbox.eval(code, &self.script_input(message)).await),
+            Some(code) => Verdict::of(sandbox.eval(&self.endpoint.app_id, code, &self.script_input(message)).await),
         }
     }
 
@@ -190,7 +190,7 @@ impl Target {
         let Some(plain) = self.plain_request(message) else {
             return Some(Err((Failure::Internal, "the stored URL does not parse".into())));
         };
-        Some(match sandbox.eval(code, &self.script_input(message)).await {
+        Some(match sandbox.eval(&self.endpoint.app_id, code, &self.script_input(message)).await {
             Err(e @ EvalError::Unavailable(_)) => Err((Failure::Internal, e.to_string())),
             Err(e) => Err((Failure::Transform, e.to_string())),
             Ok(output) => scripts::rewrite(output, &plain).map_err(|e| (Failure::Transform, e)),
@@ -305,17 +305,24 @@ impl Catalog {
         let mut resealed = 0;
         loop {
             let apps = self.store.list_apps(&page).await?;
+            // A row written meanwhile was sealed under the current key by its writer: a
+            // lost race leaves nothing to do.
             for app in &apps {
-                if let Some(app) = self.resealed_app(app) {
-                    self.store.update_app(&app).await?;
-                    self.invalidate_app(&app);
-                    resealed += 1;
+                if let Some(mut fresh) = self.resealed_app(app) {
+                    fresh.updated_at = app.updated_at + 1;
+                    if self.store.update_app(&fresh, app.updated_at).await? {
+                        self.invalidate_app(&fresh);
+                        resealed += 1;
+                    }
                 }
                 for endpoint in self.store.app_endpoints(&app.id).await? {
-                    if let Some(endpoint) = self.resealed(endpoint) {
-                        self.store.update_endpoint(&endpoint).await?;
-                        self.invalidate_endpoint(&endpoint.app_id, &endpoint.id);
-                        resealed += 1;
+                    let read_at = endpoint.updated_at;
+                    if let Some(mut fresh) = self.resealed(endpoint) {
+                        fresh.updated_at = read_at + 1;
+                        if self.store.update_endpoint(&fresh, read_at).await? {
+                            self.invalidate_endpoint(&fresh.app_id, &fresh.id);
+                            resealed += 1;
+                        }
                     }
                 }
             }

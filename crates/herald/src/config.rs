@@ -14,7 +14,9 @@ use toml::Value;
 
 use crate::retry::RetryPolicy;
 
+mod limits;
 mod otel;
+pub use limits::{HttpConfig, TenantLimits};
 pub use otel::{OtelConfig, OtlpExport, SamplerChoice};
 
 /// The commented default configuration, embedded in the binary.
@@ -74,6 +76,8 @@ pub struct Config {
     pub portal: PortalConfig,
     pub scripts: ScriptsConfig,
     pub otel: OtelConfig,
+    pub http: HttpConfig,
+    pub tenants: TenantLimits,
 }
 
 /// The jq sandbox that runs endpoint filters and transforms (see `scripts`).
@@ -85,6 +89,8 @@ pub struct ScriptsConfig {
     pub memory_bytes: u64,
     /// Sandbox worker processes (evaluations run in parallel across them).
     pub workers: usize,
+    /// Workers one application holds at once at most (its fair share; see `scripts::turns`).
+    pub max_workers_per_app: usize,
     /// The program started as a worker (with `sandbox-worker`); `None`: this executable.
     pub worker_program: Option<std::path::PathBuf>,
 }
@@ -255,6 +261,8 @@ struct Raw {
     portal: RawPortal,
     scripts: RawScripts,
     otel: otel::RawOtel,
+    http: limits::RawHttp,
+    tenants: limits::RawTenants,
 }
 
 #[derive(Deserialize)]
@@ -263,6 +271,7 @@ struct RawScripts {
     timeout_ms: u64,
     memory_mb: u64,
     workers: usize,
+    max_workers_per_app: usize,
     worker_program: String,
 }
 
@@ -280,10 +289,13 @@ impl RawScripts {
             bail!("scripts.timeout_ms must be positive and scripts.memory_mb at least 64");
         }
         let cores = std::thread::available_parallelism().map_or(2, usize::from);
+        let workers = if self.workers == 0 { cores.max(2) } else { self.workers };
+        let share = if self.max_workers_per_app == 0 { workers / 2 } else { self.max_workers_per_app };
         Ok(ScriptsConfig {
             timeout: Duration::from_millis(self.timeout_ms),
             memory_bytes: self.memory_mb * 1024 * 1024,
-            workers: if self.workers == 0 { cores } else { self.workers },
+            workers,
+            max_workers_per_app: share.clamp(1, workers),
             worker_program: (!self.worker_program.is_empty()).then(|| self.worker_program.into()),
         })
     }
@@ -604,8 +616,12 @@ impl Raw {
         if self.server.max_payload_bytes == 0 {
             bail!("server.max_payload_bytes must be positive");
         }
-        let allowed_networks =
-            self.delivery.allowed_networks.iter().map(|s| parse_network(s)).collect::<anyhow::Result<Vec<_>>>()?;
+        let allowed_networks = self
+            .delivery
+            .allowed_networks
+            .iter()
+            .map(|s| parse_network(s).context("delivery.allowed_networks"))
+            .collect::<anyhow::Result<Vec<_>>>()?;
         let dns_servers = self
             .delivery
             .dns_servers
@@ -704,6 +720,8 @@ impl Raw {
             portal: self.portal.validate()?,
             scripts: self.scripts.validate()?,
             otel: self.otel.validate()?,
+            http: self.http.validate()?,
+            tenants: self.tenants.validate()?,
         })
     }
 }
@@ -716,7 +734,7 @@ fn non_empty(s: String) -> Option<String> {
 fn parse_network(s: &str) -> anyhow::Result<IpNet> {
     s.parse::<IpNet>()
         .or_else(|_| s.parse::<std::net::IpAddr>().map(IpNet::from))
-        .with_context(|| format!("delivery.allowed_networks: {s:?} is not a CIDR"))
+        .with_context(|| format!("{s:?} is not a CIDR"))
 }
 
 #[cfg(test)]

@@ -55,12 +55,17 @@ enum Command {
     SandboxWorker {
         #[arg(long)]
         memory_bytes: u64,
+        /// Longest output answered; a longer one fails its evaluation.
+        #[arg(long, default_value_t = herald::scripts::worker::MAX_FRAME)]
+        max_output_bytes: usize,
     },
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Command::SandboxWorker { memory_bytes } => Ok(herald::scripts::worker::serve(memory_bytes)?),
+        Command::SandboxWorker { memory_bytes, max_output_bytes } => {
+            Ok(herald::scripts::worker::serve(memory_bytes, max_output_bytes)?)
+        }
         Command::Serve { config, listen, data_dir, database_url, role } => {
             let flags = [
                 ("server.listen", listen),

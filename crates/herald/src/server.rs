@@ -95,7 +95,9 @@ impl Server {
             Some(program) => program.clone(),
             None => std::env::current_exe().context("finding the herald executable for the jq sandbox")?,
         };
-        let sandbox = Arc::new(Sandbox::new(worker_program, config.scripts.clone()));
+        // A transform's output is a whole request: at most what Herald would accept.
+        let max_output = config.server.max_payload_bytes + BODY_OVERHEAD_BYTES;
+        let sandbox = Arc::new(Sandbox::new(worker_program, config.scripts.clone(), max_output));
         let database = if config.store.database_url.is_some() { "postgresql" } else { "sqlite" };
         let traces = Traces::start(&config.otel, database).context("starting the OpenTelemetry exporter")?;
         let dispatcher = Dispatcher::new(
@@ -148,6 +150,7 @@ impl Server {
                 session_ttl: config.auth.session_ttl,
                 user_agent: config.delivery.user_agent.clone(),
                 portal: config.portal.clone(),
+                tenants: config.tenants,
             }),
             key_locks: Default::default(),
             rate_limiter: Arc::new(RateLimiter::new(
@@ -156,6 +159,7 @@ impl Server {
                 config.auth.failed_auth_per_minute,
             )),
             redactor: Arc::new(Redactor::new(config.redaction.fields.clone(), &config.redaction.keys)),
+            long_polls: Arc::new(crate::api::WaitingPolls::new(config.tenants)),
             replays: Default::default(),
             liveness: liveness.clone(),
             traces: traces.clone(),

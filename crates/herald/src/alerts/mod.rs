@@ -216,9 +216,12 @@ impl Alerts {
             if endpoint.disabled || now - since.max(endpoint.updated_at) < limit {
                 continue;
             }
+            let read_at = endpoint.updated_at;
             endpoint.disabled = true;
-            endpoint.updated_at = now;
-            self.store.update_endpoint(&endpoint).await?;
+            endpoint.updated_at = now.max(read_at + 1);
+            if !self.store.update_endpoint(&endpoint, read_at).await? {
+                continue; // changed meanwhile (enabled again, say): judged again next time
+            }
             self.catalog.invalidate_endpoint(&endpoint.app_id, &endpoint.id);
             let data = json!({"appId": endpoint.app_id, "endpointId": endpoint.id, "endpointUid": endpoint.uid,
                               "failSince": to_rfc3339(since), "trigger": "automatic"});

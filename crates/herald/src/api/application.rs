@@ -13,7 +13,7 @@ use super::extract::{JsonBody, QueryMap};
 use super::list::{Cursor, ListResponse, Order, Page};
 use super::routes::Routes;
 use super::validate::{Problems, double_option};
-use super::{AppState, require_admin_for, visible_app};
+use super::{AppState, optimistic, require_admin_for, visible_app};
 use crate::brand::Brand;
 use crate::clock::{now_ms, to_rfc3339};
 use crate::deliver::EgressProxy;
@@ -43,7 +43,7 @@ pub struct ApplicationIn {
     pub proxy_url: Option<String>,
 }
 
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ApplicationPatch {
     pub name: Option<String>,
@@ -256,32 +256,34 @@ pub async fn upsert_app(
 ) -> ApiResult<(StatusCode, Json<ApplicationOut>)> {
     require_admin_for(&state, &principal, &app_id, OPERATOR_OWNS_APPS).await?;
     let input = body.value;
-    match state.catalog.app(&app_id).await? {
-        Some(existing) => {
-            let app = App {
-                uid: input.uid.or_else(|| existing.uid.clone()),
-                name: input.name,
-                metadata: input.metadata.unwrap_or_default(),
-                throttle_rate: input.throttle_rate,
-                max_concurrency: input.max_concurrency,
-                weight: input.weight,
-                portal_brand: input.portal_brand.or_else(|| existing.portal_brand.clone()),
-                proxy: match input.proxy_url.as_deref() {
-                    Some(text) => Some(app_proxy(&state, text, &existing.id)?),
-                    None => existing.proxy.clone(),
-                },
-                updated_at: now_ms(),
-                ..(*existing).clone()
-            };
-            check(&app)?;
-            save(&state, &app).await?;
-            Ok((StatusCode::OK, Json(ApplicationOut::from(&app))))
-        }
-        None => {
-            let app = create_app_from(&state, input, Some(&app_id)).await?;
-            Ok((StatusCode::CREATED, Json(ApplicationOut::from(&app))))
+    if state.store.app(&app_id).await?.is_none() {
+        match create_app_from(&state, input.clone(), Some(&app_id)).await {
+            Ok(app) => return Ok((StatusCode::CREATED, Json(ApplicationOut::from(&app)))),
+            // Created by a simultaneous PUT: this one updates it.
+            Err(ApiError::Conflict(_)) if state.store.app(&app_id).await?.is_some() => {}
+            Err(e) => return Err(e),
         }
     }
+    let app = modify(&state, &app_id, |app| {
+        let input = input.clone();
+        *app = App {
+            uid: input.uid.or_else(|| app.uid.clone()),
+            name: input.name,
+            metadata: input.metadata.unwrap_or_default(),
+            throttle_rate: input.throttle_rate,
+            max_concurrency: input.max_concurrency,
+            weight: input.weight,
+            portal_brand: input.portal_brand.or_else(|| app.portal_brand.clone()),
+            proxy: match input.proxy_url.as_deref() {
+                Some(text) => Some(app_proxy(&state, text, &app.id)?),
+                None => app.proxy.clone(),
+            },
+            ..app.clone()
+        };
+        Ok(())
+    })
+    .await?;
+    Ok((StatusCode::OK, Json(ApplicationOut::from(&app))))
 }
 
 #[utoipa::path(patch, path = "/api/v1/app/{app_id}", operation_id = "patch_application", tag = "Application",
@@ -293,36 +295,36 @@ pub async fn patch_app(
     body: JsonBody<ApplicationPatch>,
 ) -> ApiResult<Json<ApplicationOut>> {
     require_admin_for(&state, &principal, &app_id, OPERATOR_OWNS_APPS).await?;
-    let existing = visible_app(&state, &principal, &app_id).await?;
     let patch = body.value;
-    let mut app: App = (*existing).clone();
-    if let Some(name) = patch.name {
-        app.name = name;
-    }
-    if let Some(uid) = patch.uid {
-        app.uid = uid;
-    }
-    if let Some(metadata) = patch.metadata {
-        app.metadata = metadata;
-    }
-    if let Some(rate) = patch.throttle_rate {
-        app.throttle_rate = rate;
-    }
-    if let Some(cap) = patch.max_concurrency {
-        app.max_concurrency = cap;
-    }
-    if let Some(weight) = patch.weight {
-        app.weight = weight;
-    }
-    if let Some(brand) = patch.portal_brand {
-        app.portal_brand = brand;
-    }
-    if let Some(proxy) = patch.proxy_url {
-        app.proxy = proxy.as_deref().map(|text| app_proxy(&state, text, &app.id)).transpose()?;
-    }
-    check(&app)?;
-    app.updated_at = now_ms();
-    save(&state, &app).await?;
+    let app = modify(&state, &app_id, |app| {
+        let patch = patch.clone();
+        if let Some(name) = patch.name {
+            app.name = name;
+        }
+        if let Some(uid) = patch.uid {
+            app.uid = uid;
+        }
+        if let Some(metadata) = patch.metadata {
+            app.metadata = metadata;
+        }
+        if let Some(rate) = patch.throttle_rate {
+            app.throttle_rate = rate;
+        }
+        if let Some(cap) = patch.max_concurrency {
+            app.max_concurrency = cap;
+        }
+        if let Some(weight) = patch.weight {
+            app.weight = weight;
+        }
+        if let Some(brand) = patch.portal_brand {
+            app.portal_brand = brand;
+        }
+        if let Some(proxy) = patch.proxy_url {
+            app.proxy = proxy.as_deref().map(|text| app_proxy(&state, text, &app.id)).transpose()?;
+        }
+        Ok(())
+    })
+    .await?;
     Ok(Json(ApplicationOut::from(&app)))
 }
 
@@ -347,8 +349,22 @@ fn app_proxy(state: &AppState, text: &str, app: &AppId) -> ApiResult<AppProxy> {
     Ok(AppProxy { url: proxy.address(), credentials })
 }
 
-async fn save(state: &AppState, app: &App) -> ApiResult<()> {
-    state.store.update_app(app).await?;
-    state.catalog.invalidate_app(app);
-    Ok(())
+/// Changes the application `id_or_uid` as `change` says, atomically: applied to the row as
+/// stored (never a cached copy), checked, and written back only if nobody wrote it meanwhile
+/// (otherwise applied again to the newer one; see `optimistic`).
+async fn modify(
+    state: &AppState,
+    id_or_uid: &str,
+    mut change: impl FnMut(&mut App) -> ApiResult<()>,
+) -> ApiResult<App> {
+    optimistic::retry_stale! {
+        let before = state.store.app(id_or_uid).await?.ok_or(ApiError::NotFound("application"))?;
+        let mut app = before.clone();
+        change(&mut app)?;
+        app.updated_at = optimistic::next_version(before.updated_at);
+        check(&app)?;
+        optimistic::won(state.store.update_app(&app, before.updated_at).await?, "application")?;
+        state.catalog.invalidate_app(&app);
+        Ok(app)
+    }
 }

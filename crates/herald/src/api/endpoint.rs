@@ -12,19 +12,19 @@ use super::extract::{JsonBody, QueryMap};
 use super::list::{Cursor, ListResponse, Order, Page};
 use super::routes::Routes;
 use super::validate::{Problems, double_option};
-use super::{AppState, visible_app, visible_endpoint};
+use super::{AppState, optimistic, visible_app, visible_endpoint};
 use crate::clock::{now_ms, to_rfc3339};
 use crate::deliver::is_reserved_header;
 use crate::delivery_auth::{AuthSummary, ClientTls, Credentials, CredentialsSummary, DeliveryAuth, TlsSummary};
 use crate::endpoint_settings::{DeliverySettings, EffectiveSettings};
 use crate::ids::EndpointId;
 use crate::postback::{RequestSettings, Template};
-use crate::scripts::{self, Scripts};
+use crate::scripts::Scripts;
 use crate::signing::{EndpointKey, SigningKey};
 use crate::store::{App, Endpoint, Headers, Metadata, SealedAuth, SealedHeaders, Secrets};
 
 /// Body of create (POST) and update (PUT). `secret` is only used when creating.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EndpointIn {
     pub url: String,
@@ -60,7 +60,7 @@ pub struct EndpointIn {
     pub tls: Option<ClientTls>,
 }
 
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EndpointPatch {
     pub url: Option<String>,
@@ -313,20 +313,9 @@ pub fn check_endpoint(state: &AppState, e: &Endpoint) -> ApiResult<()> {
     p.finish()
 }
 
-/// Longest filter or transform accepted.
-const MAX_SCRIPT_BYTES: usize = 16 * 1024;
-
-/// Filters and transforms must compile (the problem names the line and column), and a
-/// transform cannot be combined with postback request settings.
+/// A transform cannot be combined with postback request settings (whether the
+/// expressions themselves are acceptable is the sandbox's to say: `check_new_scripts`).
 fn check_scripts(p: &mut Problems, e: &Endpoint) {
-    for (field, code) in [("filter", &e.scripts.filter), ("transform", &e.scripts.transform)] {
-        let Some(code) = code else { continue };
-        if code.len() > MAX_SCRIPT_BYTES {
-            p.push(field, format!("is longer than {MAX_SCRIPT_BYTES} bytes"));
-        } else if let Err(problem) = scripts::check(code) {
-            p.push(field, problem.to_string());
-        }
-    }
     p.check(
         e.scripts.transform.is_none() || e.request.is_none(),
         "transform",
@@ -454,18 +443,67 @@ fn replace_fields(state: &AppState, base: Endpoint, input: EndpointIn) -> ApiRes
     })
 }
 
+/// Stores a new endpoint, within the application's cap. A uid taken meanwhile is a lost race
+/// (`Stale`) where the caller may retry as an update.
 async fn insert(state: &AppState, endpoint: &Endpoint) -> ApiResult<()> {
     check_endpoint(state, endpoint)?;
-    state.store.insert_endpoint(endpoint).await?;
+    check_new_scripts(state, None, endpoint).await?;
+    let cap = state.settings.tenants.max_endpoints;
+    if !state.store.insert_endpoint(endpoint, cap).await? {
+        return Err(ApiError::invalid(
+            "",
+            format!("this application has {cap} endpoints, the most it may have (tenants.max_endpoints)"),
+        ));
+    }
     state.catalog.invalidate_endpoint(&endpoint.app_id, &endpoint.id);
     Ok(())
 }
 
-/// Validates and stores a changed endpoint and drops the cached copy; an endpoint now
-/// reached differently (URL, headers, enabled again) gets its circuit breaker closed.
-pub async fn save(state: &AppState, endpoint: &Endpoint) -> ApiResult<()> {
+/// The endpoint's filter and transform, where they differ from `before`'s: within their
+/// bounds and valid jq, compiled in the sandbox (never in this process).
+async fn check_new_scripts(state: &AppState, before: Option<&Endpoint>, e: &Endpoint) -> ApiResult<()> {
+    let old = before.map(|b| &b.scripts);
+    let changed = [
+        ("filter", &e.scripts.filter, old.and_then(|o| o.filter.as_ref())),
+        ("transform", &e.scripts.transform, old.and_then(|o| o.transform.as_ref())),
+    ];
+    let fields: Vec<(&str, &str)> = changed
+        .iter()
+        .filter_map(|(field, new, old)| {
+            new.as_deref().filter(|n| Some(*n) != old.map(String::as_str)).map(|n| (*field, n))
+        })
+        .collect();
+    super::transformation::check_expressions(state, &e.app_id, &fields).await
+}
+
+/// Changes the endpoint `endpoint_id` as `change` says, atomically: the change is applied
+/// to the endpoint as stored, then checked (the caller's limits, every field, the
+/// expressions) and written back only if nobody wrote it meanwhile; otherwise it is
+/// applied again to the newer version (see `optimistic`). Returns the endpoint as written.
+pub async fn modify(
+    state: &AppState,
+    principal: &Principal,
+    (app_id, endpoint_id): (&str, &str),
+    mut change: impl FnMut(&mut Endpoint) -> ApiResult<()>,
+) -> ApiResult<Endpoint> {
+    optimistic::retry_stale! {
+        let (app, before) = visible_endpoint(state, principal, app_id, endpoint_id).await?;
+        let mut e = before.clone();
+        change(&mut e)?;
+        e.updated_at = optimistic::next_version(before.updated_at);
+        apply_owner_rules(principal, &app, Some(&before), &mut e)?;
+        save(state, &before, &e).await?;
+        Ok(e)
+    }
+}
+
+/// Validates and stores a changed endpoint if `before` is still the stored version, and
+/// drops the cached copy; an endpoint now reached differently (URL, headers, enabled
+/// again) gets its circuit breaker closed.
+async fn save(state: &AppState, before: &Endpoint, endpoint: &Endpoint) -> ApiResult<()> {
     check_endpoint(state, endpoint)?;
-    state.store.update_endpoint(endpoint).await?;
+    check_new_scripts(state, Some(before), endpoint).await?;
+    optimistic::won(state.store.update_endpoint(endpoint, before.updated_at).await?, "endpoint")?;
     state.catalog.invalidate_endpoint(&endpoint.app_id, &endpoint.id);
     state.dispatcher.endpoint_changed(&endpoint.id).await;
     Ok(())
@@ -527,16 +565,21 @@ pub async fn upsert_endpoint(
     let app = visible_app(&state, &principal, &app_id).await?;
     let input = body.value;
     check_event_types_exist(&state, input.event_types.as_ref()).await?;
-    let Some(existing) = state.store.endpoint(&app.id, &endpoint_id).await? else {
-        let mut endpoint = new_endpoint(&state, &app, input, Some(&endpoint_id))?;
+    if state.store.endpoint(&app.id, &endpoint_id).await?.is_none() {
+        let mut endpoint = new_endpoint(&state, &app, input.clone(), Some(&endpoint_id))?;
         apply_owner_rules(&principal, &app, None, &mut endpoint)?;
-        insert(&state, &endpoint).await?;
-        return Ok((StatusCode::CREATED, Json(EndpointOut::new(&endpoint, &state))));
-    };
-    let before = existing.clone();
-    let mut endpoint = replace_fields(&state, existing, input)?;
-    apply_owner_rules(&principal, &app, Some(&before), &mut endpoint)?;
-    save(&state, &endpoint).await?;
+        match insert(&state, &endpoint).await {
+            Ok(()) => return Ok((StatusCode::CREATED, Json(EndpointOut::new(&endpoint, &state)))),
+            // Created by a simultaneous PUT: this one updates it.
+            Err(ApiError::Conflict(_)) if state.store.endpoint(&app.id, &endpoint_id).await?.is_some() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let endpoint = modify(&state, &principal, (&app_id, &endpoint_id), |e| {
+        *e = replace_fields(&state, e.clone(), input.clone())?;
+        Ok(())
+    })
+    .await?;
     Ok((StatusCode::OK, Json(EndpointOut::new(&endpoint, &state))))
 }
 
@@ -549,10 +592,14 @@ pub async fn patch_endpoint(
     Path((app_id, endpoint_id)): Path<(String, String)>,
     body: JsonBody<EndpointPatch>,
 ) -> ApiResult<Json<EndpointOut>> {
-    let (app, mut e) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
-    let before = e.clone();
     let patch = body.value;
     check_event_types_exist(&state, patch.event_types.as_ref().and_then(Option::as_ref)).await?;
+    let e = modify(&state, &principal, (&app_id, &endpoint_id), |e| apply_patch(&state, e, patch.clone())).await?;
+    Ok(Json(EndpointOut::new(&e, &state)))
+}
+
+/// The fields a PATCH gives replace the endpoint's; the rest stay.
+fn apply_patch(state: &AppState, e: &mut Endpoint, patch: EndpointPatch) -> ApiResult<()> {
     if let Some(url) = patch.url {
         e.url = url;
     }
@@ -589,11 +636,8 @@ pub async fn patch_endpoint(
     if let Some(transform) = patch.transform {
         e.scripts.transform = transform;
     }
-    e.auth = seal_credentials(&state, &e, patch.auth, patch.tls)?;
-    e.updated_at = now_ms();
-    apply_owner_rules(&principal, &app, Some(&before), &mut e)?;
-    save(&state, &e).await?;
-    Ok(Json(EndpointOut::new(&e, &state)))
+    e.auth = seal_credentials(state, e, patch.auth, patch.tls)?;
+    Ok(())
 }
 
 #[utoipa::path(delete, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}", operation_id = "v1.endpoint.delete", tag = "Endpoint",

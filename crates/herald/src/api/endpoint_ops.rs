@@ -11,7 +11,7 @@ use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 
 use super::auth::Principal;
-use super::endpoint::{open_headers, parse_secret, save, seal_headers};
+use super::endpoint::{modify, open_headers, parse_secret, seal_headers};
 use super::error::{ApiError, ApiResult};
 use super::extract::{JsonBody, QueryMap, body_time};
 use super::message::MessageOut;
@@ -99,7 +99,6 @@ pub async fn rotate_secret(
     Path((app_id, endpoint_id)): EndpointPath,
     body: JsonBody<EndpointSecretRotateIn>,
 ) -> ApiResult<StatusCode> {
-    let (_, mut endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
     let new_secret = parse_secret("key", body.value.key.as_deref())?;
     let grace = match body.value.grace_period_seconds {
         None => state.settings.secret_rotation_overlap,
@@ -108,25 +107,27 @@ pub async fn rotate_secret(
             return Err(ApiError::invalid("gracePeriodSeconds", "must be at most 604800"));
         }
     };
-    let now = now_ms();
-    let mut secrets = open_secrets(&state, &endpoint)?;
-    secrets.previous.retain(|p| p.expires_at > now);
-    if secrets.previous.len() >= MAX_PREVIOUS_SECRETS {
-        let next = secrets.previous.iter().map(|p| p.expires_at).min().unwrap_or(now);
-        return Err(ApiError::Refused(
-            "limit_reached",
-            format!(
-                "You can only rotate a key {MAX_PREVIOUS_SECRETS} times; please wait for old keys to expire. \
-                 Your next key expires at {}.",
-                to_rfc3339(next)
-            ),
-        ));
-    }
-    let old = std::mem::replace(&mut secrets.current, new_secret);
-    secrets.previous.push(PreviousSecret { key: old, expires_at: now + grace.as_millis() as i64 });
-    endpoint.secrets = state.catalog.keyring().seal_secrets(&secrets, &endpoint.id);
-    endpoint.updated_at = now;
-    save(&state, &endpoint).await?;
+    modify(&state, &principal, (&app_id, &endpoint_id), |endpoint| {
+        let now = now_ms();
+        let mut secrets = open_secrets(&state, endpoint)?;
+        secrets.previous.retain(|p| p.expires_at > now);
+        if secrets.previous.len() >= MAX_PREVIOUS_SECRETS {
+            let next = secrets.previous.iter().map(|p| p.expires_at).min().unwrap_or(now);
+            return Err(ApiError::Refused(
+                "limit_reached",
+                format!(
+                    "You can only rotate a key {MAX_PREVIOUS_SECRETS} times; please wait for old keys to expire. \
+                     Your next key expires at {}.",
+                    to_rfc3339(next)
+                ),
+            ));
+        }
+        let old = std::mem::replace(&mut secrets.current, new_secret.clone());
+        secrets.previous.push(PreviousSecret { key: old, expires_at: now + grace.as_millis() as i64 });
+        endpoint.secrets = state.catalog.keyring().seal_secrets(&secrets, &endpoint.id);
+        Ok(())
+    })
+    .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -183,10 +184,11 @@ pub async fn update_headers(
     Path((app_id, endpoint_id)): EndpointPath,
     body: JsonBody<EndpointHeadersIn>,
 ) -> ApiResult<StatusCode> {
-    let (_, mut endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
-    endpoint.headers = seal_headers(&state, &body.value.headers, &endpoint.id)?;
-    endpoint.updated_at = now_ms();
-    save(&state, &endpoint).await?;
+    modify(&state, &principal, (&app_id, &endpoint_id), |endpoint| {
+        endpoint.headers = seal_headers(&state, &body.value.headers, &endpoint.id)?;
+        Ok(())
+    })
+    .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -199,17 +201,18 @@ pub async fn patch_headers(
     Path((app_id, endpoint_id)): EndpointPath,
     body: JsonBody<EndpointHeadersPatchIn>,
 ) -> ApiResult<StatusCode> {
-    let (_, mut endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
-    let mut headers = open_headers(&state, &endpoint)?;
-    for (name, value) in body.value.headers {
-        match value {
-            Some(value) => headers.insert(name, value),
-            None => headers.remove(&name),
-        };
-    }
-    endpoint.headers = seal_headers(&state, &headers, &endpoint.id)?;
-    endpoint.updated_at = now_ms();
-    save(&state, &endpoint).await?;
+    modify(&state, &principal, (&app_id, &endpoint_id), |endpoint| {
+        let mut headers = open_headers(&state, endpoint)?;
+        for (name, value) in &body.value.headers {
+            match value {
+                Some(value) => headers.insert(name.clone(), value.clone()),
+                None => headers.remove(name),
+            };
+        }
+        endpoint.headers = seal_headers(&state, &headers, &endpoint.id)?;
+        Ok(())
+    })
+    .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -45,6 +45,10 @@ pub enum ApiError {
     MethodNotAllowed,
     #[error("conflict: {0}")]
     Conflict(String),
+    /// A conditional write lost a race with another write of the same row (see
+    /// `optimistic`): the handler reads again. Never reaches a caller.
+    #[error("the {0} changed since it was read")]
+    Stale(&'static str),
     #[error("invalid request")]
     Validation(Vec<ValidationItem>),
     #[error("bad request: {0}")]
@@ -67,6 +71,9 @@ pub enum ApiError {
     Stopping,
     #[error("too many requests")]
     RateLimited(std::time::Duration),
+    /// A cap on what a caller may hold at once (long-polls waiting), saying which.
+    #[error("too many at once: {0}")]
+    TooMany(&'static str),
     #[error("too many failed authentications")]
     TooManyFailedAuthentications(std::time::Duration),
     #[error(transparent)]
@@ -95,13 +102,15 @@ impl ApiError {
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            Self::Conflict(_) => StatusCode::CONFLICT,
+            Self::Conflict(_) | Self::Stale(_) => StatusCode::CONFLICT,
             Self::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::BadRequest(_) | Self::GenericError(_) | Self::Refused(..) => StatusCode::BAD_REQUEST,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Gone(_) => StatusCode::GONE,
             Self::Unavailable(_) | Self::Stopping => StatusCode::SERVICE_UNAVAILABLE,
-            Self::RateLimited(_) | Self::TooManyFailedAuthentications(_) => StatusCode::TOO_MANY_REQUESTS,
+            Self::RateLimited(_) | Self::TooManyFailedAuthentications(_) | Self::TooMany(_) => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -121,7 +130,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
         let retry_after_secs = match &self {
-            Self::Unavailable(_) | Self::Stopping => Some(1),
+            Self::Unavailable(_) | Self::Stopping | Self::TooMany(_) => Some(1),
             Self::RateLimited(wait) | Self::TooManyFailedAuthentications(wait) => {
                 Some(wait.as_millis().div_ceil(1000).max(1) as u64)
             }
@@ -136,12 +145,14 @@ impl IntoResponse for ApiError {
             Self::NotFound(what) => ("not_found", format!("{what} not found")),
             Self::MethodNotAllowed => ("method_not_allowed", "this route does not serve this method".into()),
             Self::Conflict(why) => ("conflict", why),
+            Self::Stale(what) => ("conflict", format!("the {what} changed while this request was applied; try again")),
             Self::BadRequest(why) => ("bad_request", why),
             Self::GenericError(why) => ("generic_error", why),
             Self::Refused(code, why) => (code, why),
             Self::PayloadTooLarge(why) => ("payload_too_large", why),
             Self::Gone(why) => ("position_expired", why),
             Self::RateLimited(_) => ("rate_limited", "this token sent too many requests; retry after the delay".into()),
+            Self::TooMany(why) => ("rate_limited", format!("{why}; retry after the delay")),
             Self::TooManyFailedAuthentications(_) => {
                 ("rate_limited", "too many failed authentications from this address; retry after the delay".into())
             }

@@ -5,13 +5,13 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 
-use super::AppState;
 use super::auth::Principal;
 use super::error::{ApiError, ApiResult};
 use super::extract::{JsonBody, QueryMap};
 use super::list::{Cursor, ListResponse, Order, Page};
 use super::routes::Routes;
 use super::validate::{Problems, double_option};
+use super::{AppState, optimistic};
 use crate::clock::{Millis, now_ms, to_rfc3339};
 use crate::store::EventType;
 
@@ -50,7 +50,7 @@ impl EventTypeUpdate {
     }
 }
 
-#[derive(Deserialize, utoipa::ToSchema)]
+#[derive(Clone, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EventTypePatch {
     pub description: Option<String>,
@@ -193,26 +193,31 @@ pub async fn patch_event_type(
     body: JsonBody<EventTypePatch>,
 ) -> ApiResult<Json<EventTypeOut>> {
     principal.require_admin()?;
-    let mut et = state.store.event_type(&name).await?.ok_or(ApiError::NotFound("event type"))?;
     let patch = body.value;
-    if let Some(description) = patch.description {
-        et.description = description;
-    }
-    if let Some(archived) = patch.archived {
-        et.archived = archived;
-    }
-    if let Some(deprecated) = patch.deprecated {
-        et.deprecated = deprecated;
-    }
-    if let Some(schemas) = patch.schemas {
-        et.schemas = schemas;
-    }
-    if let Some(flag) = patch.feature_flag {
-        et.feature_flag = flag;
-    }
-    et.updated_at = now_ms();
-    check(&et)?;
-    state.store.upsert_event_type(&et).await?;
+    let et = optimistic::retry_stale! {
+        let before = state.store.event_type(&name).await?.ok_or(ApiError::NotFound("event type"))?;
+        let mut et = before.clone();
+        let patch = patch.clone();
+        if let Some(description) = patch.description {
+            et.description = description;
+        }
+        if let Some(archived) = patch.archived {
+            et.archived = archived;
+        }
+        if let Some(deprecated) = patch.deprecated {
+            et.deprecated = deprecated;
+        }
+        if let Some(schemas) = patch.schemas {
+            et.schemas = schemas;
+        }
+        if let Some(flag) = patch.feature_flag {
+            et.feature_flag = flag;
+        }
+        et.updated_at = optimistic::next_version(before.updated_at);
+        check(&et)?;
+        optimistic::won(state.store.update_event_type(&et, before.updated_at).await?, "event type")?;
+        Ok(et)
+    }?;
     Ok(Json(EventTypeOut::new(et, true)))
 }
 

@@ -6,6 +6,7 @@
 mod application;
 mod attempt;
 mod auth;
+mod consumer;
 mod dead_letters;
 pub(crate) mod endpoint;
 pub(crate) mod endpoint_ops;
@@ -17,6 +18,7 @@ mod idempotency;
 mod list;
 mod message;
 pub mod openapi;
+mod optimistic;
 pub(crate) mod poller;
 pub(crate) mod portal_access;
 mod rate_limit;
@@ -46,6 +48,7 @@ use crate::sealing::Keyring;
 use crate::ssrf::Guard;
 use crate::store::{App, Endpoint, Message, Store};
 use crate::supervisor::Liveness;
+pub use consumer::WaitingPolls;
 use idempotency::KeyLocks;
 pub use rate_limit::RateLimiter;
 pub use routes::{Route, Routes};
@@ -72,6 +75,8 @@ pub struct ApiSettings {
     pub user_agent: String,
     /// Who may frame the portal, and its brand.
     pub portal: crate::config::PortalConfig,
+    /// What one application may have and hold at once.
+    pub tenants: crate::config::TenantLimits,
 }
 
 /// Everything a handler can reach: one shared allocation, so the extractors' clones cost an
@@ -111,6 +116,8 @@ pub struct Services {
     pub key_locks: Arc<KeyLocks>,
     pub rate_limiter: Arc<RateLimiter>,
     pub redactor: Arc<Redactor>,
+    /// Long-polls waiting now, within the per-application and per-token caps.
+    pub long_polls: Arc<consumer::WaitingPolls>,
     pub replays: Arc<ReplayTasks>,
     /// Whether the process is sound (health checks and ingest read it).
     pub liveness: Arc<Liveness>,

@@ -5,7 +5,7 @@ use axum::Json;
 use utoipa::OpenApi;
 
 use super::{
-    application, attempt, auth, dead_letters, endpoint, endpoint_ops, event_type, health, message, poller,
+    application, attempt, auth, consumer, dead_letters, endpoint, endpoint_ops, event_type, health, message, poller,
     portal_access, session, stats, transformation,
 };
 
@@ -31,7 +31,7 @@ use super::{
         stats::endpoint_health, stats::retry_now, stats::slow_endpoints, stats::summary,
         dead_letters::dead_letter_stats, dead_letters::replay, dead_letters::replay_progress,
         poller::list_pollers, poller::create_poller, poller::get_poller, poller::patch_poller, poller::delete_poller,
-        poller::consume, poller::seek,
+        consumer::consume, consumer::seek,
     ),
     modifiers(&BearerAuth)
 )]

@@ -19,14 +19,30 @@ use super::validate::Problems;
 use super::{AppState, visible_endpoint, visible_message};
 use crate::clock::now_ms;
 use crate::deliver::{Outgoing, is_sensitive_header};
-use crate::ids::MessageId;
-use crate::scripts::Verdict;
+use crate::ids::{AppId, MessageId};
+use crate::scripts::{CheckError, Verdict};
 use crate::store::{Message, PageQuery};
 
 pub fn routes() -> Routes {
     Routes::new()
         .post("/api/v1/app/{app_id}/endpoint/{endpoint_id}/transformation/simulate", simulate)
         .get("/api/v1/app/{app_id}/msg/{msg_id}/filtered", filtered)
+}
+
+/// Checks tenant expressions about to be set, as (field, code): within their bounds and
+/// valid jq, compiled by a sandbox worker under `app`'s share of the pool (never in this
+/// process: an expression built to exhaust the parser's stack ends a worker, not Herald).
+/// A 422 names every field at fault.
+pub(crate) async fn check_expressions(state: &AppState, app: &AppId, fields: &[(&str, &str)]) -> ApiResult<()> {
+    let mut p = Problems::default();
+    for (field, code) in fields {
+        match state.sandbox.check(app, code).await {
+            Ok(()) => {}
+            Err(CheckError::Invalid(why)) => p.push(field, why),
+            Err(CheckError::Unavailable(why)) => return Err(ApiError::Unavailable(why)),
+        }
+    }
+    p.finish()
 }
 
 /// An endpoint a message's event type and channels route to, which its filter kept out.

@@ -1,12 +1,15 @@
 //! Endpoint filters and transforms, written in jq (the jaq implementation). A *filter*
 //! decides at ingest whether an endpoint gets a message at all; a *transform* rewrites the
 //! request an attempt sends (body, headers, method, path and query; never the origin), or
-//! drops the delivery. Both are checked and compiled when set ([`engine`]), and run in
-//! worker processes with a deadline and a memory cap ([`sandbox`], [`worker`]), so a
-//! runaway expression fails its own delivery and nothing else.
+//! drops the delivery. Both are bounded in length and nesting ([`bounds`]), then compiled
+//! and run only in worker processes with a deadline and a memory cap ([`sandbox`],
+//! [`worker`], [`engine`]), shared fairly between applications, so a runaway expression
+//! fails its own delivery (or its own request) and nothing else.
 
+pub mod bounds;
 pub mod engine;
 pub mod sandbox;
+mod turns;
 pub mod worker;
 
 use bytes::Bytes;
@@ -18,8 +21,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use url::Url;
 
-pub use engine::CompileError;
-pub use sandbox::{EvalError, Evaluated, Sandbox};
+pub use sandbox::{CheckError, EvalError, Evaluated, Sandbox};
 
 use crate::deliver::is_reserved_header;
 use crate::store::Message;
@@ -38,11 +40,6 @@ impl Scripts {
     pub fn is_empty(&self) -> bool {
         self.filter.is_none() && self.transform.is_none()
     }
-}
-
-/// Checks that `code` compiles (the API answers 422 with the position otherwise).
-pub fn check(code: &str) -> Result<(), CompileError> {
-    engine::Program::compile(code).map(drop)
 }
 
 /// What a filter or transform sees: the message and the endpoint's request as it stands.

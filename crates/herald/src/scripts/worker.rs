@@ -4,10 +4,16 @@
 //! is killed with it by the parent's deadline, one that eats memory or stack ends it, and
 //! the parent starts another.
 //!
-//! Once ready it writes [`READY`]. Then frames, all lengths little-endian u32: a request is
-//! the expression's length and text,
-//! then the input's length and JSON text; an answer is a status byte ([`OK`], [`NOTHING`],
-//! [`FAILED`]), then the length and text of the first output or of the error.
+//! Once ready it writes [`READY`]. Then requests and answers, all lengths little-endian
+//! u32. A request is an operation byte, [`EVALUATE`] (the expression's length and text,
+//! then the input's length and JSON text) or [`COMPILE`] (the expression's length and text
+//! only: is it valid jq?). An answer is a status byte ([`OK`], [`NOTHING`], [`FAILED`]),
+//! then the length and text of the first output or of the error (empty for a compile that
+//! succeeded).
+//!
+//! Tenants' expressions are compiled here and nowhere else: jq's parser recurses once per
+//! nesting level, and an expression built to exhaust the stack ends this process, never
+//! Herald's.
 
 use std::collections::HashMap;
 use std::io::{self, BufReader, BufWriter, Read, Write};
@@ -19,6 +25,9 @@ pub const READY: u8 = b'R';
 pub const OK: u8 = 0;
 pub const NOTHING: u8 = 1;
 pub const FAILED: u8 = 2;
+/// Operations.
+pub const EVALUATE: u8 = b'E';
+pub const COMPILE: u8 = b'C';
 
 /// Compiled expressions kept at most (the cache is emptied when it fills).
 const CACHE: usize = 512;
@@ -26,8 +35,8 @@ const CACHE: usize = 512;
 pub const MAX_FRAME: usize = 64 * 1024 * 1024;
 
 /// Serves requests on stdin/stdout until the parent closes stdin. `memory_bytes` caps the
-/// address space first.
-pub fn serve(memory_bytes: u64) -> io::Result<()> {
+/// address space first; an output longer than `max_output` bytes is answered as a failure.
+pub fn serve(memory_bytes: u64, max_output: usize) -> io::Result<()> {
     limit_memory(memory_bytes)?;
     let mut input = BufReader::new(io::stdin().lock());
     let mut output = BufWriter::new(io::stdout().lock());
@@ -35,17 +44,34 @@ pub fn serve(memory_bytes: u64) -> io::Result<()> {
     output.flush()?;
     let mut programs: HashMap<String, Result<Program, String>> = HashMap::new();
     loop {
-        let Some(code) = read_frame(&mut input)? else { return Ok(()) };
+        let mut op = [0u8];
+        match input.read_exact(&mut op) {
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+            other => other?,
+        }
+        let code = read_frame(&mut input)?.ok_or(io::ErrorKind::UnexpectedEof)?;
         let code = String::from_utf8(code).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        let data = read_frame(&mut input)?.ok_or(io::ErrorKind::UnexpectedEof)?;
+        let data = match op[0] {
+            EVALUATE => Some(read_frame(&mut input)?.ok_or(io::ErrorKind::UnexpectedEof)?),
+            COMPILE => None,
+            _ => return Err(io::Error::new(io::ErrorKind::InvalidData, "unknown operation")),
+        };
         if programs.len() >= CACHE && !programs.contains_key(&code) {
             programs.clear();
         }
         let program = programs.entry(code).or_insert_with_key(|code| Program::compile(code).map_err(|e| e.to_string()));
-        let (status, text) = match program.as_ref().map_err(Clone::clone).and_then(|p| p.run(&data)) {
-            Ok(Output::Value(value)) => (OK, value),
-            Ok(Output::Nothing) => (NOTHING, String::new()),
-            Err(e) => (FAILED, e),
+        let program = program.as_ref().map_err(Clone::clone);
+        let (status, text) = match (program, data) {
+            (Err(e), _) => (FAILED, e),
+            (Ok(_), None) => (OK, String::new()),
+            (Ok(program), Some(data)) => match program.run(&data) {
+                Ok(Output::Value(value)) if value.len() > max_output => {
+                    (FAILED, format!("the output is longer than {max_output} bytes"))
+                }
+                Ok(Output::Value(value)) => (OK, value),
+                Ok(Output::Nothing) => (NOTHING, String::new()),
+                Err(e) => (FAILED, e),
+            },
         };
         output.write_all(&[status])?;
         write_frame(&mut output, text.as_bytes())?;

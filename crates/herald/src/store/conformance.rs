@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::clock::now_ms;
+use crate::clock::{Millis, now_ms};
 use crate::ids::{AppId, AttemptId, EndpointId, MessageId};
 use crate::store::*;
 
@@ -96,7 +96,7 @@ async fn seeded(store: &dyn Store, n: usize) -> (App, Endpoint, Vec<(MessageId, 
     let app = app();
     store.insert_app(&app).await.unwrap();
     let ep = endpoint(&app);
-    store.insert_endpoint(&ep).await.unwrap();
+    assert!(store.insert_endpoint(&ep, 1000).await.unwrap());
     let mut out = vec![];
     for _ in 0..n {
         let m = message(&app, None);
@@ -118,11 +118,67 @@ pub async fn an_application_reads_back_as_written(store: &dyn Store) {
     assert_eq!(store.app(app.id.as_str()).await.unwrap().as_ref(), Some(&app));
     app.proxy =
         Some(AppProxy { url: "http://proxy.internal:3128".into(), credentials: SealedAuth("v1.k.sealed".into()) });
-    store.update_app(&app).await.unwrap();
+    let read_at = bump(&mut app.updated_at);
+    assert!(store.update_app(&app, read_at).await.unwrap());
     assert_eq!(store.app(app.id.as_str()).await.unwrap().as_ref(), Some(&app));
     app.proxy = None;
-    store.update_app(&app).await.unwrap();
+    let read_at = bump(&mut app.updated_at);
+    assert!(store.update_app(&app, read_at).await.unwrap());
     assert_eq!(store.app(app.id.as_str()).await.unwrap().as_ref(), Some(&app));
+}
+
+/// Moves a row's version on, returning the one it had (what its writer read).
+fn bump(updated_at: &mut Millis) -> Millis {
+    let read_at = *updated_at;
+    *updated_at += 1;
+    read_at
+}
+
+pub async fn a_write_from_a_stale_read_changes_nothing(store: &dyn Store) {
+    let (app, ep, _) = seeded(store, 0).await;
+    let stale = ep.updated_at;
+    let (mut first, mut second) = (ep.clone(), ep.clone());
+    first.url = "https://first.example.com/".into();
+    first.updated_at = stale + 1;
+    second.description = "second".into();
+    second.updated_at = stale + 1;
+    assert!(store.update_endpoint(&first, stale).await.unwrap(), "the first writer read the current version");
+    assert!(!store.update_endpoint(&second, stale).await.unwrap(), "the second read a version that is gone");
+    assert_eq!(store.endpoint(&app.id, ep.id.as_str()).await.unwrap(), Some(first));
+
+    let mut a = store.app(app.id.as_str()).await.unwrap().unwrap();
+    let stale = a.updated_at;
+    a.name = "renamed".into();
+    a.updated_at = stale + 1;
+    assert!(store.update_app(&a, stale).await.unwrap());
+    assert!(!store.update_app(&a, stale).await.unwrap());
+
+    let mut et = EventType {
+        name: "invoice.paid".into(),
+        description: "one".into(),
+        archived: false,
+        deprecated: false,
+        schemas: None,
+        feature_flag: None,
+        created_at: 1,
+        updated_at: 1,
+    };
+    store.insert_event_type(&et).await.unwrap();
+    et.description = "two".into();
+    et.updated_at = 2;
+    assert!(store.update_event_type(&et, 1).await.unwrap());
+    assert!(!store.update_event_type(&et, 1).await.unwrap());
+    assert_eq!(store.event_type("invoice.paid").await.unwrap().map(|e| e.description), Some("two".into()));
+    et.name = "absent".into();
+    assert!(!store.update_event_type(&et, 2).await.unwrap(), "nothing to update");
+
+    let mut p = poller(&app);
+    assert!(store.insert_poller(&p, 100).await.unwrap());
+    let stale = p.updated_at;
+    p.description = "changed".into();
+    p.updated_at = stale + 1;
+    assert!(store.update_poller(&p, stale).await.unwrap());
+    assert!(!store.update_poller(&p, stale).await.unwrap());
 }
 
 pub async fn an_endpoint_reads_back_as_written_and_its_tombstone_keeps_no_credentials(store: &dyn Store) {
@@ -130,13 +186,32 @@ pub async fn an_endpoint_reads_back_as_written_and_its_tombstone_keeps_no_creden
     assert_eq!(store.endpoint(&app.id, ep.id.as_str()).await.unwrap().as_ref(), Some(&ep));
     ep.scripts = crate::scripts::Scripts { filter: None, transform: Some("{payload: .payload.x}".into()) };
     ep.auth = crate::store::SealedAuth::default();
-    store.update_endpoint(&ep).await.unwrap();
+    let read_at = bump(&mut ep.updated_at);
+    assert!(store.update_endpoint(&ep, read_at).await.unwrap());
     assert_eq!(store.endpoint(&app.id, ep.id.as_str()).await.unwrap().as_ref(), Some(&ep));
     ep.auth = crate::store::SealedAuth("v1.test.sealed".into());
-    store.update_endpoint(&ep).await.unwrap();
+    let read_at = bump(&mut ep.updated_at);
+    assert!(store.update_endpoint(&ep, read_at).await.unwrap());
     store.delete_endpoint(&app.id, &ep.id).await.unwrap();
     let kept = store.deleted_endpoint(&ep.id).await.unwrap().expect("a tombstone");
     assert_eq!((kept.scripts, kept.auth.0.as_str(), kept.headers.0.as_str()), (ep.scripts, "", ""));
+}
+
+pub async fn an_application_holds_at_most_its_cap_of_endpoints_and_pollers(store: &dyn Store) {
+    let (app, _, _) = seeded(store, 0).await;
+    assert!(store.insert_endpoint(&endpoint(&app), 2).await.unwrap(), "the second of two");
+    assert!(!store.insert_endpoint(&endpoint(&app), 2).await.unwrap(), "a third is refused");
+    assert_eq!(store.app_endpoints(&app.id).await.unwrap().len(), 2);
+    let other = self::app();
+    store.insert_app(&other).await.unwrap();
+    assert!(store.insert_endpoint(&endpoint(&other), 2).await.unwrap(), "another application's count is its own");
+
+    let mut first = poller(&app);
+    first.uid = None;
+    assert!(store.insert_poller(&first, 1).await.unwrap());
+    let mut second = poller(&app);
+    second.uid = None;
+    assert!(!store.insert_poller(&second, 1).await.unwrap());
 }
 
 pub async fn claims_are_exclusive(store: &dyn Store) {
@@ -217,7 +292,7 @@ pub async fn retries_keep_or_release_the_claim(store: &dyn Store) {
 pub async fn an_uncertain_ingest_gives_its_deliveries_back(store: &dyn Store) {
     let (app, ep, _) = seeded(store, 0).await;
     let second = endpoint(&app);
-    store.insert_endpoint(&second).await.unwrap();
+    assert!(store.insert_endpoint(&second, 1000).await.unwrap());
     let ingest = |owner: &str| {
         let m = message(&app, None);
         let deliveries = [&ep, &second].map(|e| NewDelivery { endpoint: e.id.clone(), strict: false }).to_vec();
@@ -325,7 +400,7 @@ pub async fn dead_letters_are_listed_with_their_last_attempt_and_replayed_by_id(
 pub async fn resend_creates_a_delivery_for_a_new_endpoint(store: &dyn Store) {
     let (app, _, msgs) = seeded(store, 1).await;
     let later = endpoint(&app);
-    store.insert_endpoint(&later).await.unwrap();
+    assert!(store.insert_endpoint(&later, 1000).await.unwrap());
     let resend = Requeue::Resend { app: app.id.clone(), msg: msgs[0].0.clone(), endpoint: later.id.clone() };
     assert_eq!(store.requeue(resend).await.unwrap(), 1);
     let page = PageQuery { limit: 10, iterator: None, descending: false };
@@ -635,7 +710,7 @@ pub async fn the_operator_finds_messages_applications_and_endpoints(store: &dyn 
     store.insert_app(&shop).await.unwrap();
     let mut ep = endpoint(&shop);
     ep.url = "https://hooks.acme.example/in_bound".into();
-    store.insert_endpoint(&ep).await.unwrap();
+    assert!(store.insert_endpoint(&ep, 1000).await.unwrap());
     let other = app();
     store.insert_app(&other).await.unwrap();
     let mut found_ids = vec![];
@@ -703,16 +778,20 @@ pub async fn a_poller_reads_back_as_written_and_its_consumers_keep_their_places(
     let app = app();
     store.insert_app(&app).await.unwrap();
     let mut p = poller(&app);
-    store.insert_poller(&p).await.unwrap();
+    assert!(store.insert_poller(&p, 100).await.unwrap());
     assert_eq!(store.poller(&app.id, p.id.as_str()).await.unwrap().as_ref(), Some(&p));
     assert_eq!(store.poller(&app.id, "nightly-batch").await.unwrap().as_ref(), Some(&p), "by uid");
     let mut twin = poller(&app);
     twin.id = crate::ids::PollerId::generate();
-    assert!(matches!(store.insert_poller(&twin).await, Err(StoreError::Conflict(_))), "a uid once per application");
+    assert!(
+        matches!(store.insert_poller(&twin, 100).await, Err(StoreError::Conflict(_))),
+        "a uid once per application"
+    );
     p.description = "changed".into();
     p.channels = Some(vec!["eu".into()]);
     p.filter = None;
-    store.update_poller(&p).await.unwrap();
+    let read_at = bump(&mut p.updated_at);
+    assert!(store.update_poller(&p, read_at).await.unwrap());
     assert_eq!(store.poller(&app.id, p.id.as_str()).await.unwrap().as_ref(), Some(&p));
     assert_eq!(
         store.list_pollers(&app.id, &PageQuery { limit: 10, iterator: None, descending: false }).await.unwrap(),
@@ -721,11 +800,22 @@ pub async fn a_poller_reads_back_as_written_and_its_consumers_keep_their_places(
 
     assert_eq!(store.consumer_position(&p.id, "a").await.unwrap(), None);
     let at = LogPosition { major: 7, minor: "msg_x".into() };
-    store.save_consumer_position(&p.id, "a", &at).await.unwrap();
-    store.save_consumer_position(&p.id, "b", &LogPosition::default()).await.unwrap();
+    assert!(store.move_consumer(&p.id, "a", &at, Move::Forward, 2).await.unwrap());
+    assert!(store.move_consumer(&p.id, "b", &LogPosition::default(), Move::Forward, 2).await.unwrap());
+    assert!(!store.move_consumer(&p.id, "c", &at, Move::Forward, 2).await.unwrap(), "a third consumer of two");
+    assert_eq!(store.consumer_position(&p.id, "c").await.unwrap(), None);
     let kept = store.consumer_position(&p.id, "a").await.unwrap().unwrap();
     assert_eq!(kept.major, 7, "each consumer its own place");
     assert_eq!(store.consumer_position(&p.id, "b").await.unwrap().unwrap().major, 0);
+    let back = LogPosition { major: 3, minor: "msg_x".into() };
+    assert!(store.move_consumer(&p.id, "a", &back, Move::Forward, 2).await.unwrap());
+    assert_eq!(
+        store.consumer_position(&p.id, "a").await.unwrap().unwrap().major,
+        7,
+        "an acknowledgement never moves back"
+    );
+    assert!(store.move_consumer(&p.id, "a", &back, Move::To, 2).await.unwrap());
+    assert_eq!(store.consumer_position(&p.id, "a").await.unwrap().unwrap().major, 3, "a seek does");
     let listed = store.consumers(&p.id, 10).await.unwrap();
     let mut names: Vec<&str> = listed.iter().map(|c| c.name.as_str()).collect();
     names.sort_unstable();
@@ -741,7 +831,7 @@ pub async fn a_messages_trace_context_comes_back_wherever_it_is_read(store: &dyn
     let app = app();
     store.insert_app(&app).await.unwrap();
     let ep = endpoint(&app);
-    store.insert_endpoint(&ep).await.unwrap();
+    assert!(store.insert_endpoint(&ep, 1000).await.unwrap());
     let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let traced = Message { trace: crate::telemetry::parse_traceparent(traceparent), ..message(&app, None) };
     for m in [&traced, &message(&app, None)] {
@@ -786,6 +876,8 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@cases $make;
             an_application_reads_back_as_written,
             an_endpoint_reads_back_as_written_and_its_tombstone_keeps_no_credentials,
+            a_write_from_a_stale_read_changes_nothing,
+            an_application_holds_at_most_its_cap_of_endpoints_and_pollers,
             claims_are_exclusive,
             only_the_claim_holder_records_an_outcome,
             retries_keep_or_release_the_claim,

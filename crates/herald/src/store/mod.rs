@@ -13,6 +13,7 @@ mod model;
 pub mod postgres;
 mod sql;
 pub mod sqlite;
+mod wakeups;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +22,7 @@ use async_trait::async_trait;
 use tokio::sync::{Notify, broadcast};
 
 pub use model::*;
+pub use wakeups::{AppWakeups, AppWatch, RECHECK as LOG_RECHECK};
 
 use crate::breaker::Breaker;
 use crate::clock::Millis;
@@ -81,11 +83,14 @@ pub trait CatalogStore: Send + Sync {
     /// Finds an application by id or by uid.
     async fn app(&self, id_or_uid: &str) -> StoreResult<Option<App>>;
     async fn list_apps(&self, page: &PageQuery) -> StoreResult<Vec<App>>;
-    async fn update_app(&self, app: &App) -> StoreResult<()>;
+    /// Replaces an application's row if it is still the version last read (its
+    /// `updated_at` is `read_at`); false when another write came first (read it again).
+    async fn update_app(&self, app: &App, read_at: Millis) -> StoreResult<bool>;
     /// Deletes an application with its endpoints, messages, deliveries and attempts.
     async fn delete_app(&self, id: &AppId) -> StoreResult<()>;
 
-    async fn insert_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()>;
+    /// Adds an endpoint unless its application has `cap` endpoints already (false then).
+    async fn insert_endpoint(&self, endpoint: &Endpoint, cap: usize) -> StoreResult<bool>;
     /// Finds an endpoint of `app` by id or by uid.
     async fn endpoint(&self, app: &AppId, id_or_uid: &str) -> StoreResult<Option<Endpoint>>;
     async fn endpoint_by_id(&self, id: &EndpointId) -> StoreResult<Option<Endpoint>>;
@@ -95,13 +100,18 @@ pub trait CatalogStore: Send + Sync {
     async fn list_endpoints(&self, app: &AppId, page: &PageQuery) -> StoreResult<Vec<Endpoint>>;
     /// Every endpoint of an application (for routing).
     async fn app_endpoints(&self, app: &AppId) -> StoreResult<Vec<Endpoint>>;
-    async fn update_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()>;
+    /// Replaces an endpoint's row if it is still the version last read (its `updated_at` is
+    /// `read_at`); false when another write came first (read it again).
+    async fn update_endpoint(&self, endpoint: &Endpoint, read_at: Millis) -> StoreResult<bool>;
     /// Deletes an endpoint; its pending deliveries are cancelled.
     async fn delete_endpoint(&self, app: &AppId, id: &EndpointId) -> StoreResult<()>;
 
     /// Inserts or replaces an event type; returns whether it was created.
     async fn upsert_event_type(&self, event_type: &EventType) -> StoreResult<bool>;
     async fn insert_event_type(&self, event_type: &EventType) -> StoreResult<()>;
+    /// Replaces an event type if it is still the version last read (its `updated_at` is
+    /// `read_at`); false when another write came first, or it is gone.
+    async fn update_event_type(&self, event_type: &EventType, read_at: Millis) -> StoreResult<bool>;
     async fn event_type(&self, name: &str) -> StoreResult<Option<EventType>>;
     async fn list_event_types(&self, page: &PageQuery, include_archived: bool) -> StoreResult<Vec<EventType>>;
     /// Archives an event type, or removes it when `expunge`; returns whether it existed.
@@ -272,17 +282,31 @@ pub trait HistoryStore: Send + Sync {
 /// application's message log read in commit order.
 #[async_trait]
 pub trait PollStore: Send + Sync {
-    async fn insert_poller(&self, poller: &Poller) -> StoreResult<()>;
+    /// Adds a poller unless its application has `cap` pollers already (false then).
+    async fn insert_poller(&self, poller: &Poller, cap: usize) -> StoreResult<bool>;
     /// A poller by id or uid.
     async fn poller(&self, app: &AppId, id_or_uid: &str) -> StoreResult<Option<Poller>>;
     async fn list_pollers(&self, app: &AppId, page: &PageQuery) -> StoreResult<Vec<Poller>>;
-    async fn update_poller(&self, poller: &Poller) -> StoreResult<()>;
+    /// Replaces a poller if it is still the version last read (its `updated_at` is
+    /// `read_at`); false when another write came first, or it is gone.
+    async fn update_poller(&self, poller: &Poller, read_at: Millis) -> StoreResult<bool>;
     /// Deletes the poller and its consumers' positions.
     async fn delete_poller(&self, app: &AppId, id: &PollerId) -> StoreResult<()>;
     /// Where a consumer stands; `None` for a consumer never seen (it starts at the
     /// beginning of what is retained).
     async fn consumer_position(&self, poller: &PollerId, consumer: &str) -> StoreResult<Option<LogPosition>>;
-    async fn save_consumer_position(&self, poller: &PollerId, consumer: &str, at: &LogPosition) -> StoreResult<()>;
+    /// Moves a consumer to `at`: only forward with [`Move::Forward`] (an acknowledgement: a
+    /// position it passed stays, whatever the order of concurrent requests), anywhere with
+    /// [`Move::To`] (a seek). A consumer not seen before is added only while the poller has
+    /// fewer than `cap`; false when it was refused for that.
+    async fn move_consumer(
+        &self,
+        poller: &PollerId,
+        consumer: &str,
+        at: &LogPosition,
+        how: Move,
+        cap: usize,
+    ) -> StoreResult<bool>;
     /// Up to `limit` of the poller's consumers, the most recently moved first.
     async fn consumers(&self, poller: &PollerId, limit: usize) -> StoreResult<Vec<ConsumerState>>;
     /// Up to `limit` messages of `app` after `after`, in commit order, each with its
@@ -298,6 +322,11 @@ pub trait PollStore: Send + Sync {
     /// The position just before the first retained message of `app` created at or after
     /// `at` (for seeking to a time).
     async fn position_at(&self, app: &AppId, at: Millis) -> StoreResult<LogPosition>;
+    /// The position of `app`'s last readable message, for a store shared by processes
+    /// whose commits this one does not hear of (see `AppWakeups`); `None` elsewhere.
+    async fn log_head(&self, _app: &AppId) -> StoreResult<Option<LogPosition>> {
+        Ok(None)
+    }
 }
 
 /// A change another process made to applications or endpoints, announced through the
@@ -321,13 +350,13 @@ pub struct Signals {
     /// Claimable work appeared (a delivery committed unclaimed, a requeue, a reaped lease).
     pub work: Arc<Notify>,
     pub catalog: broadcast::Sender<CatalogChange>,
-    /// This process committed messages (pollers' long-polls wake on it).
-    pub messages: Arc<Notify>,
+    /// This process committed messages of an application (its pollers' long-polls wake).
+    pub messages: Arc<AppWakeups>,
 }
 
 impl Default for Signals {
     fn default() -> Self {
-        Self { work: Arc::new(Notify::new()), catalog: broadcast::channel(1024).0, messages: Arc::new(Notify::new()) }
+        Self { work: Arc::new(Notify::new()), catalog: broadcast::channel(1024).0, messages: Arc::default() }
     }
 }
 

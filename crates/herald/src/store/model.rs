@@ -137,6 +137,15 @@ pub struct LogPosition {
     pub minor: String,
 }
 
+/// How a consumer's position may move (see `PollStore::move_consumer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Move {
+    /// Only to a later position.
+    Forward,
+    /// To any position.
+    To,
+}
+
 /// A poller's consumer as the portal shows it: its name and when its position last moved
 /// (an acknowledged page, or a seek).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,6 +12,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 use crate::support::receiver::Received;
+use crate::support::server::Storage;
 use crate::support::{Receiver, TestServer, eventually, verifies};
 
 fn body_of(request: &Received) -> Value {
@@ -302,18 +303,30 @@ async fn the_endpoints_owner_sets_its_own_filter_and_transform() {
 #[tokio::test]
 async fn without_a_sandbox_nothing_is_routed_short_or_dead_lettered() {
     let receiver = Receiver::ok().await;
-    let server = TestServer::start_with(|c| c.scripts.worker_program = Some("/nonexistent/herald".into())).await;
+    let storage = Storage::new().await;
+    // Expressions are compiled by the sandbox when they are set: set them while it runs.
+    let server = TestServer::start_on(&storage, |_| {}).await;
     let app = server.create_app("shop").await;
     let filtered = server.create_endpoint(&app, &receiver.url("/f"), json!({"filter": ".payload.ok"})).await;
+    server.post("/api/v1/event-type", json!({"name": "t", "description": "t"})).await;
+    let transformed =
+        server.create_endpoint(&app, &receiver.url("/t"), json!({"transform": ".", "filterTypes": ["t"]})).await;
+    server.stop().await;
+
+    let server =
+        TestServer::start_on(&storage, |c| c.scripts.worker_program = Some("/nonexistent/herald".into())).await;
     let (status, body) =
         server.post(&format!("/api/v1/app/{app}/msg"), json!({"eventType": "e", "payload": {"ok": true}})).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "refused, not routed without its filter: {body}");
-
     let path = format!("/api/v1/app/{app}/endpoint/{}", filtered["id"].as_str().unwrap());
-    server.call(Method::PATCH, &path, Some(json!({"filter": null, "transform": "."}))).await;
-    let msg = server.send(&app, json!({"eventType": "e", "payload": {"ok": true}})).await;
+    let (status, body) = server.call(Method::PATCH, &path, Some(json!({"filter": ".payload.ok == true"}))).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "a new expression cannot be checked: {body}");
+    let (status, _) = server.call(Method::PATCH, &path, Some(json!({"filter": null}))).await;
+    assert_eq!(status, StatusCode::OK, "removing one needs no sandbox");
+
+    let msg = server.send(&app, json!({"eventType": "t", "payload": {"ok": true}})).await;
     let attempt = eventually("an attempt", || async { server.attempts(&app, &msg).await.into_iter().next() }).await;
     assert_eq!(attempt["errorClass"], "internal", "Herald's failure, not the transform's: {attempt}");
-    let status = server.delivery_status(&app, &msg, filtered["id"].as_str().unwrap()).await;
+    let status = server.delivery_status(&app, &msg, transformed["id"].as_str().unwrap()).await;
     assert_eq!(status, Some(3), "still to be retried (Svix's \"sending\"), not a dead letter");
 }

@@ -6,6 +6,7 @@ use tokio_postgres::types::{Json, ToSql};
 
 use super::rows::{self, APP_COLUMNS, ENDPOINT_COLUMNS, EVENT_TYPE_COLUMNS, KEPT_ENDPOINT_COLUMNS, Query};
 use super::{PgStore, db_err, pg_err};
+use crate::clock::Millis;
 use crate::ids::{AppId, EndpointId};
 use crate::store::{App, CatalogStore, DeliveryState, Endpoint, EventType, PageQuery, StoreResult, contains_pattern};
 
@@ -39,6 +40,21 @@ impl PgStore {
         tx.commit().await.map_err(db_err)?;
         Ok(changed)
     }
+}
+
+/// Whether `app` has fewer than `cap` rows in `table` (endpoints, pollers), counted under a
+/// lock on the application for the rest of `tx`, so that two inserts cannot both pass.
+pub(super) async fn under_cap(
+    tx: &tokio_postgres::Transaction<'_>,
+    app: &AppId,
+    table: &'static str,
+    cap: usize,
+) -> StoreResult<bool> {
+    let lock = format!("{table}:{app}");
+    tx.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", &[&lock]).await.map_err(db_err)?;
+    let sql = format!("SELECT count(*) FROM herald.{table} WHERE app_id = $1");
+    let count: i64 = tx.query_one(&sql, &[&app.as_str()]).await.map_err(db_err)?.get(0);
+    Ok(count < cap as i64)
 }
 
 fn endpoint_params(e: &Endpoint) -> Vec<Box<dyn ToSql + Sync + Send>> {
@@ -121,11 +137,11 @@ impl CatalogStore for PgStore {
         Ok(found.iter().map(rows::app).collect())
     }
 
-    async fn update_app(&self, app: &App) -> StoreResult<()> {
+    async fn update_app(&self, app: &App, read_at: Millis) -> StoreResult<bool> {
         let (rate, cap, weight) = app_limits(app);
         let brand = app.portal_brand.as_ref().map(Json);
         let (proxy_url, proxy_credentials) = proxy_columns(app);
-        let params: [&(dyn ToSql + Sync); 11] = [
+        let params: [&(dyn ToSql + Sync); 12] = [
             &app.uid,
             &app.name,
             &Json(&app.metadata),
@@ -137,11 +153,12 @@ impl CatalogStore for PgStore {
             &brand,
             &proxy_url,
             &proxy_credentials,
+            &read_at,
         ];
         let sql = "UPDATE herald.app SET uid = $1, name = $2, metadata = $3, throttle_rate = $4, max_concurrency = $5,
                        weight = $6, updated_at = $7, portal_brand = $9, proxy_url = $10, proxy_credentials = $11
-                   WHERE id = $8";
-        self.change(sql, &params, app_change(&app.id), APP_CONFLICT).await.map(drop)
+                   WHERE id = $8 AND updated_at = $12";
+        self.change(sql, &params, app_change(&app.id), APP_CONFLICT).await.map(|changed| changed == 1)
     }
 
     async fn delete_app(&self, id: &AppId) -> StoreResult<()> {
@@ -163,12 +180,19 @@ impl CatalogStore for PgStore {
         tx.commit().await.map_err(db_err)
     }
 
-    async fn insert_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()> {
+    async fn insert_endpoint(&self, endpoint: &Endpoint, cap: usize) -> StoreResult<bool> {
         let params = endpoint_params(endpoint);
         let marks = (1..=params.len()).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ");
         let sql = format!("INSERT INTO herald.endpoint ({ENDPOINT_COLUMNS}) VALUES ({marks})");
-        let announce = endpoint_change(&endpoint.app_id, &endpoint.id);
-        self.change(&sql, &refs(&params), announce, ENDPOINT_CONFLICT).await.map(drop)
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db_err)?;
+        if !under_cap(&tx, &endpoint.app_id, "endpoint", cap).await? {
+            return Ok(false);
+        }
+        tx.execute(&sql, &refs(&params)).await.map_err(pg_err(ENDPOINT_CONFLICT))?;
+        tx.execute(NOTIFY, &[&endpoint_change(&endpoint.app_id, &endpoint.id)]).await.map_err(db_err)?;
+        tx.commit().await.map_err(db_err)?;
+        Ok(true)
     }
 
     async fn endpoint(&self, app: &AppId, id_or_uid: &str) -> StoreResult<Option<Endpoint>> {
@@ -223,17 +247,20 @@ impl CatalogStore for PgStore {
         Ok(found.iter().map(rows::endpoint).collect())
     }
 
-    async fn update_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()> {
+    async fn update_endpoint(&self, endpoint: &Endpoint, read_at: Millis) -> StoreResult<bool> {
         let sql = "UPDATE herald.endpoint SET uid = $2, url = $3, description = $4, disabled = $5, event_types = $6,
                        channels = $7, metadata = $8, throttle_rate = $9, headers = $10, secrets = $11, delivery = $12,
                        request = $13, updated_at = $14, scripts = $15, auth = $16
-                   WHERE id = $1";
+                   WHERE id = $1 AND updated_at = $17";
         let mut params = endpoint_params(endpoint);
         params.remove(14); // created_at never changes
         params.remove(1); // nor does app_id
+        params.push(Box::new(read_at));
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db_err)?;
-        tx.execute(sql, &refs(&params)).await.map_err(pg_err(ENDPOINT_CONFLICT))?;
+        if tx.execute(sql, &refs(&params)).await.map_err(pg_err(ENDPOINT_CONFLICT))? == 0 {
+            return Ok(false); // rolled back when dropped
+        }
         // Pending deliveries follow the endpoint's (possibly new) ordering.
         let strict = endpoint.delivery.ordering == Some(crate::endpoint_settings::Ordering::Strict);
         tx.execute(
@@ -243,7 +270,8 @@ impl CatalogStore for PgStore {
         .await
         .map_err(db_err)?;
         tx.execute(NOTIFY, &[&endpoint_change(&endpoint.app_id, &endpoint.id)]).await.map_err(db_err)?;
-        tx.commit().await.map_err(db_err)
+        tx.commit().await.map_err(db_err)?;
+        Ok(true)
     }
 
     async fn delete_endpoint(&self, app: &AppId, id: &EndpointId) -> StoreResult<()> {
@@ -289,6 +317,25 @@ impl CatalogStore for PgStore {
         ];
         let row = client.query_one(&sql, &params).await.map_err(db_err)?;
         Ok(row.get(0))
+    }
+
+    async fn update_event_type(&self, et: &EventType, read_at: Millis) -> StoreResult<bool> {
+        let client = self.client().await?;
+        let sql = "UPDATE herald.event_type SET description = $2, archived = $3, deprecated = $4, schemas = $5,
+                       feature_flag = $6, updated_at = $7
+                   WHERE name = $1 AND updated_at = $8";
+        let schemas = et.schemas.as_ref().map(Json);
+        let params: [&(dyn ToSql + Sync); 8] = [
+            &et.name,
+            &et.description,
+            &et.archived,
+            &et.deprecated,
+            &schemas,
+            &et.feature_flag,
+            &et.updated_at,
+            &read_at,
+        ];
+        Ok(client.execute(sql, &params).await.map_err(db_err)? == 1)
     }
 
     async fn insert_event_type(&self, et: &EventType) -> StoreResult<()> {

@@ -24,9 +24,10 @@ fn delivery_status_condition(status: DeliveryStatus) -> &'static str {
 #[async_trait]
 impl MessageStore for PgStore {
     async fn ingest(&self, new: NewMessage) -> StoreResult<IngestResult> {
+        let app = new.message.app_id.clone();
         let done = self.ingest.submit(new).await;
         if done.is_ok() {
-            self.signals.messages.notify_waiters();
+            self.signals.messages.notify(&app);
         }
         done
     }

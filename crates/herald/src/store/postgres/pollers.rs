@@ -7,11 +7,12 @@ use async_trait::async_trait;
 use tokio_postgres::Row;
 use tokio_postgres::types::{Json, ToSql};
 
+use super::catalog::under_cap;
 use super::rows::{self, MESSAGE_COLUMNS};
 use super::{PgStore, db_err, pg_err};
 use crate::clock::{Millis, now_ms};
 use crate::ids::{AppId, MessageId, PollerId, first_body_at};
-use crate::store::{ConsumerState, LogPosition, Message, PageQuery, PollStore, Poller, StoreResult};
+use crate::store::{ConsumerState, LogPosition, Message, Move, PageQuery, PollStore, Poller, StoreResult};
 
 const POLLER_COLUMNS: &str =
     "id, app_id, uid, description, event_types, channels, filter, metadata, created_at, updated_at";
@@ -55,14 +56,19 @@ fn position(row: &Row) -> LogPosition {
 
 #[async_trait]
 impl PollStore for PgStore {
-    async fn insert_poller(&self, p: &Poller) -> StoreResult<()> {
-        let client = self.client().await?;
+    async fn insert_poller(&self, p: &Poller, cap: usize) -> StoreResult<bool> {
+        let mut client = self.client().await?;
         let params = poller_params(p);
         let params: Vec<&(dyn ToSql + Sync)> = params.iter().map(|b| b.as_ref() as &(dyn ToSql + Sync)).collect();
         let sql =
             format!("INSERT INTO herald.poller ({POLLER_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)");
-        client.execute(&sql, &params).await.map_err(pg_err(UID_TAKEN))?;
-        Ok(())
+        let tx = client.transaction().await.map_err(db_err)?;
+        if !under_cap(&tx, &p.app_id, "poller", cap).await? {
+            return Ok(false);
+        }
+        tx.execute(&sql, &params).await.map_err(pg_err(UID_TAKEN))?;
+        tx.commit().await.map_err(db_err)?;
+        Ok(true)
     }
 
     async fn poller(&self, app: &AppId, id_or_uid: &str) -> StoreResult<Option<Poller>> {
@@ -82,16 +88,16 @@ impl PollStore for PgStore {
         Ok(found.iter().map(poller).collect())
     }
 
-    async fn update_poller(&self, p: &Poller) -> StoreResult<()> {
+    async fn update_poller(&self, p: &Poller, read_at: Millis) -> StoreResult<bool> {
         let client = self.client().await?;
         let mut params = poller_params(p);
         params.remove(8); // created_at does not change
+        params.push(Box::new(read_at));
         let params: Vec<&(dyn ToSql + Sync)> = params.iter().map(|b| b.as_ref() as &(dyn ToSql + Sync)).collect();
         let sql = "UPDATE herald.poller SET uid = $3, description = $4, event_types = $5, channels = $6, filter = $7,
                        metadata = $8, updated_at = $9
-                   WHERE id = $1 AND app_id = $2";
-        client.execute(sql, &params).await.map_err(pg_err(UID_TAKEN))?;
-        Ok(())
+                   WHERE id = $1 AND app_id = $2 AND updated_at = $10";
+        Ok(client.execute(sql, &params).await.map_err(pg_err(UID_TAKEN))? == 1)
     }
 
     async fn delete_poller(&self, app: &AppId, id: &PollerId) -> StoreResult<()> {
@@ -111,13 +117,41 @@ impl PollStore for PgStore {
         Ok(row.as_ref().map(position))
     }
 
-    async fn save_consumer_position(&self, poller: &PollerId, consumer: &str, at: &LogPosition) -> StoreResult<()> {
-        let client = self.client().await?;
-        let sql = "INSERT INTO herald.poller_consumer VALUES ($1, $2, $3, $4, $5)
-                   ON CONFLICT (poller_id, name) DO UPDATE SET tx = excluded.tx, msg_id = excluded.msg_id,
-                       updated_at = excluded.updated_at";
-        client.execute(sql, &[&poller.as_str(), &consumer, &at.major, &at.minor, &now_ms()]).await.map_err(db_err)?;
-        Ok(())
+    async fn move_consumer(
+        &self,
+        poller: &PollerId,
+        consumer: &str,
+        at: &LogPosition,
+        how: Move,
+        cap: usize,
+    ) -> StoreResult<bool> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db_err)?;
+        let known = "SELECT 1 FROM herald.poller_consumer WHERE poller_id = $1 AND name = $2";
+        if tx.query_opt(known, &[&poller.as_str(), &consumer]).await.map_err(db_err)?.is_none() {
+            // A new consumer: counted under a lock on the poller, so two cannot both pass.
+            let lock = format!("consumer:{poller}");
+            tx.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", &[&lock]).await.map_err(db_err)?;
+            let count = "SELECT count(*) FROM herald.poller_consumer WHERE poller_id = $1";
+            let count: i64 = tx.query_one(count, &[&poller.as_str()]).await.map_err(db_err)?.get(0);
+            if count >= cap as i64 {
+                return Ok(false);
+            }
+        }
+        let only_forward = match how {
+            Move::Forward => {
+                "WHERE (herald.poller_consumer.tx, herald.poller_consumer.msg_id) < (excluded.tx, excluded.msg_id)"
+            }
+            Move::To => "",
+        };
+        let sql = format!(
+            "INSERT INTO herald.poller_consumer VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (poller_id, name) DO UPDATE SET tx = excluded.tx, msg_id = excluded.msg_id,
+                 updated_at = excluded.updated_at {only_forward}"
+        );
+        tx.execute(&sql, &[&poller.as_str(), &consumer, &at.major, &at.minor, &now_ms()]).await.map_err(db_err)?;
+        tx.commit().await.map_err(db_err)?;
+        Ok(true)
     }
 
     async fn consumers(&self, poller: &PollerId, limit: usize) -> StoreResult<Vec<ConsumerState>> {
@@ -163,11 +197,16 @@ impl PollStore for PgStore {
             return Ok(LogPosition { major: row.get(0), minor: String::new() });
         }
         // Nothing that recent: after the newest message settled so far.
+        Ok(self.log_head(app).await?.unwrap_or_default())
+    }
+
+    async fn log_head(&self, app: &AppId) -> StoreResult<Option<LogPosition>> {
+        let client = self.client().await?;
         let sql = format!(
             "SELECT m.tx::text::bigint, m.id FROM herald.message m WHERE m.app_id = $1 AND {SETTLED}
              ORDER BY m.tx DESC, m.id DESC LIMIT 1"
         );
         let newest = client.query_opt(&sql, &[&app.as_str()]).await.map_err(db_err)?;
-        Ok(newest.as_ref().map(position).unwrap_or_default())
+        Ok(newest.as_ref().map(position))
     }
 }

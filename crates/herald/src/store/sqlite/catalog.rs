@@ -8,6 +8,7 @@ use super::rows::{
     self, APP_COLUMNS, ENDPOINT_COLUMNS, EVENT_TYPE_COLUMNS, KEPT_ENDPOINT_COLUMNS, Query, opt_json_value, to_json,
 };
 use super::{SqliteStore, is_unique_violation};
+use crate::clock::Millis;
 use crate::ids::{AppId, EndpointId};
 use crate::store::{
     App, CatalogStore, DeliveryState, Endpoint, EventType, PageQuery, StoreError, StoreResult, contains_pattern,
@@ -81,13 +82,13 @@ impl CatalogStore for SqliteStore {
             .await
     }
 
-    async fn update_app(&self, app: &App) -> StoreResult<()> {
+    async fn update_app(&self, app: &App, read_at: Millis) -> StoreResult<bool> {
         let app = app.clone();
         self.writer
             .write(move |conn| {
                 conn.prepare_cached(
                     "UPDATE app SET uid = ?, name = ?, metadata = ?, throttle_rate = ?, max_concurrency = ?, weight = ?,
-                        portal_brand = ?, proxy_url = ?, proxy_credentials = ?, updated_at = ? WHERE id = ?",
+                        portal_brand = ?, proxy_url = ?, proxy_credentials = ?, updated_at = ? WHERE id = ? AND updated_at = ?",
                 )?
                 .execute(params![
                     app.uid,
@@ -100,10 +101,11 @@ impl CatalogStore for SqliteStore {
                     app.proxy.as_ref().map(|p| p.url.as_str()),
                     app.proxy.as_ref().map(|p| p.credentials.0.as_str()),
                     app.updated_at,
-                    app.id.as_str()
+                    app.id.as_str(),
+                    read_at
                 ])
-                .map_err(conflict("an application with this uid already exists"))?;
-                Ok(())
+                .map_err(conflict("an application with this uid already exists"))
+                .map(|changed| changed == 1)
             })
             .await
     }
@@ -149,15 +151,23 @@ impl CatalogStore for SqliteStore {
             .await
     }
 
-    async fn insert_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()> {
-        let values = rows::endpoint_values(endpoint);
+    async fn insert_endpoint(&self, endpoint: &Endpoint, cap: usize) -> StoreResult<bool> {
+        let mut values = rows::endpoint_values(endpoint);
+        values.push(Value::Text(endpoint.app_id.to_string()));
+        values.push(Value::Integer(cap as i64));
         self.writer
             .write(move |conn| {
-                let marks = vec!["?"; values.len()].join(", ");
-                conn.prepare_cached(&format!("INSERT INTO endpoint ({ENDPOINT_COLUMNS}) VALUES ({marks})"))?
+                // One writer: the count and the insert cannot interleave with another insert.
+                let marks = vec!["?"; values.len() - 2].join(", ");
+                let sql = format!(
+                    "INSERT INTO endpoint ({ENDPOINT_COLUMNS}) SELECT {marks}
+                     WHERE (SELECT count(*) FROM endpoint WHERE app_id = ?) < ?"
+                );
+                let added = conn
+                    .prepare_cached(&sql)?
                     .execute(params_from_iter(values))
                     .map_err(conflict("an endpoint with this uid already exists"))?;
-                Ok(())
+                Ok(added == 1)
             })
             .await
     }
@@ -248,7 +258,7 @@ impl CatalogStore for SqliteStore {
             .await
     }
 
-    async fn update_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()> {
+    async fn update_endpoint(&self, endpoint: &Endpoint, read_at: Millis) -> StoreResult<bool> {
         let values = rows::endpoint_values(endpoint);
         self.writer
             .write(move |conn| {
@@ -262,9 +272,15 @@ impl CatalogStore for SqliteStore {
                     .join(", ");
                 let mut params: Vec<Value> = values[2..].to_vec();
                 params.push(values[0].clone());
-                conn.prepare_cached(&format!("UPDATE endpoint SET {assignments} WHERE id = ?"))?
+                params.push(Value::Integer(read_at));
+                let sql = format!("UPDATE endpoint SET {assignments} WHERE id = ? AND updated_at = ?");
+                let changed = conn
+                    .prepare_cached(&sql)?
                     .execute(params_from_iter(params))
                     .map_err(conflict("an endpoint with this uid already exists"))?;
+                if changed == 0 {
+                    return Ok(false);
+                }
                 // Pending deliveries follow the endpoint's (possibly new) ordering.
                 conn.prepare_cached(
                     "UPDATE delivery SET strict = (SELECT json_extract(delivery, '$.ordering') IS 'strict'
@@ -272,7 +288,7 @@ impl CatalogStore for SqliteStore {
                      WHERE endpoint_id = ?1 AND state = 0",
                 )?
                 .execute([&values[0]])?;
-                Ok(())
+                Ok(true)
             })
             .await
     }
@@ -312,7 +328,7 @@ impl CatalogStore for SqliteStore {
                         schemas = excluded.schemas, feature_flag = excluded.feature_flag,
                         updated_at = excluded.updated_at"
                 ))?
-                .execute(event_type_params(&et))?;
+                .execute(event_type_params(&et, None))?;
                 Ok(!existed)
             })
             .await
@@ -325,9 +341,25 @@ impl CatalogStore for SqliteStore {
                 conn.prepare_cached(&format!(
                     "INSERT INTO event_type ({EVENT_TYPE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
                 ))?
-                .execute(event_type_params(&et))
+                .execute(event_type_params(&et, None))
                 .map_err(conflict("an event type with this name already exists"))?;
                 Ok(())
+            })
+            .await
+    }
+
+    async fn update_event_type(&self, et: &EventType, read_at: Millis) -> StoreResult<bool> {
+        let et = et.clone();
+        self.writer
+            .write(move |conn| {
+                // ?7, the creation time, does not change.
+                let changed = conn
+                    .prepare_cached(
+                        "UPDATE event_type SET description = ?2, archived = ?3, deprecated = ?4, schemas = ?5,
+                            feature_flag = ?6, updated_at = ?8 WHERE name = ?1 AND updated_at = ?9",
+                    )?
+                    .execute(event_type_params(&et, Some(read_at)))?;
+                Ok(changed == 1)
             })
             .await
     }
@@ -379,8 +411,9 @@ impl CatalogStore for SqliteStore {
     }
 }
 
-fn event_type_params(et: &EventType) -> rusqlite::ParamsFromIter<Vec<Value>> {
-    params_from_iter(vec![
+/// An event type's columns in `EVENT_TYPE_COLUMNS` order, then the version read, if given.
+fn event_type_params(et: &EventType, read_at: Option<Millis>) -> rusqlite::ParamsFromIter<Vec<Value>> {
+    let mut values = vec![
         Value::Text(et.name.clone()),
         Value::Text(et.description.clone()),
         Value::Integer(et.archived.into()),
@@ -389,5 +422,7 @@ fn event_type_params(et: &EventType) -> rusqlite::ParamsFromIter<Vec<Value>> {
         et.feature_flag.clone().map_or(Value::Null, Value::Text),
         Value::Integer(et.created_at),
         Value::Integer(et.updated_at),
-    ])
+    ];
+    values.extend(read_at.map(Value::Integer));
+    params_from_iter(values)
 }

@@ -58,11 +58,12 @@ const ATTEMPT_TAIL: &str = "a.seq > (SELECT seq FROM watermark WHERE name = 'att
 #[async_trait]
 impl MessageStore for SqliteStore {
     async fn ingest(&self, new: NewMessage) -> StoreResult<IngestResult> {
+        let app = new.message.app_id.clone();
         // Hot: a duplicate eventId fails only its own INSERT statement, nothing else can.
         let seqs = self.seqs.clone();
         let done = self.writer.write_hot(move |conn| ingest(conn, &seqs, &new)).await;
         if done.is_ok() {
-            self.signals.messages.notify_waiters();
+            self.signals.messages.notify(&app);
         }
         done
     }

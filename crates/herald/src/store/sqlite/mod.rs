@@ -275,8 +275,8 @@ mod tests {
         let app = app();
         store.insert_app(&app).await.unwrap();
         let (fast, failing) = (endpoint(&app), endpoint(&app));
-        store.insert_endpoint(&fast).await.unwrap();
-        store.insert_endpoint(&failing).await.unwrap();
+        store.insert_endpoint(&fast, 1000).await.unwrap();
+        store.insert_endpoint(&failing, 1000).await.unwrap();
         let mut sent = vec![];
         for i in 0..6 {
             if i == 3 {

@@ -10,7 +10,7 @@ use super::SqliteStore;
 use super::rows::{self, MESSAGE_COLUMNS};
 use crate::clock::{Millis, now_ms};
 use crate::ids::{AppId, MessageId, PollerId};
-use crate::store::{ConsumerState, LogPosition, Message, PageQuery, PollStore, Poller, StoreError, StoreResult};
+use crate::store::{ConsumerState, LogPosition, Message, Move, PageQuery, PollStore, Poller, StoreError, StoreResult};
 
 const POLLER_COLUMNS: &str =
     "id, app_id, uid, description, event_types, channels, filter, metadata, created_at, updated_at";
@@ -56,15 +56,19 @@ fn uid_taken(e: rusqlite::Error) -> StoreError {
 
 #[async_trait]
 impl PollStore for SqliteStore {
-    async fn insert_poller(&self, poller: &Poller) -> StoreResult<()> {
-        let values = poller_values(poller);
+    async fn insert_poller(&self, poller: &Poller, cap: usize) -> StoreResult<bool> {
+        let mut values = poller_values(poller);
+        values.push(Value::Text(poller.app_id.to_string()));
+        values.push(Value::Integer(cap as i64));
         self.writer
             .write(move |conn| {
-                let marks = vec!["?"; values.len()].join(", ");
-                conn.prepare_cached(&format!("INSERT INTO poller ({POLLER_COLUMNS}) VALUES ({marks})"))?
-                    .execute(params_from_iter(values))
-                    .map_err(uid_taken)?;
-                Ok(())
+                let marks = vec!["?"; values.len() - 2].join(", ");
+                let sql = format!(
+                    "INSERT INTO poller ({POLLER_COLUMNS}) SELECT {marks}
+                     WHERE (SELECT count(*) FROM poller WHERE app_id = ?) < ?"
+                );
+                let added = conn.prepare_cached(&sql)?.execute(params_from_iter(values)).map_err(uid_taken)?;
+                Ok(added == 1)
             })
             .await
     }
@@ -97,18 +101,20 @@ impl PollStore for SqliteStore {
             .await
     }
 
-    async fn update_poller(&self, poller: &Poller) -> StoreResult<()> {
-        let values = poller_values(poller);
+    async fn update_poller(&self, poller: &Poller, read_at: Millis) -> StoreResult<bool> {
+        let mut values = poller_values(poller);
+        values.push(Value::Integer(read_at));
         self.writer
             .write(move |conn| {
                 // ?9, the creation time, does not change.
-                conn.prepare_cached(
-                    "UPDATE poller SET uid = ?3, description = ?4, event_types = ?5, channels = ?6, filter = ?7,
-                     metadata = ?8, updated_at = ?10 WHERE id = ?1 AND app_id = ?2",
-                )?
-                .execute(params_from_iter(values))
-                .map_err(uid_taken)?;
-                Ok(())
+                let changed = conn
+                    .prepare_cached(
+                        "UPDATE poller SET uid = ?3, description = ?4, event_types = ?5, channels = ?6, filter = ?7,
+                         metadata = ?8, updated_at = ?10 WHERE id = ?1 AND app_id = ?2 AND updated_at = ?11",
+                    )?
+                    .execute(params_from_iter(values))
+                    .map_err(uid_taken)?;
+                Ok(changed == 1)
             })
             .await
     }
@@ -137,17 +143,41 @@ impl PollStore for SqliteStore {
             .await
     }
 
-    async fn save_consumer_position(&self, poller: &PollerId, consumer: &str, at: &LogPosition) -> StoreResult<()> {
+    async fn move_consumer(
+        &self,
+        poller: &PollerId,
+        consumer: &str,
+        at: &LogPosition,
+        how: Move,
+        cap: usize,
+    ) -> StoreResult<bool> {
         let (poller, consumer, at) = (poller.clone(), consumer.to_owned(), at.major);
         self.writer
             .write(move |conn| {
+                // One writer: the count and the insert cannot interleave with another's.
+                let known = conn
+                    .prepare_cached("SELECT position FROM poller_consumer WHERE poller_id = ? AND name = ?")?
+                    .query_row(params![poller.as_str(), consumer], |row| row.get::<_, i64>(0))
+                    .optional()?;
+                match known {
+                    Some(position) if how == Move::Forward && position >= at => return Ok(true),
+                    Some(_) => {}
+                    None => {
+                        let count: i64 = conn
+                            .prepare_cached("SELECT count(*) FROM poller_consumer WHERE poller_id = ?")?
+                            .query_row([poller.as_str()], |row| row.get(0))?;
+                        if count >= cap as i64 {
+                            return Ok(false);
+                        }
+                    }
+                }
                 conn.prepare_cached(
                     "INSERT INTO poller_consumer VALUES (?1, ?2, ?3, ?4)
                      ON CONFLICT (poller_id, name) DO UPDATE SET position = excluded.position,
                      updated_at = excluded.updated_at",
                 )?
                 .execute(params![poller.as_str(), consumer, at, now_ms()])?;
-                Ok(())
+                Ok(true)
             })
             .await
     }
