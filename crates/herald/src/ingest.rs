@@ -15,6 +15,7 @@ use crate::store::{
     IdempotencyRecord, IngestResult, Message, NewDelivery, NewMessage, Store, StoreError, StoreResult, Trigger,
     keep_trying,
 };
+use crate::supervisor::spawn_task;
 use crate::telemetry::Traces;
 
 pub struct Ingestor {
@@ -95,7 +96,9 @@ impl Ingestor {
         // client hung up mid-request), a committed message must still reach the dispatcher,
         // or its deliveries would stay claimed by this process with nobody working on them.
         let (store, dispatcher, history) = (self.store.clone(), self.dispatcher.clone(), self.history.clone());
-        let committing = tokio::spawn(async move {
+        let live = self.dispatcher.liveness().clone();
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        spawn_task(&live.clone(), "an ingest's commit", async move {
             let result = span.scope(store.ingest(new)).await;
             span.committed(result.as_ref().err().map(ToString::to_string));
             match &result {
@@ -122,13 +125,14 @@ impl Ingestor {
                 Ok(_) if in_memory => dispatcher.unreserve(immediate),
                 Err(_) if in_memory => {
                     dispatcher.unreserve(immediate);
-                    tokio::spawn(release_uncertain(store, dispatcher, owner, message.id.clone()));
+                    let release = release_uncertain(store, dispatcher, owner, message.id.clone());
+                    spawn_task(&live, "giving back an uncertain ingest", release);
                 }
                 _ => {}
             }
-            result
+            let _ = answer.send(result);
         });
-        committing.await.map_err(|e| StoreError::Other(anyhow::anyhow!("the ingest task failed: {e}")))?
+        answered.await.map_err(|_| StoreError::Other(anyhow::anyhow!("the ingest task failed")))?
     }
 
     /// The targets whose filter (if any) lets `message` through, evaluated side by side.

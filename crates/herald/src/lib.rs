@@ -35,6 +35,7 @@ pub mod retry;
 pub mod scripts;
 pub mod sealing;
 pub mod server;
+pub mod serving;
 pub mod signing;
 pub mod ssrf;
 pub mod store;

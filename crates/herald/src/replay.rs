@@ -11,6 +11,7 @@ use crate::clock::{Millis, now_ms};
 use crate::dispatch::Dispatcher;
 use crate::ids::{AppId, TaskId};
 use crate::store::{QueueStore, Requeue};
+use crate::supervisor::spawn_task;
 
 /// Deliveries requeued per store call.
 const CHUNK: usize = 200;
@@ -76,7 +77,8 @@ impl ReplayTasks {
             tasks.retain(|_, t| t.finished_at().is_none_or(|at| now - at < KEEP_FINISHED_MS));
             tasks.insert(task.id.to_string(), task.clone());
         }
-        tokio::spawn(run(task.clone(), store, dispatcher, deliveries));
+        let live = dispatcher.liveness().clone();
+        spawn_task(&live, "a bulk replay", run(task.clone(), store, dispatcher, deliveries));
         task
     }
 
@@ -87,7 +89,21 @@ impl ReplayTasks {
     }
 }
 
+/// Ends a replay's record however its task ends: a task that did not get to the end (it
+/// panicked, failing the process) shows as failed, never as running forever.
+struct Finished(Arc<ReplayTask>, bool);
+
+impl Drop for Finished {
+    fn drop(&mut self) {
+        if !self.1 {
+            self.0.failed.store(true, Ordering::Relaxed);
+        }
+        self.0.finished_at.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(now_ms);
+    }
+}
+
 async fn run(task: Arc<ReplayTask>, store: Arc<dyn QueueStore>, dispatcher: Arc<Dispatcher>, deliveries: Vec<i64>) {
+    let mut finished = Finished(task.clone(), false);
     for chunk in deliveries.chunks(CHUNK) {
         match store.requeue(Requeue::DeadLetters { ids: chunk.to_vec() }).await {
             Ok(n) => {
@@ -101,5 +117,5 @@ async fn run(task: Arc<ReplayTask>, store: Arc<dyn QueueStore>, dispatcher: Arc<
             }
         }
     }
-    *task.finished_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(now_ms());
+    finished.1 = true;
 }

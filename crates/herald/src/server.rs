@@ -174,7 +174,7 @@ impl Server {
             catalog.clone(),
             dispatcher.clone(),
             metrics,
-            alert_sender(&config)?,
+            alert_sender(&config, &liveness)?,
         ));
         Ok(Self {
             listener,
@@ -232,11 +232,9 @@ impl Server {
         let live = self.liveness.clone();
         let stop = CancellationToken::new();
         let dispatcher = self.start_background(&stop);
-        // Client addresses feed the failed-authentication budget.
-        let service = self.router.into_make_service_with_connect_info::<SocketAddr>();
         let stop_http = CancellationToken::new();
-        let serving = axum::serve(self.listener, service).with_graceful_shutdown(stop_http.clone().cancelled_owned());
-        let served = tokio::spawn(serving.into_future());
+        let serving = crate::serving::serve(self.listener, self.router, self.config.http.clone(), stop_http.clone());
+        let served = spawn_task(&live, "the HTTP server", serving);
         let failure = tokio::select! {
             _ = shutdown.cancelled() => None,
             reason = live.failed() => Some(reason),
@@ -248,7 +246,7 @@ impl Server {
         let served = async move {
             stop_http.cancel();
             match tokio::time::timeout_at(deadline, served).await {
-                Ok(served) => served.context("the HTTP server task")?.context("serving HTTP"),
+                Ok(served) => served.context("the HTTP server task"),
                 Err(_) => {
                     tracing::warn!("HTTP requests still open at the end of the grace period; closing them");
                     Ok(())
@@ -279,12 +277,12 @@ impl Server {
 }
 
 /// Where operational webhooks go, if anywhere (the configuration checked the pair).
-fn alert_sender(config: &Config) -> anyhow::Result<Option<Sender>> {
+fn alert_sender(config: &Config, liveness: &Arc<Liveness>) -> anyhow::Result<Option<Sender>> {
     let (Some(url), Some(secret)) = (&config.alerts.webhook_url, &config.alerts.webhook_secret) else {
         return Ok(None);
     };
     let key = SigningKey::decode(secret).map_err(|e| anyhow::anyhow!("alerts.webhook_secret: {e}"))?;
-    Ok(Some(Sender::new(url.parse().context("alerts.webhook_url")?, key)))
+    Ok(Some(Sender::new(url.parse().context("alerts.webhook_url")?, key, liveness.clone())))
 }
 
 /// Rewrites secrets sealed under a previous server key (after a key rotation), and seals

@@ -68,6 +68,13 @@ impl TokenBucket {
         self.refill(now);
         self.level == self.rate * self.period
     }
+
+    /// When the bucket will be full again if nothing is taken (`now` if it is).
+    pub fn full_at(&self, now: Millis) -> Millis {
+        let elapsed = (now - self.last).max(0);
+        let level = (self.level + elapsed.saturating_mul(self.rate)).min(self.rate * self.period);
+        now + (self.rate * self.period - level + self.rate - 1) / self.rate
+    }
 }
 
 #[cfg(test)]
@@ -129,6 +136,17 @@ mod tests {
         assert_eq!(b.check(0), Err(2000), "30 a minute: one every 2 s");
         assert!(!b.is_full(59_999));
         assert!(b.is_full(60_000));
+    }
+
+    #[test]
+    fn a_drained_bucket_says_when_it_is_full_again() {
+        let mut bucket = TokenBucket::new(10, 0);
+        assert_eq!(bucket.full_at(0), 0);
+        bucket.take(0);
+        bucket.take(0);
+        assert_eq!(bucket.full_at(0), 200, "two tokens at ten a second");
+        assert_eq!(bucket.full_at(150), 200);
+        assert_eq!(bucket.full_at(500), 500);
     }
 
     #[test]

@@ -15,6 +15,7 @@ use crate::clock::{now_ms, to_rfc3339};
 use crate::deliver::{OperatorClient, operator_client};
 use crate::ids::MessageId;
 use crate::signing::{SigningKey, signature_header};
+use crate::supervisor::{Liveness, spawn_task};
 
 /// Waits before the second and third tries.
 const BACKOFF: [Duration; 2] = [Duration::from_secs(2), Duration::from_secs(10)];
@@ -25,11 +26,13 @@ pub struct Sender {
     client: OperatorClient,
     url: http::Uri,
     key: Arc<SigningKey>,
+    /// Sends run as tasks that report a panic here.
+    liveness: Arc<Liveness>,
 }
 
 impl Sender {
-    pub fn new(url: http::Uri, key: SigningKey) -> Self {
-        Self { client: operator_client(), url, key: Arc::new(key) }
+    pub fn new(url: http::Uri, key: SigningKey, liveness: Arc<Liveness>) -> Self {
+        Self { client: operator_client(), url, key: Arc::new(key), liveness }
     }
 
     /// Sends one alert in the background.
@@ -37,7 +40,7 @@ impl Sender {
         let body = json!({"type": kind, "timestamp": to_rfc3339(now_ms()), "data": data}).to_string();
         let this = self.clone();
         let kind = kind.to_owned();
-        tokio::spawn(async move {
+        spawn_task(&self.liveness, "an operational webhook", async move {
             let id = MessageId::generate().to_string();
             for (try_no, wait) in std::iter::once(Duration::ZERO).chain(BACKOFF).enumerate() {
                 tokio::time::sleep(wait).await;

@@ -14,6 +14,7 @@ use super::AppState;
 use super::error::{ApiError, ApiResult};
 use crate::clock::now_ms;
 use crate::ids::AppId;
+use crate::serving::ClientAddress;
 
 /// Prefix of app-portal tokens.
 pub const PORTAL_TOKEN_PREFIX: &str = "appsk_";
@@ -94,41 +95,49 @@ impl FromRequestParts<AppState> for Principal {
         if let Some(known) = parts.extensions.get::<Principal>() {
             return Ok(known.clone());
         }
-        let token = bearer_token(&parts.headers).ok_or(ApiError::Unauthorized)?;
+        let token = bearer_token(&parts.headers)?.ok_or(ApiError::Unauthorized)?;
         Self::from_token(state, token, client_address(parts)).await
     }
 }
 
 /// The token of an `Authorization: Bearer <token>` header; the scheme's case does not
-/// matter (RFC 9110).
-fn bearer_token(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.trim_start().split_once(' ')?;
+/// matter (RFC 9110). A request with two `Authorization` headers is refused (400): which
+/// one counts would be a guess, and a proxy and a client may each have added one.
+fn bearer_token(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
+    let mut values = headers.get_all(header::AUTHORIZATION).iter();
+    let Some(value) = values.next() else { return Ok(None) };
+    if values.next().is_some() {
+        return Err(ApiError::BadRequest("a request may carry one Authorization header, not several".into()));
+    }
+    let Some((scheme, token)) = value.to_str().ok().and_then(|v| v.trim_start().split_once(' ')) else {
+        return Ok(None);
+    };
     let token = token.trim();
-    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+    Ok((scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token))
 }
 
-/// The address the request came from (for the failed-authentication budget).
+/// The address the request came from, for the failed-authentication budget: the
+/// connection's peer, or the client a trusted reverse proxy names (`serving`).
 pub fn client_address(parts: &Parts) -> Option<IpAddr> {
-    parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|info| info.0.ip())
+    match parts.extensions.get::<ClientAddress>() {
+        Some(ClientAddress(ip)) => Some(*ip),
+        None => parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|info| info.0.ip()),
+    }
 }
 
 impl Principal {
     /// Who `token` belongs to (the API's bearer token, or the token a dashboard sign-in
-    /// presents), charged to its request budget. A client whose failed authentications
-    /// used up their budget is refused before the token is even looked at.
+    /// presents), charged to its request budget. A valid token is always accepted: the
+    /// failed-authentication budget of the client's address only decides how a *wrong*
+    /// one is answered (401 while it lasts, then 429 until it refills), so nobody sharing
+    /// an address (behind one proxy, say) can lock out the holders of valid tokens.
     pub async fn from_token(state: &AppState, token: &str, client: Option<IpAddr>) -> Result<Self, ApiError> {
-        if let Some(client) = client {
-            state.rate_limiter.may_authenticate(client).map_err(ApiError::TooManyFailedAuthentications)?;
-        }
         match Self::identify(state, token).await? {
             Some(principal) => Ok(principal),
-            None => {
-                if let Some(client) = client {
-                    state.rate_limiter.failed_authentication(client);
-                }
-                Err(ApiError::Unauthorized)
-            }
+            None => match client.map(|client| state.rate_limiter.failed_authentication(client)) {
+                Some(Err(wait)) => Err(ApiError::TooManyFailedAuthentications(wait)),
+                _ => Err(ApiError::Unauthorized),
+            },
         }
     }
 

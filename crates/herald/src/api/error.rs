@@ -61,6 +61,9 @@ pub enum ApiError {
     Refused(&'static str, String),
     #[error("payload too large: {0}")]
     PayloadTooLarge(String),
+    /// The request body did not arrive in time.
+    #[error("request timeout: {0}")]
+    RequestTimeout(String),
     /// What was asked for is no longer kept (a poller consumer behind the retention window).
     #[error("gone: {0}")]
     Gone(String),
@@ -106,6 +109,7 @@ impl ApiError {
             Self::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::BadRequest(_) | Self::GenericError(_) | Self::Refused(..) => StatusCode::BAD_REQUEST,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Self::Gone(_) => StatusCode::GONE,
             Self::Unavailable(_) | Self::Stopping => StatusCode::SERVICE_UNAVAILABLE,
             Self::RateLimited(_) | Self::TooManyFailedAuthentications(_) | Self::TooMany(_) => {
@@ -150,6 +154,7 @@ impl IntoResponse for ApiError {
             Self::GenericError(why) => ("generic_error", why),
             Self::Refused(code, why) => (code, why),
             Self::PayloadTooLarge(why) => ("payload_too_large", why),
+            Self::RequestTimeout(why) => ("request_timeout", why),
             Self::Gone(why) => ("position_expired", why),
             Self::RateLimited(_) => ("rate_limited", "this token sent too many requests; retry after the delay".into()),
             Self::TooMany(why) => ("rate_limited", format!("{why}; retry after the delay")),

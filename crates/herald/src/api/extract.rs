@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::str::FromStr;
 
+use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
@@ -13,6 +14,7 @@ use serde_path_to_error::Segment;
 use super::AppState;
 use super::error::{ApiError, ValidationItem};
 use crate::clock::{Millis, parse_time};
+use crate::serving::BodyTimedOut;
 
 /// A JSON body parsed into `T`, with Svix-shaped errors (depth cap, 413, 422 naming the field).
 pub struct JsonBody<T> {
@@ -23,12 +25,27 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
-        let limit = state.limits.body_bytes;
-        let raw = axum::body::to_bytes(req.into_body(), limit)
-            .await
-            .map_err(|_| ApiError::PayloadTooLarge(format!("the request body exceeds {limit} bytes")))?;
+        let raw = read_body(req.into_body(), state.limits.body_bytes).await?;
         Ok(Self { value: parse_json(&raw)? })
     }
+}
+
+/// Reads a whole request body of at most `limit` bytes: 413 beyond it, 408 when it did not
+/// arrive within `http.body_read_timeout` (see `serving`), 400 when the client broke off.
+pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+        while let Some(error) = cause {
+            if let Some(timed_out) = error.downcast_ref::<BodyTimedOut>() {
+                return ApiError::RequestTimeout(timed_out.to_string());
+            }
+            if error.is::<http_body_util::LengthLimitError>() {
+                return ApiError::PayloadTooLarge(format!("the request body exceeds {limit} bytes"));
+            }
+            cause = error.source();
+        }
+        ApiError::BadRequest("the request body could not be read".into())
+    })
 }
 
 /// An RFC 3339 time given in a body field, in milliseconds (422 naming the field otherwise).

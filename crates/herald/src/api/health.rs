@@ -54,10 +54,11 @@ pub async fn ping_head(state: State<AppState>) -> Response {
     ping(state).await
 }
 
-/// The answer of a process that failed: 503, saying which task (nothing secret: a task's
-/// name and its panic message).
+/// The answer of a process that failed: 503, and nothing about why (anyone may ask; a
+/// panic message can name internals or data). The reason is in the process's log.
 fn failing(state: &AppState) -> Option<Response> {
-    let reason = state.liveness.failure()?;
-    let body = HttpErrorOut { code: "unhealthy".into(), detail: format!("this process is stopping: {reason}") };
+    state.liveness.failure()?;
+    let detail = "this process is stopping after an internal failure (see its log); it restarts, or another answers";
+    let body = HttpErrorOut { code: "unhealthy".into(), detail: detail.into() };
     Some((StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response())
 }

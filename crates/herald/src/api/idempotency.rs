@@ -5,23 +5,29 @@
 //!
 //! The caller is authenticated before anything is looked up, and the key belongs to who the
 //! caller is (the admin, or one portal token), never to the raw header. Concurrent requests
-//! with one key wait for each other. Stored bodies are sealed with the server key: some of
-//! them carry a token or a secret (app-portal access), and none may rest in plaintext.
+//! with one key wait for each other, and only those: the request body is read before the
+//! key is held, so a client that sends it slowly holds nothing anyone else needs. Stored
+//! bodies are sealed with the server key: some of them carry a token or a secret
+//! (app-portal access), and none may rest in plaintext.
 //! Message creation saves its answer inside the ingest transaction instead (see
 //! `message::create_message`), so a crash can never separate the message from its key:
 //! for it the layer only looks up and replays, and hands the handler its [`Keyed`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex as StdMutex};
 
 use axum::body::Body;
 use axum::extract::{FromRequestParts, MatchedPath, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use sha2::{Digest, Sha256};
-use tokio::sync::Mutex;
+
+use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use super::AppState;
 use super::auth::Principal;
 use super::error::{ApiError, ApiResult, ValidationItem};
+use super::extract::read_body;
 use crate::clock::now_ms;
 use crate::sealing::{Keyring, Purpose};
 use crate::store::{IdempotencyRecord, StoredResponse};
@@ -29,19 +35,49 @@ use crate::store::{IdempotencyRecord, StoredResponse};
 /// The longest key accepted (the Svix SDKs send UUIDs or short random strings).
 pub const MAX_KEY_BYTES: usize = 256;
 
-/// Concurrent requests with the same key wait for each other: lock striping by key hash.
-pub struct KeyLocks([Mutex<()>; 64]);
+/// Concurrent requests with the same key (of the same caller) wait for each other; requests
+/// with other keys never do. An entry lives while a request holds or waits for its key.
+#[derive(Default)]
+pub struct KeyLocks(StdMutex<HashMap<String, Arc<Mutex<()>>>>);
 
-impl Default for KeyLocks {
-    fn default() -> Self {
-        Self(std::array::from_fn(|_| Mutex::new(())))
-    }
+/// A request's hold on its key (or its place in the queue for it). Dropping it, whether the
+/// request finished or its client went away, lets the next one in and forgets the key when
+/// nobody else wants it.
+pub struct KeyHold<'a> {
+    locks: &'a KeyLocks,
+    name: String,
+    lock: Arc<Mutex<()>>,
+    held: Option<OwnedMutexGuard<()>>,
 }
 
 impl KeyLocks {
-    fn for_key(&self, keyed: &Keyed) -> &Mutex<()> {
-        let digest = Sha256::digest(keyed.sealed_for().as_bytes());
-        &self.0[digest[0] as usize % self.0.len()]
+    /// Waits until no other request holds `keyed`'s key.
+    async fn hold(&self, keyed: &Keyed) -> KeyHold<'_> {
+        let name = keyed.sealed_for();
+        let lock = self.map().entry(name.clone()).or_default().clone();
+        let mut hold = KeyHold { locks: self, name, lock, held: None };
+        hold.held = Some(hold.lock.clone().lock_owned().await);
+        hold
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Mutex<()>>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.map().len()
+    }
+}
+
+impl Drop for KeyHold<'_> {
+    fn drop(&mut self) {
+        self.held.take();
+        let mut map = self.locks.map();
+        // The map's reference and this one: nobody else holds or waits for the key.
+        if Arc::strong_count(&self.lock) == 2 {
+            map.remove(&self.name);
+        }
     }
 }
 
@@ -132,7 +168,9 @@ async fn replay_or_run(state: AppState, key: String, ingest: bool, req: Request,
     let principal = Principal::from_request_parts(&mut parts, &state).await?;
     let keyed = Keyed::new(&principal, &parts.method, &parts.uri, &key);
     parts.extensions.insert(principal);
-    let _serialized = state.key_locks.for_key(&keyed).lock().await;
+    // All of the request is here before its key is held: no I/O with the client under it.
+    let body = Body::from(read_body(body, state.limits.body_bytes).await?);
+    let _held = state.key_locks.hold(&keyed).await;
     if let Some(stored) = state.store.idempotent_response(&keyed.scope, &keyed.key).await? {
         return keyed.replay(&state.keyring, stored);
     }
@@ -153,4 +191,46 @@ async fn replay_or_run(state: AppState, key: String, ingest: bool, req: Request,
         tracing::warn!(error = %e, "saving an idempotent response failed");
     }
     Ok(Response::from_parts(parts, Body::from(body)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keyed(key: &str) -> Keyed {
+        Keyed { scope: "admin\nPOST /api/v1/app".into(), key: key.into() }
+    }
+
+    #[tokio::test]
+    async fn only_requests_with_the_same_key_wait_and_the_map_forgets_released_keys() {
+        let locks = KeyLocks::default();
+        let first = locks.hold(&keyed("a")).await;
+        // Another key is never behind this one, however many keys are held.
+        let other = tokio::time::timeout(std::time::Duration::from_millis(100), locks.hold(&keyed("b"))).await;
+        assert!(other.is_ok(), "another key waits for nothing");
+        drop(other);
+        let a = keyed("a");
+        let same = locks.hold(&a);
+        tokio::pin!(same);
+        assert!(futures_util::poll!(same.as_mut()).is_pending(), "the same key waits");
+        drop(first);
+        let second = same.await;
+        drop(second);
+        assert_eq!(locks.len(), 0, "nothing kept once nobody holds or waits");
+    }
+
+    #[tokio::test]
+    async fn a_waiter_whose_client_left_leaves_nothing_behind() {
+        let locks = KeyLocks::default();
+        let first = locks.hold(&keyed("a")).await;
+        {
+            let a = keyed("a");
+            let waiting = locks.hold(&a);
+            tokio::pin!(waiting);
+            assert!(futures_util::poll!(waiting.as_mut()).is_pending());
+        } // dropped while waiting
+        drop(first);
+        assert_eq!(locks.len(), 0);
+        drop(locks.hold(&keyed("a")).await);
+    }
 }

@@ -119,6 +119,11 @@ impl Dispatcher {
         })
     }
 
+    /// Whether the process is sound: tasks spawned for the dispatcher's work report to it.
+    pub fn liveness(&self) -> &Arc<Liveness> {
+        &self.liveness
+    }
+
     /// The owner name this process claims deliveries under.
     pub fn owner(&self) -> Arc<str> {
         self.lease.owner()

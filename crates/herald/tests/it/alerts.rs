@@ -77,7 +77,7 @@ async fn a_circuit_opening_and_closing_and_growing_dead_letters_are_announced_on
     for kind in ["herald.circuit.opened", "herald.circuit.closed", "herald.dead_letters.growing"] {
         assert_eq!(count(&operator, kind), 1, "{kind} is sent once: {:?}", alerts(&operator));
     }
-    let text = server.request(reqwest::Method::GET, "/metrics").send().await.unwrap().text().await.unwrap();
+    let text = server.request_as_admin(reqwest::Method::GET, "/metrics").send().await.unwrap().text().await.unwrap();
     assert!(text.contains("herald_alerts_total{type=\"herald.circuit.opened\"} 1"), "{text}");
     assert!(text.contains("herald_alerts_active{alert=\"circuit.open\"} 0"), "{text}");
 }

@@ -154,7 +154,7 @@ async fn invalid_input_gets_422_naming_the_field() {
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body} -> {answer}");
         assert!(locs(&answer).iter().any(|l| l == field), "{body}: wanted {field}, got {answer}");
     }
-    let resp = server.request(Method::POST, &msgs).body("{not json").send().await.unwrap();
+    let resp = server.request_as_admin(Method::POST, &msgs).body("{not json").send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
 }
 
@@ -190,7 +190,9 @@ async fn an_idempotency_key_returns_the_first_response() {
     let app = server.create_app("a").await;
     let path = format!("/api/v1/app/{app}/msg");
     let body = json!({"eventType": "order.created", "payload": {"n": 1}});
-    let send = |body: Value| server.request(Method::POST, &path).header("idempotency-key", "key-1").json(&body).send();
+    let send = |body: Value| {
+        server.request_as_admin(Method::POST, &path).header("idempotency-key", "key-1").json(&body).send()
+    };
     let first: Value = send(body.clone()).await.unwrap().json().await.unwrap();
     let again = send(body.clone()).await.unwrap();
     assert_eq!(again.status(), StatusCode::ACCEPTED);
@@ -206,7 +208,7 @@ async fn an_idempotency_key_returns_the_first_response() {
     }
     // Under another URI the key is another key.
     let other_uri = server
-        .request(Method::POST, &format!("{path}?with_content=false"))
+        .request_as_admin(Method::POST, &format!("{path}?with_content=false"))
         .header("idempotency-key", "key-1")
         .json(&body)
         .send()
@@ -217,7 +219,7 @@ async fn an_idempotency_key_returns_the_first_response() {
     // Other POSTs too: creating an application twice with one key creates it once.
     let create = || {
         server
-            .request(Method::POST, "/api/v1/app")
+            .request_as_admin(Method::POST, "/api/v1/app")
             .header("idempotency-key", "app-key")
             .json(&json!({"name": "b"}))
             .send()
@@ -234,7 +236,7 @@ async fn concurrent_requests_with_one_idempotency_key_create_one_message() {
     let path = format!("/api/v1/app/{app}/msg");
     let sends = (0..20).map(|_| {
         server
-            .request(Method::POST, &path)
+            .request_as_admin(Method::POST, &path)
             .header("idempotency-key", "same")
             .json(&json!({"eventType": "a", "payload": {"k": "v"}}))
             .send()

@@ -171,7 +171,7 @@ async fn percentiles_match_a_known_latency_distribution() {
     assert_eq!((summary["pending"].as_u64(), summary["deadLetter"].as_u64()), (Some(0), Some(0)), "{summary}");
     assert!(summary["avgDeliveryMsLastHour"].as_f64().unwrap() >= 50.0, "{summary}");
 
-    let metrics = server.request(reqwest::Method::GET, "/metrics").send().await.unwrap().text().await.unwrap();
+    let metrics = server.request_as_admin(reqwest::Method::GET, "/metrics").send().await.unwrap().text().await.unwrap();
     assert!(metrics.contains(&format!("herald_attempt_duration_seconds_count{{endpoint=\"{ep}\"}} 100")), "{metrics}");
     assert!(metrics.contains(&format!("herald_attempts_total{{app=\"{app}\",class=\"delivered\"}} 100")));
     assert!(metrics.contains("herald_queue_depth{state=\"pending\"} 0"));

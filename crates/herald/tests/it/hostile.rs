@@ -214,7 +214,8 @@ async fn a_response_body_is_stored_as_sent_and_served_as_json_text() {
     let msg = server.send(&app, json!({"eventType": "probe", "payload": {}})).await;
     eventually("the attempt", || async { (server.delivery_status(&app, &msg, id).await == Some(FAIL)).then_some(()) })
         .await;
-    let raw = server.request(reqwest::Method::GET, &format!("/api/v1/app/{app}/attempt/endpoint/{id}")).send().await;
+    let raw =
+        server.request_as_admin(reqwest::Method::GET, &format!("/api/v1/app/{app}/attempt/endpoint/{id}")).send().await;
     let response = raw.unwrap();
     assert!(response.headers()["content-type"].to_str().unwrap().starts_with("application/json"));
     let attempts: Value = response.json().await.unwrap();

@@ -20,11 +20,8 @@ async fn page(server: &TestServer, path: &str, cookie: &str) -> StatusCode {
     client().get(server.url(path)).header("cookie", cookie).send().await.unwrap().status()
 }
 
-/// A portal token of `app`.
 async fn portal_token(server: &TestServer, app: &str) -> String {
-    let (status, access) = server.post(&format!("/api/v1/auth/app-portal-access/{app}"), json!({})).await;
-    assert_eq!(status, StatusCode::OK, "{access}");
-    access["token"].as_str().unwrap().to_owned()
+    server.portal_token(app).await
 }
 
 /// The CSRF token in the forms of a page.

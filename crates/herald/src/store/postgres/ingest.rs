@@ -27,7 +27,7 @@ impl Batcher {
     /// Starts the batcher; it runs until the store is dropped (a panic fails the process).
     pub fn start(pool: Pool, max: usize, linger: Duration, liveness: &Arc<Liveness>) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        spawn_task(liveness, "the ingest batcher", run(pool, rx, max, linger));
+        spawn_task(liveness, "the ingest batcher", run(pool, rx, max, linger, liveness.clone()));
         Self { tx }
     }
 
@@ -39,7 +39,7 @@ impl Batcher {
     }
 }
 
-async fn run(pool: Pool, mut rx: mpsc::UnboundedReceiver<Request>, max: usize, linger: Duration) {
+async fn run(pool: Pool, mut rx: mpsc::UnboundedReceiver<Request>, max: usize, linger: Duration, live: Arc<Liveness>) {
     let slots = Arc::new(Semaphore::new(CONCURRENT_BATCHES));
     while let Some(first) = rx.recv().await {
         let permit = slots.clone().acquire_owned().await.expect("never closed");
@@ -55,7 +55,7 @@ async fn run(pool: Pool, mut rx: mpsc::UnboundedReceiver<Request>, max: usize, l
             }
         }
         let pool = pool.clone();
-        tokio::spawn(async move {
+        spawn_task(&live, "an ingest batch's commit", async move {
             let (news, replies): (Vec<NewMessage>, Vec<_>) = batch.into_iter().unzip();
             match commit(&pool, &news).await {
                 Ok(results) => replies.into_iter().zip(results).for_each(|(reply, r)| drop(reply.send(Ok(r)))),

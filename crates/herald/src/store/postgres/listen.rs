@@ -15,10 +15,11 @@ use crate::store::{CatalogChange, Signals};
 use crate::supervisor::{Liveness, spawn_task};
 
 pub fn start(config: tokio_postgres::Config, signals: Signals, liveness: &Arc<Liveness>) {
+    let live = liveness.clone();
     spawn_task(liveness, "the notification listener", async move {
         let mut delay = Duration::from_millis(200);
         loop {
-            match listen(&config, &signals).await {
+            match listen(&config, &signals, &live).await {
                 Ok(()) => delay = Duration::from_millis(200),
                 Err(e) => {
                     tracing::warn!(error = %e, "notification listener lost its connection; reconnecting");
@@ -30,11 +31,15 @@ pub fn start(config: tokio_postgres::Config, signals: Signals, liveness: &Arc<Li
     });
 }
 
-async fn listen(config: &tokio_postgres::Config, signals: &Signals) -> Result<(), tokio_postgres::Error> {
+async fn listen(
+    config: &tokio_postgres::Config,
+    signals: &Signals,
+    live: &Arc<Liveness>,
+) -> Result<(), tokio_postgres::Error> {
     let (client, mut connection) = config.connect(NoTls).await?;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     // Polling the connection both drives the client's queries and yields notifications.
-    let pump = tokio::spawn(async move {
+    let pump = spawn_task(live, "the notification connection", async move {
         let mut messages = std::pin::pin!(futures_util::stream::poll_fn(move |cx| connection.poll_message(cx)));
         while let Some(message) = messages.next().await {
             if tx.send(message).is_err() {

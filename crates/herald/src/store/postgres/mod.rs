@@ -50,6 +50,8 @@ pub struct PgStore {
     pool: Pool,
     ingest: ingest::Batcher,
     signals: Signals,
+    /// Fails the process when a task the store spawned panics.
+    liveness: Arc<Liveness>,
 }
 
 impl Store for PgStore {
@@ -95,7 +97,7 @@ impl PgStore {
             probe::start(pool.clone(), signals.clone(), every, liveness);
         }
         let ingest = ingest::Batcher::start(pool.clone(), options.ingest_batch_max, options.ingest_linger, liveness);
-        Ok(Self { pool, ingest, signals })
+        Ok(Self { pool, ingest, signals, liveness: liveness.clone() })
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {

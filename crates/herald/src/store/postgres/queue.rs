@@ -15,6 +15,7 @@ use crate::store::{
     ClaimedDelivery, DeadLetter, DeadLetterFilter, DeliveryState, NextState, OutcomeRecord, QueueStore, Recorded,
     Requeue, StoreResult, Trigger, keep_trying,
 };
+use crate::supervisor::spawn_task;
 
 const NOTIFY_WORK: &str = "SELECT pg_notify('herald_work', '')";
 
@@ -117,7 +118,7 @@ impl PgStore {
             // not), or a live process would hold deliveries it never received.
             let (pool, owner) = (self.pool.clone(), owner.to_owned());
             let ids: Vec<i64> = out.iter().map(|d| d.delivery_id).collect();
-            tokio::spawn(async move {
+            spawn_task(&self.liveness, "giving back an uncertain claim", async move {
                 let _ = keep_trying("giving back an uncertain claim", || release_ids(&pool, &owner, &ids)).await;
             });
             return Err(db_err(e));

@@ -155,8 +155,12 @@ async fn rotation_answers_204_and_keeps_at_most_ten_previous_secrets() {
     assert_eq!(status, StatusCode::NO_CONTENT, "the first previous key expires at once");
     for _ in 0..10 {
         let before = server.get(&format!("{base}/secret")).await.1["key"].clone();
-        let answer =
-            server.request(Method::POST, &format!("{base}/secret/rotate/")).json(&json!({})).send().await.unwrap();
+        let answer = server
+            .request_as_admin(Method::POST, &format!("{base}/secret/rotate/"))
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(answer.status(), StatusCode::NO_CONTENT);
         assert!(answer.bytes().await.unwrap().is_empty(), "a 204 has no body");
         assert_ne!(server.get(&format!("{base}/secret")).await.1["key"], before, "the new key is read with GET");
@@ -208,7 +212,8 @@ async fn asymmetric_secrets_sign_v1a_next_to_the_previous_hmac_key() {
 async fn dashboard_access_issues_a_portal_link_without_a_body() {
     let server = TestServer::start().await;
     let app = server.create_app("a").await;
-    let answer = server.request(Method::POST, &format!("/api/v1/auth/dashboard-access/{app}")).send().await.unwrap();
+    let answer =
+        server.request_as_admin(Method::POST, &format!("/api/v1/auth/dashboard-access/{app}")).send().await.unwrap();
     assert_eq!(answer.status(), StatusCode::OK);
     let access: Value = answer.json().await.unwrap();
     let token = access["token"].as_str().unwrap();

@@ -134,7 +134,7 @@ async fn endpoints_carry_and_accept_the_deprecated_fields() {
 async fn a_repeated_idempotency_key_replays_the_first_success_only() {
     let server = TestServer::start().await;
     let post = |path: &str, key: &str, body: Value| {
-        server.request(Method::POST, path).header("idempotency-key", key).json(&body).send()
+        server.request_as_admin(Method::POST, path).header("idempotency-key", key).json(&body).send()
     };
     let refused = post("/api/v1/app", "k1", json!({"name": ""})).await.unwrap();
     assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);

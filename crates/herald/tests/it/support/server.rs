@@ -149,20 +149,20 @@ impl TestServer {
         format!("http://{}{path}", self.addr)
     }
 
-    /// A request with the admin token.
-    pub fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
+    /// A request with the admin token (named so at every call: a token added to it would be
+    /// a second `Authorization` header, which Herald refuses).
+    pub fn request_as_admin(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
         self.client.request(method, self.url(path)).bearer_auth(ADMIN_TOKEN)
     }
 
-    /// A request with `token` alone (a second `bearer_auth` on [`Self::request`] would add a
-    /// second header, and the admin token's would be read).
+    /// A request with `token` alone.
     pub fn request_as(&self, token: &str, method: Method, path: &str) -> reqwest::RequestBuilder {
         self.client.request(method, self.url(path)).bearer_auth(token)
     }
 
     /// Sends `body` (if any) and returns the status and the JSON answer (`null` if none).
     pub async fn call(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
-        let mut req = self.request(method, path);
+        let mut req = self.request_as_admin(method, path);
         if let Some(body) = body {
             req = req.json(&body);
         }
@@ -185,6 +185,13 @@ impl TestServer {
         let (status, app) = self.post("/api/v1/app", json!({"name": name})).await;
         assert_eq!(status, StatusCode::CREATED, "{app}");
         app["id"].as_str().unwrap().to_owned()
+    }
+
+    /// A portal token of `app` (an app-portal access made with the admin token).
+    pub async fn portal_token(&self, app: &str) -> String {
+        let (status, access) = self.post(&format!("/api/v1/auth/app-portal-access/{app}"), json!({})).await;
+        assert_eq!(status, StatusCode::OK, "{access}");
+        access["token"].as_str().unwrap().to_owned()
     }
 
     /// Creates an application with another admin token (a generated one) and returns its id.
