@@ -483,7 +483,7 @@ impl Catalog {
                 Ok(CatalogChange::App(app)) => self.invalidate_app_id(&app),
                 Ok(CatalogChange::Endpoint(app, endpoint)) => self.invalidate_endpoint(&app, &endpoint),
                 Ok(CatalogChange::All) | Err(broadcast::error::RecvError::Lagged(_)) => self.clear(),
-                Ok(CatalogChange::RetryNow(..)) => {}
+                Ok(CatalogChange::RetryNow(..) | CatalogChange::Resend(..)) => {}
                 Err(broadcast::error::RecvError::Closed) => return,
             }
         }

@@ -77,6 +77,16 @@ impl Metrics {
         d.count += 1;
     }
 
+    /// The endpoint is gone: its series go with it (memory follows live endpoints, not churn).
+    pub fn forget_endpoint(&self, endpoint: &EndpointId) {
+        lock(&self.durations).remove(endpoint);
+    }
+
+    /// The application is gone: its series go with it.
+    pub fn forget_app(&self, app: &AppId) {
+        lock(&self.attempts).remove(app);
+    }
+
     pub fn circuit_transition(&self, kind: &'static str) {
         *lock(&self.transitions).entry(kind).or_default() += 1;
     }

@@ -339,6 +339,7 @@ pub async fn delete_app(
     let app = visible_app(&state, &principal, &app_id).await?;
     state.store.delete_app(&app.id).await?;
     state.catalog.invalidate_app(&app);
+    state.dispatcher.app_changed(&app.id).await;
     Ok(StatusCode::NO_CONTENT)
 }
 

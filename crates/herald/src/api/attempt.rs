@@ -286,7 +286,9 @@ pub async fn resend(
         let why = "Unable to resend message. Payload is missing (probably expired).";
         return Err(ApiError::Refused("missing_payload", why.into()));
     }
-    state.store.requeue(Requeue::Resend { app: app.id.clone(), msg: message.id, endpoint: endpoint.id }).await?;
+    let (msg, endpoint) = (message.id, endpoint.id);
+    state.store.requeue(Requeue::Resend { app: app.id.clone(), msg: msg.clone(), endpoint: endpoint.clone() }).await?;
+    state.dispatcher.resend_requested(&msg, &endpoint).await;
     state.dispatcher.poke();
     Ok((StatusCode::ACCEPTED, Json(EmptyResponse {})))
 }

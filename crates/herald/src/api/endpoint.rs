@@ -650,5 +650,6 @@ pub async fn delete_endpoint(
     let (app, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
     state.store.delete_endpoint(&app.id, &endpoint.id).await?;
     state.catalog.invalidate_endpoint(&app.id, &endpoint.id);
+    state.dispatcher.endpoint_changed(&endpoint.id).await;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -2,6 +2,7 @@
 //! connection pool behind the destination guard, read a bounded part of the answer, and
 //! report what happened as data ([`Sent`]), never as an error.
 
+mod clients;
 mod connector;
 mod oauth2;
 mod operator;
@@ -10,7 +11,6 @@ mod request;
 mod resolver;
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::error::Error as StdError;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -29,6 +29,8 @@ pub use proxy::EgressProxy;
 pub use request::{Outgoing, Standard, is_reserved_header, is_sensitive_header};
 pub use resolver::{ResolveError, Resolver};
 
+use clients::ClientCache;
+
 use crate::catalog::Target;
 use crate::delivery_auth::{OAuth2Grant, client_config};
 use crate::outcome::{AttemptResult, Failure};
@@ -42,8 +44,9 @@ const MAX_RESPONSE_HEADERS: usize = 64;
 /// Bytes of response head buffered at most.
 const MAX_RESPONSE_HEAD_BYTES: usize = 16 * 1024;
 /// Clients (each with its pool) kept for applications' proxies and endpoints' client
-/// certificates at most; past it they are all dropped and made again as needed.
+/// certificates at most, and per application (see `clients`).
 const MAX_CLIENTS: usize = 1024;
+const MAX_CLIENTS_PER_APP: usize = 64;
 
 /// What one attempt produced.
 #[derive(Debug, Clone)]
@@ -91,7 +94,7 @@ pub struct Deliverer {
     client: HttpClient,
     /// For applications' own proxies and endpoints' own TLS settings: one client (and
     /// pool) each, made when first used.
-    clients: Mutex<HashMap<ClientKey, HttpClient>>,
+    clients: Mutex<ClientCache<ClientKey, HttpClient>>,
     tokens: oauth2::TokenCache,
     /// The TLS settings of connections without a client certificate (public roots).
     plain_tls: rustls::ClientConfig,
@@ -113,7 +116,13 @@ impl Deliverer {
         let resolver = Resolver::new(guard.clone(), &config.dns_servers, config.dns_budget);
         let plain_tls = client_config(None, None).expect("the default TLS settings build");
         let client = Self::client(&resolver, &guard, &config, config.proxy.clone(), plain_tls.clone());
-        Self { client, clients: Mutex::default(), tokens: Default::default(), plain_tls, resolver, guard, config }
+        let clients = Mutex::new(ClientCache::new(MAX_CLIENTS, MAX_CLIENTS_PER_APP));
+        Self { client, clients, tokens: Default::default(), plain_tls, resolver, guard, config }
+    }
+
+    /// The endpoint is gone: what was kept for it (its OAuth2 token) goes with it.
+    pub fn forget_endpoint(&self, endpoint: &crate::ids::EndpointId) {
+        self.tokens.forget(endpoint);
     }
 
     /// The client for `target`'s attempts (`tls`: with its TLS settings), or why there is
@@ -125,15 +134,12 @@ impl Deliverer {
         }
         let proxy = target.proxy.clone().or_else(|| self.config.proxy.clone());
         let key = ClientKey { proxy: proxy.clone(), tls: endpoint_tls.as_ref().map(|t| t.fingerprint) };
-        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
-        if clients.len() >= MAX_CLIENTS && !clients.contains_key(&key) {
-            clients.clear();
-        }
         let made = || {
             let tls = endpoint_tls.as_ref().map_or_else(|| self.plain_tls.clone(), |e| e.config.clone());
             Self::client(&self.resolver, &self.guard, &self.config, proxy, tls)
         };
-        Ok(Cow::Owned(clients.entry(key).or_insert_with(made).clone()))
+        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(Cow::Owned(clients.get_or_make(&target.endpoint.app_id, &key, made)))
     }
 
     fn client(

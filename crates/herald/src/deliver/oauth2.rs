@@ -86,6 +86,11 @@ impl TokenCache {
         entry.slot.clone()
     }
 
+    /// The endpoint is gone: its token goes with it.
+    pub fn forget(&self, endpoint: &EndpointId) {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner()).remove(endpoint);
+    }
+
     /// The endpoint's current token, fetched through `client` if there is none (or it is
     /// about to expire); `Err` with the reason when none can be had before `deadline`.
     pub async fn token(

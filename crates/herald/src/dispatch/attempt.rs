@@ -57,7 +57,7 @@ impl Dispatcher {
                 Ok(sent) => Some(sent),
                 Err(Skipped(why)) => {
                     drop(permit);
-                    self.lanes().finished(job.app());
+                    self.lanes().finished(job.app(), &job.endpoint_id);
                     self.lanes().release_probe(job.app(), &job.endpoint_id);
                     self.wake_pump.notify_one();
                     let attempt = self.skipped(target, &job, why);
@@ -68,7 +68,7 @@ impl Dispatcher {
             _ => None,
         };
         drop(permit);
-        self.lanes().finished(job.app());
+        self.lanes().finished(job.app(), &job.endpoint_id);
         if sent.is_none() {
             self.lanes().release_probe(job.app(), &job.endpoint_id);
         }
@@ -255,7 +255,7 @@ impl Dispatcher {
 
     /// Hands the outcome to the batch writer (`outcomes`), which records it and then
     /// keeps or lets go of the job.
-    fn conclude(&self, job: Job, next: NextState, attempt: Option<Attempt>) {
+    pub(super) fn conclude(&self, job: Job, next: NextState, attempt: Option<Attempt>) {
         let attempts = if attempt.is_some() { job.attempts + 1 } else { job.attempts };
         let record = OutcomeRecord {
             delivery_id: job.delivery_id,

@@ -6,8 +6,11 @@
 //! application may take `weight` jobs in a row before yielding its turn (weighted fair
 //! sharing), and one at its `maxConcurrency` leaves the rotation until an attempt of its
 //! own finishes, so a slow endpoint holds at most its application's cap. Within an
-//! application, endpoints take turns; within an endpoint, first attempts and retries
-//! alternate, so a mass of late retries cannot starve new messages.
+//! application, endpoints take turns, and while several have work none holds more than its
+//! share of the application's cap (the cap divided among the endpoints with work or
+//! attempts in flight): a slow or dead endpoint cannot take every slot from a fast
+//! neighbour. Within an endpoint, first attempts and retries alternate, so a mass of late
+//! retries cannot starve new messages.
 //!
 //! Gates that park an endpoint (its deliveries wait, no attempt is used): its circuit
 //! breaker while open, and the token buckets of `throttleRate` (endpoint and application).
@@ -20,7 +23,7 @@ use std::sync::Arc;
 use crate::breaker::{Admission, Breaker, BreakerSettings, Transition};
 use crate::catalog::{AppLimits, Target};
 use crate::clock::Millis;
-use crate::ids::{AppId, EndpointId};
+use crate::ids::{AppId, EndpointId, MessageId};
 use crate::store::{ClaimedDelivery, Message, Trigger};
 use crate::throttle::TokenBucket;
 
@@ -69,6 +72,8 @@ struct EndpointQueue {
     retries: VecDeque<Job>,
     /// Alternates between first attempts and retries when both wait.
     retry_next: bool,
+    /// Attempts of this endpoint in flight.
+    in_flight: u32,
     /// In the application's list of endpoints that may send.
     queued: bool,
 }
@@ -97,6 +102,8 @@ impl EndpointQueue {
 
 /// An endpoint's circuit breaker and rate limit; kept while the process runs.
 struct Gate {
+    /// Whose endpoint it is (`None` for a breaker restored before any job of it arrived).
+    app: Option<AppId>,
     breaker: Breaker,
     settings: BreakerSettings,
     bucket: Option<TokenBucket>,
@@ -133,6 +140,19 @@ impl Lane {
 
     fn waiting(&self) -> bool {
         !self.ready.is_empty()
+    }
+
+    /// Whether `endpoint` holds its share of the application's cap: the cap divided among
+    /// the endpoints with work or attempts in flight. (Counted only when it might: no
+    /// endpoint under the cap divided among all of them is at its share.)
+    fn at_share(&self, endpoint: &EndpointId) -> bool {
+        let cap = self.limits.max_concurrency;
+        let Some(queue) = self.endpoints.get(endpoint) else { return false };
+        if queue.in_flight < cap.div_ceil(self.endpoints.len().max(1) as u32) {
+            return false;
+        }
+        let busy = self.endpoints.values().filter(|q| !q.is_empty() || q.in_flight > 0).count();
+        queue.in_flight >= cap.div_ceil(busy.max(1) as u32)
     }
 }
 
@@ -250,12 +270,14 @@ impl Lanes {
     fn configure(&mut self, target: &Target, now: Millis) {
         let settings = target.settings.circuit_breaker;
         let gate = self.gates.entry(target.endpoint.id.clone()).or_insert_with(|| Gate {
+            app: None,
             breaker: Breaker::new(&settings),
             settings,
             bucket: None,
             reach: None,
         });
         gate.settings = settings;
+        gate.app.get_or_insert_with(|| target.endpoint.app_id.clone());
         gate.reach.get_or_insert_with(|| target.reach());
         gate.bucket = rebucket(gate.bucket.take(), target.endpoint.throttle_rate, now);
         let lane = self.lanes.entry(target.endpoint.app_id.clone()).or_insert_with(|| Lane::new(target.app));
@@ -266,7 +288,7 @@ impl Lanes {
     /// Restores a breaker saved before a restart; `reach` is how the endpoint is reached now.
     pub fn restore_breaker(&mut self, endpoint: EndpointId, breaker: Breaker, reach: Option<u64>) {
         let settings = BreakerSettings { cooldown_ms: breaker.cooldown_ms, ..BreakerSettings::default() };
-        self.gates.insert(endpoint, Gate { breaker, settings, bucket: None, reach });
+        self.gates.insert(endpoint, Gate { app: None, breaker, settings, bucket: None, reach });
     }
 
     /// The endpoint is now reached differently (a new URL or headers, or enabled again): the
@@ -300,6 +322,16 @@ impl Lanes {
     /// Every endpoint this process keeps a gate for.
     pub fn gated_endpoints(&self) -> Vec<EndpointId> {
         self.gates.keys().cloned().collect()
+    }
+
+    /// The endpoints of `app` this process keeps a gate or a queue for.
+    pub fn endpoints_of(&self, app: &AppId) -> Vec<EndpointId> {
+        let gated = self.gates.iter().filter(|(_, gate)| gate.app.as_ref() == Some(app)).map(|(id, _)| id);
+        let queued = self.lanes.get(app).into_iter().flat_map(|lane| lane.endpoints.keys());
+        let mut all: Vec<EndpointId> = gated.chain(queued).cloned().collect();
+        all.sort_unstable();
+        all.dedup();
+        all
     }
 
     pub fn breaker(&self, endpoint: &EndpointId) -> Option<&Breaker> {
@@ -364,8 +396,13 @@ impl Lanes {
             return None;
         }
         let mut parked = vec![];
+        let mut at_share = vec![];
         let mut picked = None;
         while let Some(endpoint) = lane.ready.pop_front() {
+            if lane.at_share(&endpoint) {
+                at_share.push(endpoint); // stays ready: one of its attempts will finish
+                continue;
+            }
             let queue = lane.endpoints.get_mut(&endpoint).expect("ready endpoints have queues");
             if queue.is_empty() {
                 queue.queued = false;
@@ -392,6 +429,7 @@ impl Lanes {
                 bucket.take(now);
             }
             let job = queue.pop().expect("checked non-empty");
+            queue.in_flight += 1;
             if queue.is_empty() {
                 queue.queued = false;
             } else {
@@ -400,6 +438,7 @@ impl Lanes {
             picked = Some(job);
             break;
         }
+        lane.ready.extend(at_share);
         if let Some(bucket) = lane.bucket.as_mut().filter(|_| picked.is_some()) {
             bucket.take(now);
         }
@@ -421,10 +460,13 @@ impl Lanes {
         picked
     }
 
-    /// An attempt of `app` finished (its slot is free again).
-    pub fn finished(&mut self, app: &AppId) {
+    /// An attempt of `app` to `endpoint` finished (its slot is free again).
+    pub fn finished(&mut self, app: &AppId, endpoint: &EndpointId) {
         if let Some(lane) = self.lanes.get_mut(app) {
             lane.in_flight = lane.in_flight.saturating_sub(1);
+            if let Some(queue) = lane.endpoints.get_mut(endpoint) {
+                queue.in_flight = queue.in_flight.saturating_sub(1);
+            }
         }
         self.make_eligible(app);
     }
@@ -455,6 +497,57 @@ impl Lanes {
             gate.breaker.abandon_probe();
             self.wake(app, Some(endpoint));
         }
+    }
+
+    /// Takes the waiting job (ready, parked, or on a timer) of `message` to `endpoint`, if
+    /// there is one (a resend wants it now, not at its retry time). Its room stays
+    /// reserved: the caller forgets it once the job is given back.
+    pub fn take_waiting(&mut self, message: &MessageId, endpoint: &EndpointId) -> Option<Job> {
+        let is_it = |job: &Job| job.message.id == *message && job.endpoint_id == *endpoint;
+        if let Some(job) = self.take_timed(|job| is_it(job)).pop() {
+            return Some(job);
+        }
+        let lane = self.lanes.values_mut().find(|lane| lane.endpoints.contains_key(endpoint))?;
+        let queue = lane.endpoints.get_mut(endpoint)?;
+        for jobs in [&mut queue.first, &mut queue.retries] {
+            if let Some(at) = jobs.iter().position(|job| is_it(job)) {
+                return jobs.remove(at);
+            }
+        }
+        None
+    }
+
+    /// The endpoint was deleted: takes every job of it that is waiting, and forgets its gate
+    /// and queue. In-flight jobs finish (and find it gone); their room stays reserved.
+    pub fn remove_endpoint(&mut self, endpoint: &EndpointId) -> Vec<Job> {
+        self.gates.remove(endpoint);
+        let mut jobs = self.take_timed(|job| job.endpoint_id == *endpoint);
+        let app = self.lanes.iter().find(|(_, lane)| lane.endpoints.contains_key(endpoint)).map(|(app, _)| app.clone());
+        if let Some(app) = app {
+            let lane = self.lanes.get_mut(&app).expect("just found");
+            if let Some(mut queue) = lane.endpoints.remove(endpoint) {
+                jobs.extend(queue.first.drain(..));
+                jobs.extend(queue.retries.drain(..));
+            }
+            lane.ready.retain(|e| e != endpoint);
+            self.make_eligible(&app);
+        }
+        jobs
+    }
+
+    /// Takes the jobs on timers that `which` picks (the heap is rebuilt: a rare operation).
+    fn take_timed(&mut self, which: impl Fn(&Job) -> bool) -> Vec<Job> {
+        let (taken, kept): (Vec<Timer>, Vec<Timer>) = std::mem::take(&mut self.timers)
+            .into_iter()
+            .partition(|timer| matches!(&timer.due, Due::Job(job) if which(job)));
+        self.timers = kept.into();
+        taken
+            .into_iter()
+            .filter_map(|timer| match timer.due {
+                Due::Job(job) => Some(*job),
+                Due::Wake(..) => None,
+            })
+            .collect()
     }
 
     /// Removes every job that is waiting (ready, parked or on a timer), e.g. to release
@@ -505,7 +598,6 @@ fn rebucket(existing: Option<TokenBucket>, rate: Option<u16>, now: Millis) -> Op
 mod tests {
     use super::*;
     use crate::endpoint_settings::{Defaults, DeliverySettings};
-    use crate::ids::MessageId;
     use crate::sealing::{Keyring, generate_key};
     use crate::store::{Endpoint, SealedSecrets};
 
@@ -631,9 +723,77 @@ mod tests {
         let taken = drain_apps(&mut lanes, 0);
         assert_eq!(taken.iter().filter(|a| *a == "app_slow").count(), 2, "slow stops at its cap");
         assert_eq!(taken.iter().filter(|a| *a == "app_fast").count(), 5, "fast is never held up");
-        lanes.finished(&slow.endpoint.app_id);
+        lanes.finished(&slow.endpoint.app_id, &slow.endpoint.id);
         assert_eq!(lanes.pop(0).unwrap().app(), &slow.endpoint.app_id, "a finished slot lets it back in");
         assert!(lanes.pop(0).is_none());
+    }
+
+    #[test]
+    fn a_slow_endpoint_holds_at_most_its_share_of_the_cap_while_a_neighbour_has_work() {
+        let (mut lanes, mut fx) = (Lanes::new(1000), Fixture::new());
+        let slow = fx.target("a", "slow", limits(16, 1), |_| {});
+        let fast = fx.target("a", "fast", limits(16, 1), |_| {});
+        add(&mut lanes, &mut fx, &slow, 100);
+        add(&mut lanes, &mut fx, &fast, 100);
+        let taken: Vec<Job> = std::iter::from_fn(|| lanes.pop(0)).collect();
+        let slow_taken = taken.iter().filter(|j| j.endpoint_id == slow.endpoint.id).count();
+        assert_eq!((taken.len(), slow_taken), (16, 8), "half the cap each");
+        // The slow attempts never finish; each finished fast one frees a slot for fast only.
+        for _ in 0..50 {
+            lanes.finished(&fast.endpoint.app_id, &fast.endpoint.id);
+            let next = lanes.pop(0).expect("a slot for the fast endpoint");
+            assert_eq!(next.endpoint_id, fast.endpoint.id, "never the slow one past its share");
+        }
+    }
+
+    #[test]
+    fn an_endpoint_alone_may_use_the_whole_cap() {
+        let (mut lanes, mut fx) = (Lanes::new(1000), Fixture::new());
+        let only = fx.target("a", "only", limits(16, 1), |_| {});
+        let idle = fx.target("a", "idle", limits(16, 1), |_| {});
+        add(&mut lanes, &mut fx, &idle, 1);
+        lanes.pop(0).unwrap();
+        lanes.finished(&idle.endpoint.app_id, &idle.endpoint.id);
+        add(&mut lanes, &mut fx, &only, 100);
+        assert_eq!(std::iter::from_fn(|| lanes.pop(0)).count(), 16, "a neighbour without work takes no share");
+    }
+
+    #[test]
+    fn a_deleted_endpoint_gives_up_every_waiting_job_and_its_gate() {
+        let (mut lanes, mut fx) = (Lanes::new(100), Fixture::new());
+        let breaker = BreakerSettings { failure_threshold: 1, cooldown_ms: 300_000, max_cooldown_ms: 300_000 };
+        let e = fx.target("a", "1", limits(100, 1), |e| e.delivery.circuit_breaker = Some(breaker));
+        let other = fx.target("a", "2", limits(100, 1), |_| {});
+        add(&mut lanes, &mut fx, &e, 4);
+        add(&mut lanes, &mut fx, &other, 1);
+        let (app, ep) = (e.endpoint.app_id.clone(), e.endpoint.id.clone());
+        let first = lanes.pop(0).unwrap();
+        assert_eq!(first.endpoint_id, ep);
+        lanes.finished(&app, &ep);
+        lanes.record(&app, &ep, false, false, 10);
+        let retry = fx.job(&e, 1);
+        lanes.add_timer(retry, 60_000);
+        let taken = lanes.remove_endpoint(&ep);
+        assert_eq!(taken.len(), 4, "three parked and one on a timer");
+        assert!(lanes.breaker(&ep).is_none(), "its breaker is forgotten");
+        assert_eq!(lanes.endpoints_of(&app), vec![other.endpoint.id.clone()]);
+        assert_eq!(lanes.pop(10).unwrap().endpoint_id, other.endpoint.id, "the neighbour goes on");
+    }
+
+    #[test]
+    fn a_resend_takes_its_waiting_job_from_a_timer_or_a_queue() {
+        let (mut lanes, mut fx) = (Lanes::new(100), Fixture::new());
+        let e = fx.target("a", "1", limits(100, 1), |_| {});
+        let (later, now) = (fx.job(&e, 1), fx.job(&e, 0));
+        let (later_msg, now_msg) = (later.message.id.clone(), now.message.id.clone());
+        lanes.add_timer(later, 40_000);
+        lanes.add_ready(now, 0);
+        assert_eq!(lanes.take_waiting(&later_msg, &e.endpoint.id).unwrap().message.id, later_msg);
+        assert_eq!(lanes.take_waiting(&now_msg, &e.endpoint.id).unwrap().message.id, now_msg);
+        assert!(lanes.take_waiting(&now_msg, &e.endpoint.id).is_none(), "taken once");
+        assert!(lanes.pop(0).is_none());
+        lanes.promote(40_000);
+        assert!(lanes.pop(40_000).is_none(), "nothing left on the timer");
     }
 
     #[test]
@@ -700,7 +860,7 @@ mod tests {
         let (app, ep) = (e.endpoint.app_id.clone(), e.endpoint.id.clone());
         for _ in 0..2 {
             lanes.pop(0).unwrap();
-            lanes.finished(&app);
+            lanes.finished(&app, &ep);
         }
         assert_eq!(lanes.record(&app, &ep, false, false, 10), None);
         assert_eq!(lanes.record(&app, &ep, false, false, 10), Some(Transition::Opened));
@@ -711,7 +871,7 @@ mod tests {
         lanes.promote(1010);
         let probe = lanes.pop(1010).expect("one probe after the cooldown");
         assert!(lanes.pop(1010).is_none(), "exactly one probe");
-        lanes.finished(probe.app());
+        lanes.finished(probe.app(), &probe.endpoint_id);
         assert_eq!(lanes.record(&app, &ep, true, false, 1020), Some(Transition::Closed));
         assert_eq!(drain_apps(&mut lanes, 1020).len(), 2, "closed again: the rest flows");
     }
@@ -724,7 +884,7 @@ mod tests {
         add(&mut lanes, &mut fx, &e, 4);
         let (app, ep) = (e.endpoint.app_id.clone(), e.endpoint.id.clone());
         lanes.pop(0).unwrap();
-        lanes.finished(&app);
+        lanes.finished(&app, &ep);
         assert_eq!(lanes.record(&app, &ep, false, false, 10), Some(Transition::Opened));
         assert!(lanes.pop(10).is_none(), "parked for five minutes");
         let described = fx.target("a", "described", limits(100, 1), |x| {
@@ -753,7 +913,7 @@ mod tests {
         let (app, ep) = (e.endpoint.app_id.clone(), e.endpoint.id.clone());
         assert!(!lanes.probe_now(&app, &ep, 0), "closed: nothing to retry");
         lanes.pop(0).unwrap();
-        lanes.finished(&app);
+        lanes.finished(&app, &ep);
         lanes.record(&app, &ep, false, false, 10);
         assert!(lanes.pop(10).is_none());
         assert!(lanes.probe_now(&app, &ep, 20));

@@ -68,6 +68,12 @@ impl Tracker {
     }
 
     /// Seeds the local windows from the store (start-up).
+    /// The endpoint is gone: its window and its counts not yet flushed go with it.
+    pub fn forget(&self, endpoint: &EndpointId) {
+        lock(&self.windows).remove(endpoint);
+        lock(&self.unflushed).remove(endpoint);
+    }
+
     pub async fn load(&self, store: &dyn HealthStore) {
         let since = hour_of(now_ms()) - WINDOW_HOURS + 1;
         match store.latency_since(since, None).await {

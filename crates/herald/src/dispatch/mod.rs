@@ -7,6 +7,7 @@
 //! spawns its [`attempt`].
 
 mod attempt;
+mod gone;
 mod lanes;
 pub mod latency;
 mod lease;

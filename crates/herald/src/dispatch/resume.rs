@@ -13,16 +13,17 @@ use tokio_util::sync::CancellationToken;
 
 use super::Dispatcher;
 use crate::clock::now_ms;
-use crate::ids::{AppId, EndpointId};
+use crate::ids::{AppId, EndpointId, MessageId};
 use crate::store::{BreakerEventKind, CatalogChange};
 
 impl Dispatcher {
     /// The endpoint changed: if it is now reached differently from how its breaker judged
-    /// it, the breaker closes and its parked deliveries come forward.
+    /// it, the breaker closes and its parked deliveries come forward; if it is gone, this
+    /// process forgets it (`gone`).
     pub async fn endpoint_changed(&self, endpoint: &EndpointId) {
         let target = match self.catalog.target(endpoint).await {
             Ok(Some(target)) => target,
-            Ok(None) => return,
+            Ok(None) => return self.endpoint_gone(endpoint).await,
             Err(e) => {
                 tracing::warn!(error = %e, %endpoint, "loading a changed endpoint failed");
                 return;
@@ -48,6 +49,25 @@ impl Dispatcher {
         opened
     }
 
+    /// A resend of `msg` to `endpoint` was accepted. If this process holds that delivery
+    /// waiting (for a retry, or parked), it gives the claim back now, and the store makes it
+    /// the resend (due at once, with a fresh budget); the loader claims it next. An attempt
+    /// already on the wire is left alone: its outcome puts the delivery back for the resend.
+    pub async fn resend_requested(&self, msg: &MessageId, endpoint: &EndpointId) {
+        let Some(job) = self.lanes().take_waiting(msg, endpoint) else { return };
+        match self.store.release(&job.owner, vec![job.delivery_id]).await {
+            Ok(()) => {
+                self.lanes().forget(1);
+                self.poke();
+            }
+            Err(e) => {
+                // Still ours: attempted now, its outcome then makes it the resend.
+                tracing::warn!(error = %e, %msg, "giving a delivery back for its resend failed; attempting it now");
+                self.hold([(job, now_ms())]);
+            }
+        }
+    }
+
     /// Applies what other processes announce (endpoint changes, "retry now") until `stop`.
     pub async fn follow(self: Arc<Self>, mut changes: broadcast::Receiver<CatalogChange>, stop: CancellationToken) {
         loop {
@@ -64,13 +84,14 @@ impl Dispatcher {
                 Ok(CatalogChange::RetryNow(app, endpoint)) => {
                     self.retry_now(&app, &endpoint).await;
                 }
+                Ok(CatalogChange::Resend(_, endpoint, msg)) => self.resend_requested(&msg, &endpoint).await,
                 Ok(CatalogChange::All) | Err(broadcast::error::RecvError::Lagged(_)) => {
                     let gated = self.lanes().gated_endpoints();
                     for endpoint in gated {
                         self.endpoint_changed(&endpoint).await;
                     }
                 }
-                Ok(CatalogChange::App(_)) => {}
+                Ok(CatalogChange::App(app)) => self.app_changed(&app).await,
                 Err(broadcast::error::RecvError::Closed) => return,
             }
         }

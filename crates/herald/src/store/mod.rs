@@ -338,6 +338,8 @@ pub enum CatalogChange {
     Endpoint(AppId, EndpointId),
     /// "Retry now" on the endpoint's open circuit breaker.
     RetryNow(AppId, EndpointId),
+    /// A resend of a message to an endpoint was accepted while a process held it.
+    Resend(AppId, EndpointId, MessageId),
     /// Announcements may have been missed (a reconnect): forget everything.
     All,
 }

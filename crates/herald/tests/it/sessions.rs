@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::support::server::{ADMIN_TOKEN, Storage, set_cookie, sign_in_answer};
 use crate::support::{TestServer, eventually};

@@ -10,7 +10,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use tokio_postgres::{AsyncMessage, NoTls};
 
-use crate::ids::{AppId, EndpointId};
+use crate::ids::{AppId, EndpointId, MessageId};
 use crate::store::{CatalogChange, Signals};
 use crate::supervisor::{Liveness, spawn_task};
 
@@ -68,11 +68,20 @@ async fn listen(
     Ok(())
 }
 
-/// Reads `app:{app}`, `endpoint:{app}:{endpoint}` or `retry:{app}:{endpoint}`; anything
-/// else flushes everything.
+/// Reads `app:{app}`, `endpoint:{app}:{endpoint}`, `retry:{app}:{endpoint}` or
+/// `resend:{app}:{endpoint}:{msg}`; anything else flushes everything.
 fn parse_change(payload: &str) -> CatalogChange {
     let mut parts = payload.split(':');
-    match (parts.next(), parts.next(), parts.next()) {
+    let fields = (parts.next(), parts.next(), parts.next());
+    if let ((Some("resend"), Some(app), Some(endpoint)), Some(msg)) = (fields, parts.next()) {
+        let app = AppId::from_trusted(app.to_owned());
+        return CatalogChange::Resend(
+            app,
+            EndpointId::from_trusted(endpoint.to_owned()),
+            MessageId::from_trusted(msg.to_owned()),
+        );
+    }
+    match fields {
         (Some("app"), Some(app), None) => CatalogChange::App(AppId::from_trusted(app.to_owned())),
         (Some("endpoint"), Some(app), Some(endpoint)) => {
             CatalogChange::Endpoint(AppId::from_trusted(app.to_owned()), EndpointId::from_trusted(endpoint.to_owned()))
@@ -96,5 +105,13 @@ mod tests {
             CatalogChange::Endpoint(AppId::from_trusted("app_1".into()), EndpointId::from_trusted("ep_2".into()))
         );
         assert_eq!(parse_change("garbage"), CatalogChange::All);
+        assert_eq!(
+            parse_change("resend:app_1:ep_2:msg_3"),
+            CatalogChange::Resend(
+                AppId::from_trusted("app_1".into()),
+                EndpointId::from_trusted("ep_2".into()),
+                MessageId::from_trusted("msg_3".into())
+            )
+        );
     }
 }

@@ -18,6 +18,7 @@ use crate::store::{
 use crate::supervisor::spawn_task;
 
 const NOTIFY_WORK: &str = "SELECT pg_notify('herald_work', '')";
+const NOTIFY_CATALOG: &str = "SELECT pg_notify('herald_catalog', $1)";
 
 /// Due, unclaimed deliveries of endpoints without strict ordering, oldest due first. A
 /// claim's attempt starts after every resend accepted before it: the claim clears `resend`.
@@ -39,10 +40,20 @@ const CLAIM_HEADS: &str = "WITH heads AS (
      RETURNING d.id, d.msg_id, d.endpoint_id, d.attempts, d.next_at, d.trigger";
 
 /// Gives back pending deliveries `owner` holds, on a connection of its own.
+/// What giving a claim back sets, `now` being the number of the parameter holding the time.
+/// A delivery a resend marked while it was held becomes that resend: due at once, with a
+/// fresh retry budget, as a manual attempt; otherwise it stays as it was, only unclaimed.
+fn released(now: usize) -> String {
+    format!(
+        "owner = NULL, resend = false, next_at = CASE WHEN resend THEN ${now} ELSE next_at END,
+         attempts = CASE WHEN resend THEN 0 ELSE attempts END, trigger = CASE WHEN resend THEN 1 ELSE trigger END"
+    )
+}
+
 async fn release_ids(pool: &deadpool_postgres::Pool, owner: &str, ids: &[i64]) -> StoreResult<u64> {
     let client = pool.get().await.map_err(super::pool_err)?;
-    let sql = "UPDATE herald.delivery SET owner = NULL WHERE id = ANY ($1) AND owner = $2 AND state = 0";
-    give_back(&client, sql, &[&ids, &owner]).await
+    let sql = format!("UPDATE herald.delivery SET {} WHERE id = ANY ($1) AND owner = $2 AND state = 0", released(3));
+    give_back(&client, &sql, &[&ids, &owner, &now_ms()]).await
 }
 
 /// Runs an update that makes deliveries claimable again and, if it changed any, tells
@@ -217,16 +228,16 @@ impl QueueStore for PgStore {
     }
 
     async fn release_message(&self, owner: &str, msg: &MessageId) -> StoreResult<u64> {
-        let sql = "UPDATE herald.delivery SET owner = NULL WHERE msg_id = $1 AND owner = $2 AND state = 0";
+        let sql = format!("UPDATE herald.delivery SET {} WHERE msg_id = $1 AND owner = $2 AND state = 0", released(3));
         let client = self.client().await?;
-        give_back(&client, sql, &[&msg.as_str(), &owner]).await
+        give_back(&client, &sql, &[&msg.as_str(), &owner, &now_ms()]).await
     }
 
     async fn release_owner(&self, owner: &str) -> StoreResult<u64> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db_err)?;
-        let released =
-            tx.execute("UPDATE herald.delivery SET owner = NULL WHERE owner = $1", &[&owner]).await.map_err(db_err)?;
+        let sql = format!("UPDATE herald.delivery SET {} WHERE owner = $1", released(2));
+        let released = tx.execute(&sql, &[&owner, &now_ms()]).await.map_err(db_err)?;
         tx.execute("DELETE FROM herald.node WHERE id = $1", &[&owner]).await.map_err(db_err)?;
         tx.execute(NOTIFY_WORK, &[]).await.map_err(db_err)?;
         tx.commit().await.map_err(db_err)?;
@@ -283,7 +294,7 @@ impl QueueStore for PgStore {
             return Ok(0);
         }
         let released = client
-            .execute("UPDATE herald.delivery SET owner = NULL WHERE owner = ANY ($1)", &[&dead])
+            .execute(&format!("UPDATE herald.delivery SET {} WHERE owner = ANY ($1)", released(2)), &[&dead, &now_ms()])
             .await
             .map_err(db_err)? as i64;
         if released > 0 {
@@ -294,11 +305,14 @@ impl QueueStore for PgStore {
     }
 
     async fn release_orphans(&self) -> StoreResult<u64> {
-        let sql = "UPDATE herald.delivery d SET owner = NULL
-                   WHERE d.state = 0 AND d.owner IS NOT NULL
-                     AND NOT EXISTS (SELECT 1 FROM herald.node n WHERE n.id = d.owner)";
+        let sql = format!(
+            "UPDATE herald.delivery d SET {}
+             WHERE d.state = 0 AND d.owner IS NOT NULL
+               AND NOT EXISTS (SELECT 1 FROM herald.node n WHERE n.id = d.owner)",
+            released(1)
+        );
         let client = self.client().await?;
-        let released = give_back(&client, sql, &[]).await?;
+        let released = give_back(&client, &sql, &[&now_ms()]).await?;
         if released > 0 {
             tracing::warn!(released, "released deliveries claimed under names no process holds");
         }
@@ -328,6 +342,10 @@ impl QueueStore for PgStore {
                     .await
                     .map_err(db_err)?;
                 if changed > 0 {
+                    // The process holding it may have it waiting for a retry: tell it, so it
+                    // gives the claim back and the resend goes at once.
+                    let change = format!("resend:{app}:{endpoint}:{msg}");
+                    client.execute(NOTIFY_CATALOG, &[&change]).await.map_err(db_err)?;
                     changed
                 } else {
                     client

@@ -20,6 +20,12 @@ use crate::store::{
     OutcomeRecord, QueueStore, Recorded, Requeue, StoreResult, Trigger,
 };
 
+/// What giving a claim back sets (`?1` is now). A delivery a resend marked while it was
+/// held becomes that resend: due at once, with a fresh retry budget, as a manual attempt;
+/// otherwise it stays as it was, only unclaimed.
+const RELEASED: &str = "owner = NULL, resend = 0, next_at = CASE WHEN resend THEN ?1 ELSE next_at END,
+    attempts = CASE WHEN resend THEN 0 ELSE attempts END, trigger = CASE WHEN resend THEN 1 ELSE trigger END";
+
 #[async_trait]
 impl QueueStore for SqliteStore {
     async fn claim(&self, owner: &str, due_before: Millis, limit: usize) -> StoreResult<Vec<ClaimedDelivery>> {
@@ -76,10 +82,11 @@ impl QueueStore for SqliteStore {
         self.writer
             .write(move |conn| {
                 let now = now_ms();
-                let mut stmt = conn.prepare_cached("UPDATE delivery SET owner = NULL WHERE id = ? AND owner = ?")?;
+                let sql = format!("UPDATE delivery SET {RELEASED} WHERE id = ?2 AND owner = ?3");
+                let mut stmt = conn.prepare_cached(&sql)?;
                 for id in ids {
                     if deliveries::release_held(conn, id, id + 1, Some(&owner), now)? == 0 {
-                        stmt.execute(params![id, owner])?;
+                        stmt.execute(params![now, id, owner])?;
                     }
                 }
                 Ok(())
@@ -103,8 +110,8 @@ impl QueueStore for SqliteStore {
                     Some(&owner),
                     now_ms(),
                 )?;
-                let sql = "UPDATE delivery SET owner = NULL WHERE msg_seq = ? AND owner = ? AND state = 0";
-                Ok(held + conn.execute(sql, params![seq, owner])? as u64)
+                let sql = format!("UPDATE delivery SET {RELEASED} WHERE msg_seq = ?2 AND owner = ?3 AND state = 0");
+                Ok(held + conn.execute(&sql, params![now_ms(), seq, owner])? as u64)
             })
             .await
     }
@@ -114,7 +121,8 @@ impl QueueStore for SqliteStore {
         self.writer
             .write(move |conn| {
                 let held = deliveries::release_held(conn, 0, i64::MAX, Some(&owner), now_ms())?;
-                Ok(held + conn.execute("UPDATE delivery SET owner = NULL WHERE owner = ?", [&owner])? as u64)
+                let sql = format!("UPDATE delivery SET {RELEASED} WHERE owner = ?2");
+                Ok(held + conn.execute(&sql, params![now_ms(), owner])? as u64)
             })
             .await
     }
@@ -123,7 +131,8 @@ impl QueueStore for SqliteStore {
         self.writer
             .write(|conn| {
                 let held = deliveries::release_held(conn, 0, i64::MAX, None, now_ms())?;
-                Ok(held + conn.execute("UPDATE delivery SET owner = NULL WHERE owner IS NOT NULL", [])? as u64)
+                let sql = format!("UPDATE delivery SET {RELEASED} WHERE owner IS NOT NULL");
+                Ok(held + conn.execute(&sql, [now_ms()])? as u64)
             })
             .await
     }

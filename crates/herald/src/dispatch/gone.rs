@@ -1,0 +1,44 @@
+//! Forgetting an endpoint that was deleted: its waiting deliveries are cancelled at once
+//! (none stays counted as pending, parked behind a breaker that will never judge again),
+//! and everything this process kept for it goes: its circuit breaker (here and in the
+//! store), its latency window, its metrics series, its OAuth2 token. Memory follows the
+//! endpoints that exist, not every endpoint that ever did.
+//!
+//! The process that served the deletion acts at once; the others when the store announces
+//! the change (`resume`'s follower) and find the endpoint gone.
+
+use super::Dispatcher;
+use crate::ids::{AppId, EndpointId};
+use crate::store::NextState;
+
+impl Dispatcher {
+    /// `endpoint` no longer exists.
+    pub(super) async fn endpoint_gone(&self, endpoint: &EndpointId) {
+        let waiting = self.lanes().remove_endpoint(endpoint);
+        self.latency.forget(endpoint);
+        self.metrics.forget_endpoint(endpoint);
+        self.deliverer.forget_endpoint(endpoint);
+        if !waiting.is_empty() {
+            tracing::info!(%endpoint, cancelled = waiting.len(), "the endpoint was deleted: its waiting deliveries are cancelled");
+        }
+        for job in waiting {
+            self.conclude(job, NextState::Canceled, None);
+        }
+        if let Err(e) = self.store.save_breaker(endpoint, None).await {
+            tracing::warn!(error = %e, %endpoint, "forgetting a deleted endpoint's circuit breaker failed");
+        }
+        self.wake_pump.notify_one();
+    }
+
+    /// `app` changed, perhaps deleted with its endpoints: the ones that are gone are
+    /// forgotten, and so are the application's own metrics if it is.
+    pub async fn app_changed(&self, app: &AppId) {
+        let endpoints = self.lanes().endpoints_of(app);
+        for endpoint in endpoints {
+            self.endpoint_changed(&endpoint).await;
+        }
+        if matches!(self.catalog.app(app.as_str()).await, Ok(None)) {
+            self.metrics.forget_app(app);
+        }
+    }
+}
