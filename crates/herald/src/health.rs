@@ -35,7 +35,7 @@ pub async fn breakers(
 pub async fn latency(
     store: &dyn HealthStore,
     dispatcher: &Dispatcher,
-    only: Option<&EndpointId>,
+    only: Option<&[EndpointId]>,
     now: Millis,
 ) -> StoreResult<HashMap<EndpointId, Histogram>> {
     let since = hour_of(now) - WINDOW_HOURS + 1;

@@ -8,7 +8,7 @@
 //! adds what is not: the messages it accepted (flushed every second) and a sample of the
 //! queue's depth once a minute.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -47,16 +47,9 @@ pub async fn endpoint_hours(
         slot.0 += c.succeeded.max(0) as u64;
         slot.1 += c.failed.max(0) as u64;
     }
-    let wanted: HashSet<&EndpointId> = endpoints.iter().collect();
-    let one = match endpoints {
-        [only] => Some(only),
-        _ => None,
-    };
     let mut latency: BTreeMap<i64, Histogram> = BTreeMap::new();
-    for (endpoint, hour, histogram) in store.latency_since(first, one).await? {
-        if wanted.contains(&endpoint) {
-            latency.entry(hour).or_default().merge(&histogram);
-        }
+    for (_, hour, histogram) in store.latency_since(first, Some(endpoints)).await? {
+        latency.entry(hour).or_default().merge(&histogram);
     }
     Ok((first..=hour_of(now))
         .map(|hour| {

@@ -88,7 +88,8 @@ pub async fn health_of(state: &AppState, endpoint: &crate::store::Endpoint) -> A
     let settings = endpoint.delivery.circuit_breaker.unwrap_or_default();
     let breaker = breakers(state, Some(&endpoint.id)).await?.remove(&endpoint.id);
     let breaker = breaker.unwrap_or_else(|| Breaker::new(&settings));
-    let latency = latency(state, Some(&endpoint.id), now).await?.remove(&endpoint.id).unwrap_or_default().summary();
+    let only = std::slice::from_ref(&endpoint.id);
+    let latency = latency(state, Some(only), now).await?.remove(&endpoint.id).unwrap_or_default().summary();
     Ok(EndpointHealthOut {
         state: breaker.state,
         consecutive_failures: breaker.consecutive_failures,
@@ -133,7 +134,14 @@ pub async fn slow_endpoints(
     query: QueryMap,
 ) -> ApiResult<Json<SlowEndpointsOut>> {
     let threshold: f64 = query.get("p95ThresholdMs")?.unwrap_or(DEFAULT_P95_THRESHOLD_MS);
-    let mut slow: Vec<(LatencySummary, EndpointId)> = latency(&state, None, now_ms())
+    // A portal token's question reads its application's endpoints only.
+    let own = match &principal {
+        Principal::Admin => None,
+        Principal::App { app_id, .. } => {
+            Some(state.store.app_endpoints(app_id).await?.into_iter().map(|e| e.id).collect::<Vec<_>>())
+        }
+    };
+    let mut slow: Vec<(LatencySummary, EndpointId)> = latency(&state, own.as_deref(), now_ms())
         .await?
         .into_iter()
         .map(|(endpoint, histogram)| (histogram.summary(), endpoint))
@@ -234,7 +242,7 @@ async fn breakers(state: &AppState, only: Option<&EndpointId>) -> ApiResult<Hash
 
 async fn latency(
     state: &AppState,
-    only: Option<&EndpointId>,
+    only: Option<&[EndpointId]>,
     now: Millis,
 ) -> ApiResult<HashMap<EndpointId, Histogram>> {
     Ok(health::latency(&*state.store, &state.dispatcher, only, now).await?)

@@ -108,7 +108,8 @@ async fn endpoint_table(state: &AppState, app: &App, endpoints: &[crate::store::
     let err = ApiError::from;
     let now = now_ms();
     let breakers = health::breakers(&*state.store, &state.dispatcher, None).await.map_err(err)?;
-    let latency = health::latency(&*state.store, &state.dispatcher, None, now).await.map_err(err)?;
+    let ids: Vec<_> = endpoints.iter().map(|e| e.id.clone()).collect();
+    let latency = health::latency(&*state.store, &state.dispatcher, Some(&ids), now).await.map_err(err)?;
     let mut rows = vec![];
     for endpoint in endpoints {
         let stats =

@@ -59,21 +59,21 @@ impl Tracker {
     }
 
     /// Counts recorded here but not yet in the store (so readers see them at once).
-    pub fn unflushed(&self, endpoint: Option<&EndpointId>, now: Millis) -> HashMap<EndpointId, Histogram> {
+    pub fn unflushed(&self, endpoints: Option<&[EndpointId]>, now: Millis) -> HashMap<EndpointId, Histogram> {
         lock(&self.unflushed)
             .iter()
-            .filter(|(id, _)| endpoint.is_none_or(|e| e == *id))
+            .filter(|(id, _)| endpoints.is_none_or(|wanted| wanted.contains(id)))
             .map(|(id, w)| (id.clone(), w.merged(now)))
             .collect()
     }
 
-    /// Seeds the local windows from the store (start-up).
     /// The endpoint is gone: its window and its counts not yet flushed go with it.
     pub fn forget(&self, endpoint: &EndpointId) {
         lock(&self.windows).remove(endpoint);
         lock(&self.unflushed).remove(endpoint);
     }
 
+    /// Seeds the local windows from the store (start-up).
     pub async fn load(&self, store: &dyn HealthStore) {
         let since = hour_of(now_ms()) - WINDOW_HOURS + 1;
         match store.latency_since(since, None).await {

@@ -622,12 +622,15 @@ pub async fn breakers_and_latency_survive_in_the_store(store: &dyn Store) {
         .await
         .unwrap();
     store.merge_latency(vec![(ep.id.clone(), 10, histogram(&[9.0]))]).await.unwrap();
-    let mine = store.latency_since(10, Some(&ep.id)).await.unwrap();
+    let mine = store.latency_since(10, Some(std::slice::from_ref(&ep.id))).await.unwrap();
     assert_eq!(mine.len(), 1);
+    let both = [ep.id.clone(), other.clone()];
+    assert_eq!(store.latency_since(10, Some(&both)).await.unwrap().len(), 2, "a list of endpoints");
+    assert!(store.latency_since(10, Some(&[])).await.unwrap().is_empty(), "an empty list is none");
     assert_eq!((mine[0].1, mine[0].2.count()), (10, 3), "deltas of one hour are merged");
     assert_eq!(store.latency_since(11, None).await.unwrap().len(), 1, "older hours are left out");
     assert_eq!(store.prune_health(11 * 3_600_000).await.unwrap(), 1);
-    assert!(store.latency_since(0, Some(&ep.id)).await.unwrap().is_empty());
+    assert!(store.latency_since(0, Some(std::slice::from_ref(&ep.id))).await.unwrap().is_empty());
 }
 
 pub async fn the_summary_counts_queue_states_and_the_last_hour(store: &dyn Store) {

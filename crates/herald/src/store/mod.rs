@@ -235,11 +235,11 @@ pub trait HealthStore: Send + Sync {
     async fn breakers(&self) -> StoreResult<Vec<(EndpointId, Breaker)>>;
     /// Adds histogram counts to the stored ones (endpoint, hour, counts).
     async fn merge_latency(&self, deltas: Vec<(EndpointId, i64, Histogram)>) -> StoreResult<()>;
-    /// Stored histograms from `since_hour` on, of one endpoint or of all.
+    /// Stored histograms from `since_hour` on, of these endpoints or of all.
     async fn latency_since(
         &self,
         since_hour: i64,
-        endpoint: Option<&EndpointId>,
+        endpoints: Option<&[EndpointId]>,
     ) -> StoreResult<Vec<(EndpointId, i64, Histogram)>>;
     async fn summary(&self, now: Millis) -> StoreResult<SummaryCounts>;
     /// Drops latency hours, endpoint hours, breaker events and summary minutes older than

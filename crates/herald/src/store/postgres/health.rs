@@ -64,15 +64,15 @@ impl HealthStore for PgStore {
     async fn latency_since(
         &self,
         since_hour: i64,
-        endpoint: Option<&EndpointId>,
+        endpoints: Option<&[EndpointId]>,
     ) -> StoreResult<Vec<(EndpointId, i64, Histogram)>> {
         let client = self.client().await?;
-        let endpoint = endpoint.map(|e| e.to_string());
+        let endpoints: Option<Vec<&str>> = endpoints.map(|ids| ids.iter().map(EndpointId::as_str).collect());
         let rows = client
             .query(
                 "SELECT endpoint_id, hour, histogram FROM herald.latency
-                 WHERE hour >= $1 AND ($2::text IS NULL OR endpoint_id = $2)",
-                &[&since_hour, &endpoint],
+                 WHERE hour >= $1 AND ($2::text[] IS NULL OR endpoint_id = ANY ($2))",
+                &[&since_hour, &endpoints],
             )
             .await
             .map_err(db_err)?;

@@ -78,16 +78,17 @@ impl HealthStore for SqliteStore {
     async fn latency_since(
         &self,
         since_hour: i64,
-        endpoint: Option<&EndpointId>,
+        endpoints: Option<&[EndpointId]>,
     ) -> StoreResult<Vec<(EndpointId, i64, Histogram)>> {
-        let endpoint = endpoint.map(|e| e.to_string());
+        let endpoints = endpoints.map(|ids| serde_json::to_string(ids).expect("ids serialize"));
         self.readers
             .read(move |conn| {
                 let mut stmt = conn.prepare_cached(
-                    "SELECT endpoint_id, hour, histogram FROM latency WHERE hour >= ?1 AND (?2 IS NULL OR endpoint_id = ?2)",
+                    "SELECT endpoint_id, hour, histogram FROM latency
+                     WHERE hour >= ?1 AND (?2 IS NULL OR endpoint_id IN (SELECT value FROM json_each(?2)))",
                 )?;
                 let rows: Vec<(String, i64, String)> = stmt
-                    .query_map(params![since_hour, endpoint], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                    .query_map(params![since_hour, endpoints], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
                     .collect::<Result<_, _>>()?;
                 rows.into_iter()
                     .map(|(id, hour, json)| {
