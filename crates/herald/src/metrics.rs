@@ -47,6 +47,10 @@ pub struct Gauges {
     pub oldest_pending_age_seconds: f64,
     /// (endpoint, 0 closed, 1 half-open, 2 open)
     pub circuits: Vec<(EndpointId, u8)>,
+    /// Each application's use of the jq sandbox.
+    pub sandbox: Vec<(AppId, crate::scripts::Usage)>,
+    /// Long-polls waiting now, per application.
+    pub long_polls: Vec<(AppId, usize)>,
 }
 
 /// The entry of `key`, cloning the key only when it is new (the hot path's common case).
@@ -152,6 +156,21 @@ impl Metrics {
         for (endpoint, state) in &gauges.circuits {
             let _ = writeln!(w, "herald_circuit_state{{endpoint=\"{endpoint}\"}} {state}");
         }
+        let _ = writeln!(w, "# HELP herald_sandbox_exchanges_total Filter and transform runs and checks, by application.");
+        let _ = writeln!(w, "# TYPE herald_sandbox_exchanges_total counter");
+        for (app, usage) in &gauges.sandbox {
+            let _ = writeln!(w, "herald_sandbox_exchanges_total{{app=\"{app}\"}} {}", usage.exchanges);
+        }
+        let _ = writeln!(w, "# HELP herald_sandbox_seconds_total Time sandbox workers spent for each application.");
+        let _ = writeln!(w, "# TYPE herald_sandbox_seconds_total counter");
+        for (app, usage) in &gauges.sandbox {
+            let _ = writeln!(w, "herald_sandbox_seconds_total{{app=\"{app}\"}} {}", usage.seconds);
+        }
+        let _ = writeln!(w, "# HELP herald_long_polls_waiting Poller long-polls waiting now, by application.");
+        let _ = writeln!(w, "# TYPE herald_long_polls_waiting gauge");
+        for (app, n) in &gauges.long_polls {
+            let _ = writeln!(w, "herald_long_polls_waiting{{app=\"{app}\"}} {n}");
+        }
         let _ = writeln!(w, "# HELP herald_alerts_active Alert conditions true at the last evaluation, by kind.");
         let _ = writeln!(w, "# TYPE herald_alerts_active gauge");
         for (kind, n) in lock(&self.alerts_active).iter() {
@@ -183,8 +202,13 @@ mod tests {
             dead: 7,
             oldest_pending_age_seconds: 1.5,
             circuits: vec![(ep.clone(), 2)],
+            sandbox: vec![(app.clone(), crate::scripts::Usage { exchanges: 3, seconds: 0.25 })],
+            long_polls: vec![(app.clone(), 2)],
         };
         let text = m.render(&gauges);
+        assert!(text.contains("herald_long_polls_waiting{app=\"app_1\"} 2"));
+        assert!(text.contains("herald_sandbox_exchanges_total{app=\"app_1\"} 3"));
+        assert!(text.contains("herald_sandbox_seconds_total{app=\"app_1\"} 0.25"));
         assert!(text.contains("herald_attempts_total{app=\"app_1\",class=\"delivered\"} 1"));
         assert!(text.contains("herald_attempt_duration_seconds_bucket{endpoint=\"ep_1\",le=\"0.025\"} 1"));
         assert!(text.contains("herald_attempt_duration_seconds_bucket{endpoint=\"ep_1\",le=\"5\"} 2"));
@@ -192,5 +216,9 @@ mod tests {
         assert!(text.contains("herald_queue_depth{state=\"pending\"} 5"));
         assert!(text.contains("herald_dead_letters 7"));
         assert!(text.contains("herald_circuit_state{endpoint=\"ep_1\"} 2"));
+        m.forget_endpoint(&ep);
+        m.forget_app(&app);
+        let forgotten = m.render(&Gauges { circuits: vec![], sandbox: vec![], long_polls: vec![], ..gauges });
+        assert!(!forgotten.contains("ep_1") && !forgotten.contains("app_1"), "{forgotten}");
     }
 }

@@ -19,7 +19,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll, Waker, ready};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -137,6 +137,9 @@ struct Activity {
     in_progress: AtomicUsize,
     /// (idle since, first byte of the next head), while no request is in progress.
     waiting: Mutex<(Instant, Option<Instant>)>,
+    /// Who waits to read while a request is in progress: woken when the connection becomes
+    /// idle, so its clock starts even if nothing arrives (or it would wait unclocked).
+    reader: Mutex<Option<Waker>>,
     header_timeout: Duration,
     idle_timeout: Duration,
 }
@@ -149,6 +152,9 @@ impl Drop for InProgress {
     fn drop(&mut self) {
         if self.0.in_progress.fetch_sub(1, Ordering::AcqRel) == 1 {
             *self.0.waiting.lock().unwrap_or_else(|p| p.into_inner()) = (Instant::now(), None);
+            if let Some(reader) = self.0.reader.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                reader.wake();
+            }
         }
     }
 }
@@ -160,6 +166,7 @@ impl Activity {
         Self {
             in_progress: AtomicUsize::new(0),
             waiting: Mutex::new((opened, Some(opened))),
+            reader: Mutex::new(None),
             header_timeout: config.header_read_timeout,
             idle_timeout: config.idle_timeout,
         }
@@ -176,6 +183,14 @@ impl Activity {
             let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
             waiting.1.get_or_insert_with(Instant::now);
         }
+    }
+
+    /// While a request is in progress, keeps the reader's waker for when it ends (`None`);
+    /// if it ended meanwhile, the deadline that applies now.
+    fn wake_when_idle(&self, cx: &Context<'_>) -> Option<Instant> {
+        *self.reader.lock().unwrap_or_else(|p| p.into_inner()) = Some(cx.waker().clone());
+        // Ended between the caller's look and the waker being kept: nobody would wake it.
+        self.read_deadline()
     }
 
     /// When reading must have made progress by: `None` while a request is in progress.
@@ -216,7 +231,9 @@ impl<S: AsyncRead + Unpin> AsyncRead for Guarded<S> {
                 Poll::Ready(done)
             }
             Poll::Pending => {
-                let Some(deadline) = self.activity.read_deadline() else { return Poll::Pending };
+                let Some(deadline) = self.activity.read_deadline().or_else(|| self.activity.wake_when_idle(cx)) else {
+                    return Poll::Pending;
+                };
                 if self.clock.deadline() != deadline {
                     self.clock.as_mut().reset(deadline);
                 }

@@ -116,6 +116,12 @@ impl WaitingPolls {
         Self { limits, counts: Mutex::default() }
     }
 
+    /// Long-polls waiting now, per application (for `/metrics`).
+    pub fn waiting(&self) -> Vec<(AppId, usize)> {
+        let counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        counts.apps.iter().map(|(app, n)| (app.clone(), *n)).collect()
+    }
+
     /// Counts one more long-poll of `app` by `principal`, or refuses it (429) at a cap.
     fn enter(&self, app: &AppId, principal: &Principal) -> ApiResult<Waiting<'_>> {
         let token = match principal {

@@ -232,6 +232,8 @@ pub async fn metrics(State(state): State<AppState>, principal: Principal) -> Api
         dead: counts.dead,
         oldest_pending_age_seconds: counts.oldest_pending_at.map_or(0.0, |at| (now - at).max(0) as f64 / 1000.0),
         circuits,
+        sandbox: state.sandbox.usage(),
+        long_polls: state.long_polls.waiting(),
     };
     Ok(([(CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render(&gauges)))
 }

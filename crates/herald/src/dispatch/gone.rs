@@ -7,13 +7,51 @@
 //! The process that served the deletion acts at once; the others when the store announces
 //! the change (`resume`'s follower) and find the endpoint gone.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use super::Dispatcher;
+use crate::clock::{Millis, now_ms};
 use crate::ids::{AppId, EndpointId};
 use crate::store::NextState;
 
+/// How long a deleted endpoint is remembered: longer than any attempt can be on the wire.
+const REMEMBERED_MS: Millis = 15 * 60 * 1000;
+/// Deleted endpoints remembered at most (the oldest are forgotten first).
+const REMEMBERED: usize = 4096;
+
+/// Endpoints deleted lately, so that the outcome of an attempt that was on the wire when
+/// its endpoint went is not kept for a retry (see `outcomes`).
+#[derive(Default)]
+pub(super) struct Gone(Mutex<HashMap<EndpointId, Millis>>);
+
+impl Gone {
+    fn remember(&self, endpoint: &EndpointId, now: Millis) {
+        let mut gone = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if gone.len() >= REMEMBERED {
+            gone.retain(|_, at| now - *at < REMEMBERED_MS);
+            if gone.len() >= REMEMBERED {
+                let oldest = gone.iter().min_by_key(|(_, at)| **at).map(|(id, _)| id.clone());
+                oldest.map(|id| gone.remove(&id));
+            }
+        }
+        gone.insert(endpoint.clone(), now);
+    }
+
+    fn contains(&self, endpoint: &EndpointId) -> bool {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).contains_key(endpoint)
+    }
+}
+
 impl Dispatcher {
+    /// Whether `endpoint` was deleted lately.
+    pub(super) fn is_gone(&self, endpoint: &EndpointId) -> bool {
+        self.gone.contains(endpoint)
+    }
+
     /// `endpoint` no longer exists.
     pub(super) async fn endpoint_gone(&self, endpoint: &EndpointId) {
+        self.gone.remember(endpoint, now_ms());
         let waiting = self.lanes().remove_endpoint(endpoint);
         self.latency.forget(endpoint);
         self.metrics.forget_endpoint(endpoint);
@@ -39,6 +77,7 @@ impl Dispatcher {
         }
         if matches!(self.catalog.app(app.as_str()).await, Ok(None)) {
             self.metrics.forget_app(app);
+            self.sandbox.forget(app);
         }
     }
 }

@@ -27,6 +27,10 @@ use crate::ids::{AppId, EndpointId, MessageId};
 use crate::store::{ClaimedDelivery, Message, Trigger};
 use crate::throttle::TokenBucket;
 
+/// How long an endpoint counts as active after its last job, for the shares of its
+/// application's cap: long enough to span the gaps between a steady endpoint's messages.
+pub const ACTIVE_MS: Millis = 10_000;
+
 /// A delivery held in memory, ready to be attempted.
 #[derive(Debug, Clone)]
 pub struct Job {
@@ -74,6 +78,8 @@ struct EndpointQueue {
     retry_next: bool,
     /// Attempts of this endpoint in flight.
     in_flight: u32,
+    /// When it last had a job to send (see [`ACTIVE_MS`]).
+    last_active: Millis,
     /// In the application's list of endpoints that may send.
     queued: bool,
 }
@@ -143,16 +149,20 @@ impl Lane {
     }
 
     /// Whether `endpoint` holds its share of the application's cap: the cap divided among
-    /// the endpoints with work or attempts in flight. (Counted only when it might: no
-    /// endpoint under the cap divided among all of them is at its share.)
-    fn at_share(&self, endpoint: &EndpointId) -> bool {
+    /// the endpoints that are active (work waiting, attempts in flight, or a job within the
+    /// last [`ACTIVE_MS`]: a fast endpoint is idle most of the time between its messages,
+    /// and must still count). Counted only when it might matter: no endpoint under the cap
+    /// divided among all of them is at its share.
+    fn at_share(&self, endpoint: &EndpointId, now: Millis) -> bool {
         let cap = self.limits.max_concurrency;
         let Some(queue) = self.endpoints.get(endpoint) else { return false };
         if queue.in_flight < cap.div_ceil(self.endpoints.len().max(1) as u32) {
             return false;
         }
-        let busy = self.endpoints.values().filter(|q| !q.is_empty() || q.in_flight > 0).count();
-        queue.in_flight >= cap.div_ceil(busy.max(1) as u32)
+        let active =
+            |q: &&EndpointQueue| !q.is_empty() || q.in_flight > 0 || now.saturating_sub(q.last_active) < ACTIVE_MS;
+        let active = self.endpoints.values().filter(active).count();
+        queue.in_flight >= cap.div_ceil(active.max(1) as u32)
     }
 }
 
@@ -249,6 +259,7 @@ impl Lanes {
         let lane = self.lanes.entry(app.clone()).or_insert_with(|| Lane::new(job.target.app));
         let queue = lane.endpoints.entry(endpoint.clone()).or_default();
         queue.push(job);
+        queue.last_active = now;
         if !queue.queued {
             queue.queued = true;
             lane.ready.push_back(endpoint);
@@ -399,7 +410,7 @@ impl Lanes {
         let mut at_share = vec![];
         let mut picked = None;
         while let Some(endpoint) = lane.ready.pop_front() {
-            if lane.at_share(&endpoint) {
+            if lane.at_share(&endpoint, now) {
                 at_share.push(endpoint); // stays ready: one of its attempts will finish
                 continue;
             }
@@ -412,7 +423,7 @@ impl Lanes {
             let admission = gate.breaker.admit(now);
             if let Admission::Wait { until } = admission {
                 queue.queued = false;
-                parked.push((until, endpoint));
+                parked.push((until, Some(endpoint)));
                 continue;
             }
             if let Some(bucket) = gate.bucket.as_mut()
@@ -422,7 +433,7 @@ impl Lanes {
                     gate.breaker.abandon_probe();
                 }
                 queue.queued = false;
-                parked.push((at, endpoint));
+                parked.push((at, Some(endpoint)));
                 continue;
             }
             if let Some(bucket) = gate.bucket.as_mut() {
@@ -437,6 +448,11 @@ impl Lanes {
             }
             picked = Some(job);
             break;
+        }
+        if picked.is_none() && !at_share.is_empty() {
+            // Back when one of its attempts finishes, or at the latest when the neighbours
+            // that hold it to its share may have gone quiet.
+            parked.push((now + ACTIVE_MS, None));
         }
         lane.ready.extend(at_share);
         if let Some(bucket) = lane.bucket.as_mut().filter(|_| picked.is_some()) {
@@ -455,7 +471,7 @@ impl Lanes {
             if keeps_turn { self.rotation.push_front(app.clone()) } else { self.rotation.push_back(app.clone()) }
         }
         for (at, endpoint) in parked {
-            self.push_timer(at, Due::Wake(app.clone(), Some(endpoint)));
+            self.push_timer(at, Due::Wake(app.clone(), endpoint));
         }
         picked
     }
@@ -747,15 +763,21 @@ mod tests {
     }
 
     #[test]
-    fn an_endpoint_alone_may_use_the_whole_cap() {
+    fn a_fast_neighbour_counts_between_its_messages_and_a_quiet_one_does_not() {
         let (mut lanes, mut fx) = (Lanes::new(1000), Fixture::new());
-        let only = fx.target("a", "only", limits(16, 1), |_| {});
-        let idle = fx.target("a", "idle", limits(16, 1), |_| {});
-        add(&mut lanes, &mut fx, &idle, 1);
-        lanes.pop(0).unwrap();
-        lanes.finished(&idle.endpoint.app_id, &idle.endpoint.id);
-        add(&mut lanes, &mut fx, &only, 100);
-        assert_eq!(std::iter::from_fn(|| lanes.pop(0)).count(), 16, "a neighbour without work takes no share");
+        let slow = fx.target("a", "slow", limits(16, 1), |_| {});
+        let fast = fx.target("a", "fast", limits(16, 1), |_| {});
+        add(&mut lanes, &mut fx, &slow, 100);
+        add(&mut lanes, &mut fx, &fast, 1);
+        let taken: Vec<Job> = std::iter::from_fn(|| lanes.pop(1)).collect();
+        assert_eq!(taken.len(), 9, "the slow one's half, and the fast one's message");
+        lanes.finished(&fast.endpoint.app_id, &fast.endpoint.id);
+        // The fast one has nothing queued now, but had a job a moment ago: it still counts.
+        assert!(lanes.pop(2).is_none(), "the slow one stays at its share between the fast one's messages");
+        // Quiet for longer than ACTIVE_MS: the slow one may use the whole cap.
+        lanes.promote(2 + ACTIVE_MS);
+        let more = std::iter::from_fn(|| lanes.pop(2 + ACTIVE_MS)).count();
+        assert_eq!(more, 8, "the rest, once the other is quiet (no attempt had to finish first)");
     }
 
     #[test]

@@ -83,6 +83,8 @@ pub struct Dispatcher {
     /// The outcome writer's receiving end, taken by `run`.
     outcomes_rx: Mutex<Option<outcomes::Receiver>>,
     latency: Arc<latency::Tracker>,
+    /// Endpoints deleted lately (`gone`).
+    gone: gone::Gone,
     metrics: Arc<Metrics>,
     /// Fails the process when one of the dispatcher's loops fails.
     liveness: Arc<Liveness>,
@@ -114,6 +116,7 @@ impl Dispatcher {
             outcomes,
             outcomes_rx: Mutex::new(Some(outcomes_rx)),
             latency: Arc::default(),
+            gone: Default::default(),
             metrics,
             liveness,
             config,

@@ -81,6 +81,12 @@ async fn write(dispatcher: &Dispatcher, batch: &mut Vec<Pending>, stop: &Cancell
         match (applied, record.next) {
             (Recorded::Applied, NextState::Retry { at, keep: true }) => {
                 job.attempts = record.attempts;
+                if dispatcher.is_gone(&job.endpoint_id) {
+                    // Deleted while this attempt was on the wire: cancelled now, not
+                    // counted as awaiting a retry until its time comes.
+                    dispatcher.conclude(job, NextState::Canceled, None);
+                    continue;
+                }
                 job.trigger = Trigger::Scheduled;
                 job.ready_at = at;
                 kept.push((job, at));

@@ -21,7 +21,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use url::Url;
 
-pub use sandbox::{CheckError, EvalError, Evaluated, Sandbox};
+pub use sandbox::{CheckError, EvalError, Evaluated, Sandbox, Usage};
 
 use crate::deliver::is_reserved_header;
 use crate::store::Message;

@@ -70,6 +70,15 @@ pub struct Sandbox {
     max_output: usize,
     pool: Mutex<Pool>,
     next_waiter: AtomicU64,
+    /// Per application: exchanges run, and the time workers spent on them.
+    usage: Mutex<HashMap<AppId, Usage>>,
+}
+
+/// What one application used of the sandbox (reported in `/metrics`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Usage {
+    pub exchanges: u64,
+    pub seconds: f64,
 }
 
 /// The pool's state, under one lock: whose turn it is, the idle workers, and how to wake
@@ -158,6 +167,7 @@ impl Sandbox {
             max_output: max_output.min(MAX_FRAME),
             pool: Mutex::new(pool),
             next_waiter: AtomicU64::new(0),
+            usage: Mutex::default(),
         }
     }
 
@@ -208,7 +218,10 @@ impl Sandbox {
             Some(worker) => worker,
             None => self.spawn().await.map_err(|e| EvalError::Unavailable(e.to_string()))?,
         };
-        match tokio::time::timeout(deadline, worker.exchange(op, code, input)).await {
+        let started = std::time::Instant::now();
+        let answer = tokio::time::timeout(deadline, worker.exchange(op, code, input)).await;
+        self.used(tenant, started.elapsed());
+        match answer {
             Ok(Ok(answer)) => {
                 turn.worker = Some(worker);
                 Ok(answer)
@@ -238,6 +251,27 @@ impl Sandbox {
         waiting.granted = true;
         let worker = self.pool().idle.pop();
         Turn { sandbox: self, tenant: tenant.clone(), worker }
+    }
+
+    /// Each application's use of the sandbox so far.
+    pub fn usage(&self) -> Vec<(AppId, Usage)> {
+        let usage = self.usage.lock().unwrap_or_else(|p| p.into_inner());
+        usage.iter().map(|(app, u)| (app.clone(), *u)).collect()
+    }
+
+    /// The application is gone: its counts go with it.
+    pub fn forget(&self, tenant: &AppId) {
+        self.usage.lock().unwrap_or_else(|p| p.into_inner()).remove(tenant);
+    }
+
+    fn used(&self, tenant: &AppId, time: Duration) {
+        let mut usage = self.usage.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = match usage.get_mut(tenant) {
+            Some(entry) => entry,
+            None => usage.entry(tenant.clone()).or_default(),
+        };
+        entry.exchanges += 1;
+        entry.seconds += time.as_secs_f64();
     }
 
     fn pool(&self) -> MutexGuard<'_, Pool> {

@@ -100,11 +100,24 @@ pub fn write_frame(to: &mut impl Write, bytes: &[u8]) -> io::Result<()> {
     to.write_all(bytes)
 }
 
+/// Caps the address space at what the process has mapped now plus `bytes`: the budget is
+/// what expressions may use, whatever the binary and its allocator reserved at start (a
+/// debug build maps a gigabyte before it reads a byte).
 fn limit_memory(bytes: u64) -> io::Result<()> {
-    let limit = libc::rlimit { rlim_cur: bytes as libc::rlim_t, rlim_max: bytes as libc::rlim_t };
+    let cap = mapped_now().unwrap_or(0).saturating_add(bytes);
+    let limit = libc::rlimit { rlim_cur: cap as libc::rlim_t, rlim_max: cap as libc::rlim_t };
     // SAFETY: setrlimit reads the struct we pass and changes only this process's limits.
     if unsafe { libc::setrlimit(libc::RLIMIT_AS, &limit) } != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// This process's address space now, in bytes (`/proc/self/statm`: its size in pages).
+fn mapped_now() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().next()?.parse().ok()?;
+    // SAFETY: sysconf only reads a system setting.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page).ok()?)
 }

@@ -13,6 +13,7 @@ mod faults;
 mod hardening;
 mod health;
 mod hostile;
+mod hostile_tenant;
 mod isolation;
 mod lifecycle;
 mod otel;
