@@ -156,7 +156,8 @@ impl Metrics {
         for (endpoint, state) in &gauges.circuits {
             let _ = writeln!(w, "herald_circuit_state{{endpoint=\"{endpoint}\"}} {state}");
         }
-        let _ = writeln!(w, "# HELP herald_sandbox_exchanges_total Filter and transform runs and checks, by application.");
+        let _ =
+            writeln!(w, "# HELP herald_sandbox_exchanges_total Filter and transform runs and checks, by application.");
         let _ = writeln!(w, "# TYPE herald_sandbox_exchanges_total counter");
         for (app, usage) in &gauges.sandbox {
             let _ = writeln!(w, "herald_sandbox_exchanges_total{{app=\"{app}\"}} {}", usage.exchanges);

@@ -133,8 +133,16 @@ async fn behind_a_trusted_proxy_each_client_has_its_own_failed_authentication_bu
         assert_eq!(get(&trusted, "203.0.113.1", "wrong").await.unwrap().status(), StatusCode::UNAUTHORIZED);
     }
     assert_eq!(get(&trusted, "203.0.113.1", "wrong").await.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(get(&trusted, "203.0.113.2", "wrong").await.unwrap().status(), StatusCode::UNAUTHORIZED, "its own budget");
-    assert_eq!(get(&trusted, "203.0.113.1", ADMIN_TOKEN).await.unwrap().status(), StatusCode::OK, "a valid token passes");
+    assert_eq!(
+        get(&trusted, "203.0.113.2", "wrong").await.unwrap().status(),
+        StatusCode::UNAUTHORIZED,
+        "its own budget"
+    );
+    assert_eq!(
+        get(&trusted, "203.0.113.1", ADMIN_TOKEN).await.unwrap().status(),
+        StatusCode::OK,
+        "a valid token passes"
+    );
 
     // Without a trusted proxy the header is anyone's to write, and is ignored.
     let direct = TestServer::start_with(|c| c.auth.failed_auth_per_minute = Some(3)).await;

@@ -38,9 +38,12 @@ async fn an_application_holds_at_most_its_cap_of_endpoints() {
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
     assert_eq!(answer["detail"][0]["loc"], json!(["body"]));
     assert!(answer["detail"][0]["msg"].as_str().unwrap().contains("tenants.max_endpoints"), "{answer}");
-    let (status, _) = mallory.call(&server, Method::PUT, &mallory.path("/endpoint/by-put"), Some(json!({"url": receiver.url("/e")}))).await;
+    let (status, _) = mallory
+        .call(&server, Method::PUT, &mallory.path("/endpoint/by-put"), Some(json!({"url": receiver.url("/e")})))
+        .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "nor by a PUT that creates");
-    let (status, _) = mallory.call(&server, Method::DELETE, &mallory.path(&format!("/endpoint/{}", ids[0])), None).await;
+    let (status, _) =
+        mallory.call(&server, Method::DELETE, &mallory.path(&format!("/endpoint/{}", ids[0])), None).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     mallory.endpoint(&server, &receiver.url("/e"), json!({})).await;
 }
@@ -52,7 +55,9 @@ async fn endpoints_created_and_deleted_by_the_dozen_leave_nothing_behind() {
     let mallory = Tenant::new(&server, "mallory").await;
     let mut ids = Vec::new();
     for i in 0..30 {
-        let id = mallory.endpoint(&server, &receiver.url(&format!("/e{i}")), json!({"delivery": parks_at_first_failure()})).await;
+        let id = mallory
+            .endpoint(&server, &receiver.url(&format!("/e{i}")), json!({"delivery": parks_at_first_failure()}))
+            .await;
         ids.push(id);
     }
     // Each endpoint fails once (its breaker opens) and has messages parked behind it.
@@ -114,7 +119,11 @@ async fn deleting_a_parked_endpoint_cancels_its_deliveries_at_once() {
 
 #[tokio::test]
 async fn a_slow_endpoint_takes_at_most_its_share_of_its_applications_slots() {
-    let slow = Receiver::start(|r, _| if r.path == "/slow" { Reply::ok().after(Duration::from_secs(20)) } else { Reply::ok() }).await;
+    let slow =
+        Receiver::start(
+            |r, _| if r.path == "/slow" { Reply::ok().after(Duration::from_secs(20)) } else { Reply::ok() },
+        )
+        .await;
     let server = TestServer::start().await;
     let (status, app) = server.post("/api/v1/app", json!({"name": "shop", "maxConcurrency": 4})).await;
     assert_eq!(status, StatusCode::CREATED);
@@ -151,8 +160,10 @@ async fn a_resend_goes_at_once_and_takes_the_place_of_the_scheduled_retry() {
     // Long before the retry's 40 seconds: the resend is the next attempt, and the last.
     let got = receiver.wait_for(Some("/hook"), 2).await;
     assert!(got[1].at - got[0].at < Duration::from_secs(20), "the resend went at once");
-    eventually("delivered", || async { (server.delivery_status(&tenant.app, &msg, &endpoint).await == Some(0)).then_some(()) })
-        .await;
+    eventually("delivered", || async {
+        (server.delivery_status(&tenant.app, &msg, &endpoint).await == Some(0)).then_some(())
+    })
+    .await;
     let attempts = server.attempts(&tenant.app, &msg).await;
     assert_eq!(attempts.len(), 2, "{attempts:?}");
     assert_eq!(attempts[1]["triggerType"], 1, "the second is the manual one");

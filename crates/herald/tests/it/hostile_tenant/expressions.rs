@@ -41,9 +41,15 @@ async fn nesting_is_bounded_at_64_levels_of_every_kind_and_length_at_16_kib() {
     let receiver = Receiver::ok().await;
     let server = TestServer::start().await;
     let mallory = Tenant::new(&server, "mallory").await;
-    let nested = |open: &str, inner: &str, close: &str, n: usize| format!("{}{inner}{}", open.repeat(n), close.repeat(n));
-    let shapes: [(&str, &str, &str); 5] =
-        [("(", ".a", ")"), ("[", "1", "]"), ("{a: ", "1", "}"), ("\"\\(", "1", ")\""), ("if true then ", "1", " else 0 end")];
+    let nested =
+        |open: &str, inner: &str, close: &str, n: usize| format!("{}{inner}{}", open.repeat(n), close.repeat(n));
+    let shapes: [(&str, &str, &str); 5] = [
+        ("(", ".a", ")"),
+        ("[", "1", "]"),
+        ("{a: ", "1", "}"),
+        ("\"\\(", "1", ")\""),
+        ("if true then ", "1", " else 0 end"),
+    ];
     for (open, inner, close) in shapes {
         for (path, body, field) in expression_fields(&mallory, &receiver, &nested(open, inner, close, 65)) {
             let (status, answer) = mallory.post(&server, &path, body).await;
@@ -116,13 +122,15 @@ async fn json_bodies_are_bounded_in_depth_before_parsing_payloads_and_schemas_al
     assert_eq!(post_raw(msg.clone(), admin.clone(), body(&deep(63))).await, StatusCode::BAD_REQUEST);
     assert_eq!(post_raw(msg, admin, body(&deep(100_000))).await, StatusCode::BAD_REQUEST);
     // Event type schemas are JSON too (and the operator's): the same bound.
-    let schema = |n: usize| format!(r#"{{"name": "deep", "description": "d", "schemas": {{"1": {}}}}}"#, {
-        let mut s = "{\"type\": \"object\"}".to_owned();
-        for _ in 0..n {
-            s = format!(r#"{{"type": "object", "properties": {{"a": {s}}}}}"#);
-        }
-        s
-    });
+    let schema = |n: usize| {
+        format!(r#"{{"name": "deep", "description": "d", "schemas": {{"1": {}}}}}"#, {
+            let mut s = "{\"type\": \"object\"}".to_owned();
+            for _ in 0..n {
+                s = format!(r#"{{"type": "object", "properties": {{"a": {s}}}}}"#);
+            }
+            s
+        })
+    };
     let admin = crate::support::server::ADMIN_TOKEN.to_owned();
     assert_eq!(post_raw("/api/v1/event-type".into(), admin.clone(), schema(40)).await, StatusCode::BAD_REQUEST);
     assert_eq!(post_raw("/api/v1/event-type".into(), admin, schema(20)).await, StatusCode::CREATED);
@@ -142,7 +150,8 @@ async fn an_evaluation_cut_off_by_its_client_never_answers_another_tenant() {
     let (alpha, beta) = (Tenant::new(&server, "alpha").await, Tenant::new(&server, "beta").await);
     let slow = r#"reduce range(0; 1500000) as $i (0; . + 1) | {payload: {owner: "alpha", secret: "alpha-card-4242"}}"#;
     let alpha_ep = alpha.endpoint(&server, &receiver.url("/a"), json!({"transform": slow})).await;
-    let beta_ep = beta.endpoint(&server, &receiver.url("/b"), json!({"transform": r#"{payload: {owner: "beta"}}"#})).await;
+    let beta_ep =
+        beta.endpoint(&server, &receiver.url("/b"), json!({"transform": r#"{payload: {owner: "beta"}}"#})).await;
     let example = json!({"eventType": "e", "payload": {}});
     let cut_off = reqwest::Client::builder().timeout(Duration::from_millis(300)).build().unwrap();
     let path = alpha.path(&format!("/endpoint/{alpha_ep}/transformation/simulate"));

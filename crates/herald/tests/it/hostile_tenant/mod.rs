@@ -40,7 +40,13 @@ impl Tenant {
     }
 
     /// Calls the API as this customer; the status and the JSON answer (`null` if none).
-    pub async fn call(&self, server: &TestServer, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+    pub async fn call(
+        &self,
+        server: &TestServer,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
         let mut request = server.request_as(&self.token, method, path);
         if let Some(body) = body {
             request = request.json(&body);
@@ -72,7 +78,8 @@ impl Tenant {
 /// The field a 422 names first (`body.<field>` as a dotted path) and its message.
 pub fn refused_field(answer: &Value) -> (String, String) {
     let item = &answer["detail"][0];
-    let loc: Vec<&str> = item["loc"].as_array().map(|l| l.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let loc: Vec<&str> =
+        item["loc"].as_array().map(|l| l.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
     (loc.get(1..).unwrap_or_default().join("."), item["msg"].as_str().unwrap_or_default().to_owned())
 }
 

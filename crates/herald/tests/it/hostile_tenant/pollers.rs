@@ -34,12 +34,17 @@ async fn a_long_poll_wakes_for_its_own_application_only_and_reads_each_message_o
     }
     let exchanges = format!("herald_sandbox_exchanges_total{{app=\"{}\"}}", mallory.app);
     let waiting = tokio::spawn({
-        let (url, token) = (server.url(&mallory.path(&format!("/poller/{id}/consumer/c?wait_ms=30000"))), mallory.token.clone());
-        async move { reqwest::Client::new().get(url).bearer_auth(token).send().await.unwrap().json::<Value>().await.unwrap() }
+        let (url, token) =
+            (server.url(&mallory.path(&format!("/poller/{id}/consumer/c?wait_ms=30000"))), mallory.token.clone());
+        async move {
+            reqwest::Client::new().get(url).bearer_auth(token).send().await.unwrap().json::<Value>().await.unwrap()
+        }
     });
     // The filter's check when the poller was made, and one evaluation per message read.
-    eventually("the long-poll to have read everything", || async { (metric(&server, &exchanges).await >= 201.0).then_some(()) })
-        .await;
+    eventually("the long-poll to have read everything", || async {
+        (metric(&server, &exchanges).await >= 201.0).then_some(())
+    })
+    .await;
     // A busy neighbour: its commits must not wake this long-poll (they used to, and each
     // wake-up ran the filter again over everything from the request's start).
     for n in 0..300 {
@@ -140,7 +145,9 @@ async fn a_refused_read_moves_no_consumer() {
     }
     let (_, first) = read(&server, &mallory, &id, "c", "limit=1").await;
     let it = first["iterator"].as_str().unwrap();
-    for bad in [format!("iterator={it}&wait_ms=999999"), format!("iterator={it}&limit=0"), format!("iterator={it}&limit=251")] {
+    for bad in
+        [format!("iterator={it}&wait_ms=999999"), format!("iterator={it}&limit=0"), format!("iterator={it}&limit=251")]
+    {
         let (status, answer) = read(&server, &mallory, &id, "c", &bad).await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{bad}: {answer}");
     }

@@ -92,7 +92,11 @@ async fn two_patches_of_an_application_at_once_both_take_effect() {
         )
         .await;
         let (_, app) = server.get(&path).await;
-        assert_eq!((app["name"].as_str(), app["metadata"]["note"].as_str()), (Some(&*name), Some(&*note)), "round {round}");
+        assert_eq!(
+            (app["name"].as_str(), app["metadata"]["note"].as_str()),
+            (Some(&*name), Some(&*note)),
+            "round {round}"
+        );
     }
 }
 
@@ -112,7 +116,11 @@ async fn two_patches_of_an_event_type_at_once_both_take_effect() {
         )
         .await;
         let (_, et) = server.get(&path).await;
-        assert_eq!((et["description"].as_str(), et["featureFlag"].as_str()), (Some(&*description), Some(&*flag)), "round {round}");
+        assert_eq!(
+            (et["description"].as_str(), et["featureFlag"].as_str()),
+            (Some(&*description), Some(&*flag)),
+            "round {round}"
+        );
     }
 }
 
@@ -132,6 +140,10 @@ async fn two_patches_of_a_poller_at_once_both_take_effect() {
         )
         .await;
         let (_, poller) = tenant.call(&server, Method::GET, &path, None).await;
-        assert_eq!((poller["description"].as_str(), poller["filter"].as_str()), (Some(&*description), Some(&*filter)), "round {round}");
+        assert_eq!(
+            (poller["description"].as_str(), poller["filter"].as_str()),
+            (Some(&*description), Some(&*filter)),
+            "round {round}"
+        );
     }
 }
