@@ -8,6 +8,8 @@
 //!   the API answers 408);
 //! - a connection with no request in progress is closed after `idle_timeout`.
 //!
+//! A request head is at most 64 KiB and 100 headers (431 beyond).
+//!
 //! The head and idle clocks live in [`Guarded`], a wrapper around the socket that knows
 //! from [`Activity`] whether a request is in progress; the body clock in [`TimedBody`].
 //! Each request also carries its client's address ([`ClientAddress`]): the peer's, or,
@@ -48,6 +50,11 @@ pub struct ClientAddress(pub IpAddr);
 #[derive(Debug, thiserror::Error)]
 #[error("the request body did not arrive within {0:?}")]
 pub struct BodyTimedOut(pub Duration);
+
+/// The largest request head (request line and headers) read, and the most headers: a
+/// larger one is answered 431.
+const MAX_HEAD_BYTES: usize = 64 * 1024;
+const MAX_HEADERS: usize = 100;
 
 /// How long to wait before accepting again after `accept` failed (out of file descriptors).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
@@ -107,7 +114,9 @@ async fn serve_connection(
             answer
         }
     });
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder.http1().max_buf_size(MAX_HEAD_BYTES).max_headers(MAX_HEADERS);
+    builder.http2().max_header_list_size(MAX_HEAD_BYTES as u32);
     let connection = builder.serve_connection_with_upgrades(io, service);
     tokio::pin!(connection);
     tokio::select! {

@@ -81,6 +81,20 @@ async fn a_head_never_finished_and_a_connection_left_idle_are_closed() {
 }
 
 #[tokio::test]
+async fn a_request_head_is_bounded_in_size_and_header_count() {
+    let server = TestServer::start().await;
+    let alice = Tenant::new(&server, "alice").await;
+    let big = format!("GET /api/v1/health/ping HTTP/1.1\r\nhost: x\r\nx-big: {}\r\n\r\n", "a".repeat(70 * 1024));
+    let answer = read_to_close(&mut send_raw(server.addr, &big).await, Duration::from_secs(15)).await;
+    assert!(answer.starts_with("HTTP/1.1 431"), "a 70 KiB head: {}", &answer[..answer.len().min(60)]);
+    let many: String = (0..101).map(|i| format!("x-h{i}: 1\r\n")).collect();
+    let many = format!("GET /api/v1/health/ping HTTP/1.1\r\nhost: x\r\n{many}\r\n");
+    let answer = read_to_close(&mut send_raw(server.addr, &many).await, Duration::from_secs(15)).await;
+    assert!(answer.starts_with("HTTP/1.1 431"), "102 headers: {}", &answer[..answer.len().min(60)]);
+    still_serving(&server, &alice).await;
+}
+
+#[tokio::test]
 async fn connections_beyond_the_cap_wait_until_one_closes() {
     let server = TestServer::start_with(|c| c.http.max_connections = 2).await;
     // Two connections take both places (each asks once and stays open).
