@@ -6,8 +6,12 @@
 //! A token the receiver refuses (401) is dropped, and the next delivery fetches another.
 //! The token endpoint is reached like a receiver: through the destination guard and the
 //! application's proxy, bounded by the attempt's own deadline.
+//!
+//! The cache reads the time from a [`Clock`] it is given (the runtime's in production), so
+//! its unit tests move time by hand instead of waiting for a token to expire.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -36,6 +40,11 @@ const MAX_ERROR_CODE: usize = 64;
 /// waiting for it share its outcome, so it is not bounded by one of their deadlines (each
 /// stops waiting at its own).
 const FETCH_BUDGET: Duration = Duration::from_secs(10);
+
+/// What time it is, for the cache's bookkeeping: whether a token is still fresh, and which
+/// waiting deliveries a fetch answered. Timeouts are not bookkeeping: they stay on the
+/// runtime's timers.
+pub type Clock = Arc<dyn Fn() -> Instant + Send + Sync>;
 
 /// A token ready to send.
 #[derive(Clone)]
@@ -68,13 +77,29 @@ struct Entry {
 }
 
 /// The tokens of every OAuth2 endpoint, in memory only.
-#[derive(Default)]
 pub struct TokenCache {
     entries: Mutex<HashMap<EndpointId, Entry>>,
     fetches: AtomicU64,
+    clock: Clock,
+}
+
+impl Default for TokenCache {
+    /// A cache on the runtime's clock.
+    fn default() -> Self {
+        Self::with_clock(Arc::new(Instant::now))
+    }
 }
 
 impl TokenCache {
+    /// A cache that reads the time from `clock`.
+    pub fn with_clock(clock: Clock) -> Self {
+        Self { entries: Mutex::default(), fetches: AtomicU64::new(0), clock }
+    }
+
+    fn now(&self) -> Instant {
+        (self.clock)()
+    }
+
     fn slot(&self, endpoint: &EndpointId, grant: &OAuth2Grant) -> Arc<tokio::sync::Mutex<Slot>> {
         let fingerprint = grant.fingerprint();
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
@@ -100,14 +125,31 @@ impl TokenCache {
         client: &HttpClient,
         deadline: Instant,
     ) -> Result<Token, String> {
-        let asked = Instant::now();
+        // The request's own budget is a timer, so it is counted on the runtime's clock.
+        self.token_with(endpoint, grant, deadline, || fetch(client, grant, Instant::now() + FETCH_BUDGET)).await
+    }
+
+    /// [`Self::token`], with the token request given: `fetch` is called (once) only when
+    /// neither a fresh token nor the outcome of a fetch this delivery waited for answers.
+    async fn token_with<F, Fut>(
+        &self,
+        endpoint: &EndpointId,
+        grant: &OAuth2Grant,
+        deadline: Instant,
+        fetch: F,
+    ) -> Result<Token, String>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Granted, String>>,
+    {
+        let asked = self.now();
         let slot = self.slot(endpoint, grant);
         let Ok(mut slot) = tokio::time::timeout_at(deadline, slot.lock()).await else {
             return Err("timed out waiting for another delivery's token request".into());
         };
         // A token still fresh, or one fetched while this delivery waited (even if it is
         // already due for replacement: a short-lived one), is shared.
-        if let Some(token) = slot.token.as_ref().filter(|t| Instant::now() < t.refresh_at || t.fetched_at >= asked) {
+        if let Some(token) = slot.token.as_ref().filter(|t| self.now() < t.refresh_at || t.fetched_at >= asked) {
             return Ok(token.clone());
         }
         if let Some((at, why)) = &slot.failed
@@ -116,17 +158,19 @@ impl TokenCache {
             return Err(why.clone());
         }
         let serial = self.fetches.fetch_add(1, Ordering::Relaxed) + 1;
+        let requested = self.now();
         // Stopping at this delivery's deadline drops the request and records nothing: the
         // next waiter asks again.
-        let fetched = tokio::time::timeout_at(deadline, fetch(client, grant, Instant::now() + FETCH_BUDGET, serial));
-        match fetched.await {
+        match tokio::time::timeout_at(deadline, fetch()).await {
             Err(_) => Err("the token endpoint did not answer within the attempt's time".into()),
-            Ok(Ok(token)) => {
+            Ok(Ok(granted)) => {
+                let refresh_at = requested + used_for(granted.lifetime);
+                let token = Token { header: granted.header, fetched_at: self.now(), refresh_at, serial };
                 *slot = Slot { token: Some(token.clone()), failed: None };
                 Ok(token)
             }
             Ok(Err(why)) => {
-                *slot = Slot { token: None, failed: Some((Instant::now(), why.clone())) };
+                *slot = Slot { token: None, failed: Some((self.now(), why.clone())) };
                 Err(why)
             }
         }
@@ -154,9 +198,16 @@ struct TokenResponse {
     error: Option<String>,
 }
 
+/// What the token endpoint granted.
+struct Granted {
+    /// `Bearer …`, marked sensitive.
+    header: HeaderValue,
+    /// `expires_in`, when it said.
+    lifetime: Option<Duration>,
+}
+
 /// Asks the token endpoint for a token.
-async fn fetch(client: &HttpClient, grant: &OAuth2Grant, deadline: Instant, serial: u64) -> Result<Token, String> {
-    let asked_at = Instant::now();
+async fn fetch(client: &HttpClient, grant: &OAuth2Grant, deadline: Instant) -> Result<Granted, String> {
     let request = token_request(grant)?;
     let response = match tokio::time::timeout_at(deadline, client.request(request)).await {
         Err(_) => return Err("the token endpoint did not answer in time".into()),
@@ -198,7 +249,7 @@ async fn fetch(client: &HttpClient, grant: &OAuth2Grant, deadline: Instant, seri
         Some(serde_json::Value::String(s)) => s.trim().parse().ok().map(Duration::from_secs),
         _ => None,
     };
-    Ok(Token { header, fetched_at: Instant::now(), refresh_at: asked_at + used_for(lifetime), serial })
+    Ok(Granted { header, lifetime })
 }
 
 /// How long a token is used: its lifetime (an hour when not given, a day at most) less a
@@ -241,6 +292,11 @@ fn token_request(grant: &OAuth2Grant) -> Result<Request<Full<Bytes>>, String> {
 
 #[cfg(test)]
 mod tests {
+    use std::pin::pin;
+
+    use futures_util::FutureExt;
+    use tokio::sync::oneshot;
+
     use super::*;
 
     fn grant(method: ClientAuthMethod) -> OAuth2Grant {
@@ -256,7 +312,7 @@ mod tests {
 
     fn body(request: Request<Full<Bytes>>) -> String {
         use http_body_util::BodyExt;
-        let collected = futures_util::FutureExt::now_or_never(request.into_body().collect()).unwrap().unwrap();
+        let collected = request.into_body().collect().now_or_never().unwrap().unwrap();
         String::from_utf8(collected.to_bytes().to_vec()).unwrap()
     }
 
@@ -287,5 +343,151 @@ mod tests {
         let request = token_request(&grant(ClientAuthMethod::ClientSecretPost)).unwrap();
         assert!(request.headers().get(header::AUTHORIZATION).is_none());
         assert!(body(request).ends_with("&client_id=herald+app&client_secret=s3%3Acret"));
+    }
+
+    /// A clock the test moves by hand, and a cache that reads it; the token endpoint is a
+    /// closure that counts its calls. Deadlines are the runtime's and far away: no test
+    /// here waits for real time.
+    struct Rig {
+        now: Arc<Mutex<Instant>>,
+        cache: TokenCache,
+        fetches: Arc<AtomicU64>,
+        endpoint: EndpointId,
+        grant: OAuth2Grant,
+        deadline: Instant,
+    }
+
+    impl Rig {
+        fn new() -> Self {
+            let now = Arc::new(Mutex::new(Instant::now()));
+            let hands = now.clone();
+            Self {
+                now,
+                cache: TokenCache::with_clock(Arc::new(move || *hands.lock().unwrap())),
+                fetches: Arc::default(),
+                endpoint: EndpointId::from_trusted("ep_1".into()),
+                grant: grant(ClientAuthMethod::ClientSecretBasic),
+                deadline: Instant::now() + Duration::from_secs(60),
+            }
+        }
+
+        fn advance(&self, by: Duration) {
+            *self.now.lock().unwrap() += by;
+        }
+
+        /// A delivery asking for the token; a fetch, if it makes one, answers `answer` (a
+        /// token's lifetime, or why there is none).
+        async fn token(&self, answer: Result<Duration, &str>) -> Result<Token, String> {
+            let fetches = &self.fetches;
+            let fetch = move || async move {
+                let n = fetches.fetch_add(1, Ordering::Relaxed);
+                answer.map(|lifetime| granted(n, lifetime)).map_err(str::to_owned)
+            };
+            self.cache.token_with(&self.endpoint, &self.grant, self.deadline, fetch).await
+        }
+
+        /// A delivery asking for the token whose fetch, if it makes one, answers when the
+        /// test sends the answer.
+        fn waiting_for(
+            &self,
+            answered: oneshot::Receiver<Result<Granted, String>>,
+        ) -> impl Future<Output = Result<Token, String>> + '_ {
+            let fetches = &self.fetches;
+            let fetch = move || async move {
+                fetches.fetch_add(1, Ordering::Relaxed);
+                answered.await.expect("the test answers")
+            };
+            self.cache.token_with(&self.endpoint, &self.grant, self.deadline, fetch)
+        }
+
+        fn fetches(&self) -> u64 {
+            self.fetches.load(Ordering::Relaxed)
+        }
+    }
+
+    /// The token endpoint's `n`-th token (from 0), valid for `lifetime`.
+    fn granted(n: u64, lifetime: Duration) -> Granted {
+        Granted { header: HeaderValue::try_from(format!("Bearer tok-{n}")).unwrap(), lifetime: Some(lifetime) }
+    }
+
+    fn bearer(token: &Token) -> &str {
+        token.header.to_str().unwrap()
+    }
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    #[tokio::test]
+    async fn a_token_is_reused_until_its_refresh_time_and_fetched_again_from_then_on() {
+        let rig = Rig::new();
+        // Ten seconds of life: used for eight (a fifth of its lifetime early).
+        let ten = Duration::from_secs(10);
+        assert_eq!(bearer(&rig.token(Ok(ten)).await.unwrap()), "Bearer tok-0");
+        rig.advance(Duration::from_millis(7999));
+        assert_eq!(bearer(&rig.token(Ok(ten)).await.unwrap()), "Bearer tok-0", "still fresh");
+        assert_eq!(rig.fetches(), 1);
+        rig.advance(Duration::from_millis(1));
+        assert_eq!(bearer(&rig.token(Ok(ten)).await.unwrap()), "Bearer tok-1", "due at its refresh time");
+        assert_eq!(bearer(&rig.token(Ok(ten)).await.unwrap()), "Bearer tok-1", "and the new one is shared");
+        assert_eq!(rig.fetches(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_token_that_expires_at_once_is_fetched_for_each_delivery() {
+        let rig = Rig::new();
+        for n in 0..3 {
+            rig.advance(Duration::from_millis(1));
+            let token = rig.token(Ok(Duration::ZERO)).await.unwrap();
+            assert_eq!(bearer(&token), format!("Bearer tok-{n}"));
+        }
+    }
+
+    #[tokio::test]
+    async fn deliveries_that_waited_for_a_failed_fetch_share_its_failure_and_later_ones_ask_again() {
+        let rig = Rig::new();
+        let (answer, answered) = oneshot::channel();
+        let mut first = pin!(rig.waiting_for(answered));
+        assert!(first.as_mut().now_or_never().is_none(), "the first delivery's fetch is under way");
+        rig.advance(Duration::from_millis(5));
+        let mut second = pin!(rig.token(Ok(HOUR)));
+        assert!(second.as_mut().now_or_never().is_none(), "the second delivery waits for that fetch");
+        rig.advance(Duration::from_millis(5));
+        assert!(answer.send(Err("the token endpoint answered 503".into())).is_ok());
+        assert_eq!(first.await.unwrap_err(), "the token endpoint answered 503");
+        assert_eq!(second.await.unwrap_err(), "the token endpoint answered 503", "shared, not asked again");
+        assert_eq!(rig.fetches(), 1);
+
+        rig.advance(Duration::from_millis(5));
+        assert_eq!(bearer(&rig.token(Ok(HOUR)).await.unwrap()), "Bearer tok-1", "a delivery after it asks anew");
+        assert_eq!(rig.fetches(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_short_lived_token_is_shared_by_the_deliveries_that_waited_for_it() {
+        let rig = Rig::new();
+        let (answer, answered) = oneshot::channel();
+        let mut first = pin!(rig.waiting_for(answered));
+        assert!(first.as_mut().now_or_never().is_none(), "the first delivery's fetch is under way");
+        rig.advance(Duration::from_millis(5));
+        let mut second = pin!(rig.token(Ok(HOUR)));
+        assert!(second.as_mut().now_or_never().is_none(), "the second delivery waits for that fetch");
+        rig.advance(Duration::from_millis(5));
+        assert!(answer.send(Ok(granted(0, Duration::ZERO))).is_ok());
+        assert_eq!(bearer(&first.await.unwrap()), "Bearer tok-0");
+        assert_eq!(bearer(&second.await.unwrap()), "Bearer tok-0", "due already, but fetched while it waited");
+        assert_eq!(rig.fetches(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_401_drops_the_token_it_refused_and_no_newer_one() {
+        let rig = Rig::new();
+        let refused = rig.token(Ok(HOUR)).await.unwrap();
+        rig.cache.refused(&rig.endpoint, &rig.grant, &refused, rig.deadline).await;
+        rig.advance(Duration::from_millis(1));
+        let fresh = rig.token(Ok(HOUR)).await.unwrap();
+        assert_eq!(bearer(&fresh), "Bearer tok-1", "the refused token is not used again");
+        // A late 401 for the old token (a delivery that was sending it meanwhile).
+        rig.cache.refused(&rig.endpoint, &rig.grant, &refused, rig.deadline).await;
+        assert_eq!(bearer(&rig.token(Ok(HOUR)).await.unwrap()), "Bearer tok-1", "the newer token stays");
+        assert_eq!(rig.fetches(), 2);
     }
 }

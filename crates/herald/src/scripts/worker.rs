@@ -34,9 +34,21 @@ const CACHE: usize = 512;
 /// Longest expression or input accepted in one frame.
 pub const MAX_FRAME: usize = 64 * 1024 * 1024;
 
+/// The stack requests are served on: jq's parser and compiler recurse once per nesting
+/// level and operator, which `bounds` limits; this leaves room for the deepest expression
+/// the bounds let through many times over (a debug build's frames included).
+pub const STACK_BYTES: usize = 64 * 1024 * 1024;
+
 /// Serves requests on stdin/stdout until the parent closes stdin. `memory_bytes` caps the
 /// address space first; an output longer than `max_output` bytes is answered as a failure.
+/// Requests are served on a thread with a [`STACK_BYTES`] stack.
 pub fn serve(memory_bytes: u64, max_output: usize) -> io::Result<()> {
+    let served =
+        std::thread::Builder::new().stack_size(STACK_BYTES).spawn(move || serve_on(memory_bytes, max_output))?;
+    served.join().unwrap_or_else(|_| Err(io::Error::other("the worker's thread panicked")))
+}
+
+fn serve_on(memory_bytes: u64, max_output: usize) -> io::Result<()> {
     limit_memory(memory_bytes)?;
     let mut input = BufReader::new(io::stdin().lock());
     let mut output = BufWriter::new(io::stdout().lock());

@@ -3,14 +3,12 @@
 //! Prometheus metrics, the circuit breaker (opening, parking, probing, surviving a restart)
 //! and strict ordering.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use tokio::time::Instant;
 
 use crate::support::receiver::Received;
 use crate::support::server::Storage;
@@ -29,49 +27,41 @@ fn percentile(values: &[f64], q: f64) -> f64 {
     sorted[rank - 1]
 }
 
-/// Sends `n` messages to `app` at `per_second`, payload `{"i": index}`; returns when each
-/// was accepted. Latency is counted from the 202 so that fsync stalls caused by other tests
-/// sharing the disk do not count against the dispatcher.
-async fn send_paced(server: &TestServer, app: &str, n: usize, per_second: u64) -> Vec<Instant> {
-    let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / per_second));
-    let mut sent = Vec::with_capacity(n);
-    for i in 0..n {
-        tick.tick().await;
-        server.send(app, json!({"eventType": "load", "payload": {"i": i}})).await;
-        sent.push(Instant::now());
-    }
-    sent
+/// Sends one message to `app` per payload `{"i": index}` for each index, several at a time
+/// (so that how fast the API answers does not set the pace); the ids, by index.
+async fn send_many(server: &TestServer, app: &str, n: usize) -> Vec<String> {
+    use futures_util::StreamExt;
+    futures_util::stream::iter(0..n)
+        .map(|i| server.send(app, json!({"eventType": "load", "payload": {"i": i}})))
+        .buffered(8)
+        .collect()
+        .await
 }
 
-/// Accept-to-receipt latencies (ms) of the messages accepted at `sent`, received at `path`
-/// after the first `earlier` requests there.
-async fn latencies(receiver: &Receiver, path: &str, earlier: usize, sent: &[Instant]) -> Vec<f64> {
-    let got = receiver.wait_for(Some(path), earlier + sent.len()).await;
-    let mut first: HashMap<usize, Instant> = HashMap::new();
-    for request in &got[earlier..] {
-        first.entry(index_of(request)).or_insert(request.at);
-    }
-    sent.iter().enumerate().map(|(i, at)| millis_between(*at, first[&i])).collect()
-}
+/// A's attempt timeout: each of its attempts holds a slot this long at least.
+const HANGING_TIMEOUT_MS: u64 = 1000;
+/// A's backlog: with 3 attempts of A at a time, its last message's first attempt cannot
+/// start before (30 / 3 - 1) × 1 s = 9 s have passed, however fast the machine.
+const A_BACKLOG: usize = 30;
+const B_MESSAGES: usize = 20;
 
-/// Milliseconds from `from` to `to`; zero when the delivery beat the 202 back to the client.
-fn millis_between(from: Instant, to: Instant) -> f64 {
-    to.saturating_duration_since(from).as_secs_f64() * 1000.0
-}
-
-/// Absolute slack on top of the 2× bound: when B's own p99 is a few milliseconds, scheduler
-/// noise on a shared machine alone can double it. The ratio is the contract; the slack only
-/// keeps a sub-10 ms baseline from turning jitter into a failure.
-const NOISE_SLACK_MS: f64 = 50.0;
-const PHASE: usize = 100;
-const PHASE_RATE: u64 = 40;
-
+/// Fairness as an order of events, not a latency: while application A's endpoint hangs on
+/// every attempt, A holds at most its cap (3) of the global slots, and application B's
+/// messages, sent behind A's whole backlog, are all delivered before the last message of
+/// that backlog has had its first attempt. A dispatcher that served applications first
+/// come, first served (B behind A's backlog) or let A take every slot fails here, however
+/// loaded the machine. How much A slows B (B's p99 next to A against alone) is a number,
+/// so the bench scenario `noisy-neighbour` measures it (BENCHMARKS.md); no test times it.
 #[tokio::test]
-async fn a_hanging_customer_stays_within_its_cap_and_does_not_slow_another() {
+async fn a_hanging_customer_stays_within_its_cap_and_another_is_served_ahead_of_its_backlog() {
     // Few global slots, so that an unfair dispatcher would let A take them all.
     let server = TestServer::start_with(|c| c.delivery.max_in_flight = 8).await;
+    // A request to /a counts as in flight for its first 200 ms only: Herald has hung up
+    // long before the 60 s answer, but the handler cannot tell when. A's next attempt in
+    // the same slot comes a whole timeout (1 s) after the previous one started, so only
+    // attempts truly in flight together overlap in the count.
     let receiver = Receiver::start(|r, _| match r.path.as_str() {
-        "/a" => Reply::ok().after(Duration::from_secs(60)),
+        "/a" => Reply::ok().after(Duration::from_secs(60)).counted_for(Duration::from_millis(200)),
         _ => Reply::ok(),
     })
     .await;
@@ -83,33 +73,27 @@ async fn a_hanging_customer_stays_within_its_cap_and_does_not_slow_another() {
     // A times out on every attempt and keeps retrying; its breaker never opens here, so
     // only the cap stands between A and the global capacity.
     let hanging = json!({
-        "timeoutMs": 300,
+        "timeoutMs": HANGING_TIMEOUT_MS,
         "retry": {"strategy": "schedule", "delaysMs": [50, 50, 50, 50, 50, 50, 50, 50], "jitterPercent": 0},
         "circuitBreaker": {"failureThreshold": 10000},
     });
     server.create_endpoint(&a, &receiver.url("/a"), json!({"delivery": hanging})).await;
     server.create_endpoint(&b, &receiver.url("/b"), json!({})).await;
 
-    // Warm B's connection so that the first phase does not pay for the handshake.
-    send_paced(&server, &b, 1, PHASE_RATE).await;
-    receiver.wait_for(Some("/b"), 1).await;
-    let alone = send_paced(&server, &b, PHASE, PHASE_RATE).await;
-    let alone = latencies(&receiver, "/b", 1, &alone).await;
+    let backlog = send_many(&server, &a, A_BACKLOG).await;
+    receiver.wait_for(Some("/a"), 3).await; // A holds its cap
+    let sent_to_b = send_many(&server, &b, B_MESSAGES).await;
+    let got = receiver.wait_for(Some("/b"), B_MESSAGES).await;
 
-    let noisy = {
-        let server = &server;
-        let load_a = async move { send_paced(server, &a, PHASE, PHASE_RATE).await };
-        let load_b = async move { send_paced(server, &b, PHASE, PHASE_RATE).await };
-        tokio::join!(load_a, load_b).1
-    };
-    let with_a = latencies(&receiver, "/b", 1 + PHASE, &noisy).await;
-
-    let (p99_alone, p99_with_a) = (percentile(&alone, 0.99), percentile(&with_a, 0.99));
-    assert!(
-        p99_with_a <= 2.0 * p99_alone + NOISE_SLACK_MS,
-        "B's p99 went from {p99_alone:.1} ms alone to {p99_with_a:.1} ms next to A"
-    );
-    assert!(!receiver.requests_to("/a").is_empty(), "A was really loaded");
+    // B's messages all arrived while the last of A's was still waiting for its first attempt.
+    let last_of_a = backlog.last().unwrap();
+    let reached_a = receiver.requests_to("/a");
+    assert!(reached_a.iter().all(|r| r.header("webhook-id") != last_of_a), "B waited behind A's backlog");
+    let mut arrived: Vec<&str> = got.iter().map(|r| r.header("webhook-id")).collect();
+    arrived.sort_unstable();
+    let mut expected: Vec<&str> = sent_to_b.iter().map(String::as_str).collect();
+    expected.sort_unstable();
+    assert_eq!(arrived, expected, "each of B's messages once");
     let most = receiver.max_concurrent("/a");
     assert!((1..=3).contains(&most), "A had {most} attempts in flight; its cap is 3");
 }
@@ -251,9 +235,9 @@ async fn an_open_breaker_parks_deliveries_without_using_attempts_then_one_probe_
     .await;
     assert_eq!((health["consecutiveFailures"].as_u64(), health["cooldownMs"].as_u64()), (Some(3), Some(1500)));
     assert!(health["openedAt"].is_string());
-    // Retries are due every 10 ms, yet while open nothing is sent and no attempt is used.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(receiver.requests().len(), 3);
+    // Retries are due every 10 ms, yet while open nothing is sent and no attempt is used:
+    // the endpoint is healthy from now on, so anything sent before the cooldown is over
+    // would be a fourth request, early, and the end of the delivery.
     healthy.store(true, Ordering::SeqCst);
     eventually("the probe to close the breaker", || async {
         let (_, h) = server.get(&format!("/api/v1/app/{app}/endpoint/{ep}/health")).await;
@@ -268,24 +252,38 @@ async fn an_open_breaker_parks_deliveries_without_using_attempts_then_one_probe_
     .await;
     let codes: Vec<i64> = attempts.iter().map(|a| a["responseStatusCode"].as_i64().unwrap()).collect();
     assert_eq!(codes, vec![503, 503, 503, 200], "three failures, then the single probe");
+    assert_eq!(server.delivery_status(&app, &msg, ep).await, Some(0), "delivered: nothing more is sent");
+    assert_eq!(receiver.requests().len(), 4, "nothing but the probe was sent while open");
     let gap = receiver.requests()[3].at - receiver.requests()[2].at;
     assert!(gap >= Duration::from_millis(1400), "the probe waited for the cooldown ({gap:?})");
 }
 
+/// The parked delivery is checked against a sentinel: the same message's delivery to a
+/// second endpoint of the application, whose retry comes due a second after the parked one
+/// (which was due at once), so the restarted process has taken both from the store and
+/// decided about the parked one long before the sentinel arrives.
 #[tokio::test]
 async fn an_open_breaker_survives_a_restart() {
     let storage = Storage::new().await;
     let (receiver, _) = switchable().await;
+    let sentinel = Receiver::start(|_, n| if n == 0 { Reply::status(503) } else { Reply::ok() }).await;
     let server = TestServer::start_on(&storage, |_| {}).await;
     let app = server.create_app("a").await;
     let endpoint =
         server.create_endpoint(&app, &receiver.url("/down"), json!({"delivery": breaker_settings(2, 600_000)})).await;
     let ep = endpoint["id"].as_str().unwrap().to_owned();
-    server.send(&app, json!({"eventType": "t", "payload": {}})).await;
+    let later = json!({"retry": {"strategy": "schedule", "delaysMs": [1000], "jitterPercent": 0}});
+    let behind = server.create_endpoint(&app, &sentinel.url("/sentinel"), json!({"delivery": later})).await;
+    let msg = server.send(&app, json!({"eventType": "t", "payload": {}})).await;
     let health_path = format!("/api/v1/app/{app}/endpoint/{ep}/health");
     let before = eventually("the breaker to open", || async {
         let (_, h) = server.get(&health_path).await;
         (h["state"] == "open").then_some(h)
+    })
+    .await;
+    let behind = behind["id"].as_str().unwrap();
+    eventually("the sentinel's first attempt to be recorded", || async {
+        (server.attempts(&app, &msg).await.iter().any(|a| a["endpointId"] == behind)).then_some(())
     })
     .await;
     server.stop().await;
@@ -294,8 +292,9 @@ async fn an_open_breaker_survives_a_restart() {
     let (_, after) = server.get(&health_path).await;
     assert_eq!(after["state"], "open", "{after}");
     assert_eq!(after["openedAt"], before["openedAt"]);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    sentinel.wait_for(None, 2).await;
     assert_eq!(receiver.requests().len(), 2, "the restarted process keeps the endpoint parked");
+    assert_eq!(server.delivery_status(&app, &msg, &ep).await, Some(3), "still waiting, attempts kept");
     server.stop().await;
 }
 

@@ -219,12 +219,19 @@ async fn a_customer_sets_a_filter_a_transform_and_receiver_credentials() {
     browser.audit("portal-endpoint-trial").await;
     assert!(receiver.requests().is_empty(), "trying sends nothing");
 
-    // And for real: only the large one arrives, transformed.
-    server.send(&app, json!({"eventType": "invoice.paid", "payload": {"amount": 5}})).await;
-    server.send(&app, json!({"eventType": "invoice.paid", "payload": {"amount": 150}})).await;
+    // And for real: only the large one arrives, transformed. The filter decides at ingest:
+    // the small one has no delivery to send, only the filter's verdict.
+    let small = server.send(&app, json!({"eventType": "invoice.paid", "payload": {"amount": 5}})).await;
+    let large = server.send(&app, json!({"eventType": "invoice.paid", "payload": {"amount": 150}})).await;
     let got = receiver.wait_for(Some("/hook"), 1).await;
     assert_eq!(got[0].body.as_ref(), br#"{"cents":15000}"#);
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    eventually("the large one's delivery to succeed", || async {
+        (server.delivery_status(&app, &large, &ep).await == Some(0)).then_some(())
+    })
+    .await;
+    assert_eq!(server.delivery_status(&app, &small, &ep).await, None, "no delivery of the small one");
+    let (_, filtered) = server.get(&format!("/api/v1/app/{app}/msg/{small}/filtered")).await;
+    assert_eq!(filtered["data"], json!([{"endpointId": ep, "reason": "the filter yielded false"}]));
     assert_eq!(receiver.requests().len(), 1);
 
     // Credentials for the receiver: set from the form, never shown again, sent.

@@ -68,8 +68,17 @@ async fn a_get_postback_reaches_the_tracker_verifies_and_follows_the_marketplace
     let payload = |click: &str| json!({"campaign": "été 2026", "click_id": click, "data": {"payout": 12.5}});
     let limited = server.send(&app, json!({"eventType": "conversion", "payload": payload("rate limited")})).await;
     let broken = server.send(&app, json!({"eventType": "conversion", "payload": payload("broken")})).await;
-    tracker.wait_for(None, 3).await;
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await; // no further retry comes
+    // Both deliveries in their final state: nothing more can be sent for either.
+    eventually("the 500 to be final", || async {
+        (server.delivery_status(&app, &broken, &endpoint_id).await == Some(2)).then_some(())
+    })
+    .await;
+    eventually("the 429 to be retried into success", || async {
+        (server.delivery_status(&app, &limited, &endpoint_id).await == Some(0)).then_some(())
+    })
+    .await;
+    assert_eq!(server.attempts(&app, &broken).await.len(), 1, "500 is final under the marketplace preset");
+    assert_eq!(server.attempts(&app, &limited).await.len(), 2, "429 is retried, once here");
     let got: Vec<Received> = tracker.requests();
     assert_eq!(got.len(), 3, "429 retried once, 500 final: {got:?}");
     for request in &got {
@@ -85,14 +94,6 @@ async fn a_get_postback_reaches_the_tracker_verifies_and_follows_the_marketplace
     assert_eq!(ids.len(), 1, "the same webhook-id on every attempt");
     assert!(limited_requests[0].query.as_deref().unwrap().contains(&format!("payout=12.5&id={limited}")));
 
-    eventually("the 500 to be final", || async {
-        (server.delivery_status(&app, &broken, &endpoint_id).await == Some(2)).then_some(())
-    })
-    .await;
-    eventually("the 429 to be retried into success", || async {
-        (server.delivery_status(&app, &limited, &endpoint_id).await == Some(0)).then_some(())
-    })
-    .await;
     // Click ids stay out of the attempt log: the recorded URL keeps the macros.
     let attempts = server.attempts(&app, &limited).await;
     let url = attempts[0]["url"].as_str().unwrap();

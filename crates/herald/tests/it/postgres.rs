@@ -236,8 +236,17 @@ async fn a_database_restart_under_load_answers_503_loses_nothing_and_heals_itsel
     herald.kill();
 }
 
+/// Two processes holding a backlog of slow deliveries of one application.
+struct Backlog {
+    receiver: Receiver,
+    storage: Storage,
+    processes: Vec<Process>,
+    app: String,
+    accepted: HashSet<String>,
+}
+
 /// Two processes holding a backlog of slow deliveries (4 attempts of 200 ms at a time each).
-async fn two_processes_with_a_backlog() -> (Receiver, Storage, Vec<Process>, HashSet<String>) {
+async fn two_processes_with_a_backlog() -> Backlog {
     let receiver = Receiver::start(|_, _| Reply::ok().after(Duration::from_millis(200))).await;
     let storage = Storage::postgres().await;
     let processes: Vec<Process> = (0..2).map(|_| Process::start(&storage)).collect();
@@ -257,18 +266,67 @@ async fn two_processes_with_a_backlog() -> (Receiver, Storage, Vec<Process>, Has
         accepted.insert(msg["id"].as_str().unwrap().to_owned());
     }
     eventually("deliveries under way", || async { (receiver.requests().len() >= 10).then_some(()) }).await;
-    (receiver, storage, processes, accepted)
+    Backlog { receiver, storage, processes, app, accepted }
 }
 
-/// Every accepted message arrives, and (after long enough for a reaped lease to show up as
-/// second deliveries) none twice.
-async fn assert_each_arrives_once(receiver: &Receiver, accepted: &HashSet<String>) {
+/// Every accepted message arrives, and none twice: checked once Herald has nothing left
+/// to send anywhere. A sentinel message through each process, to the same endpoint, goes
+/// behind whatever that process still holds for it; once both arrived, and the store has
+/// no delivery waiting and neither process an attempt in flight, every request either
+/// process was going to make has been made.
+async fn assert_each_arrives_once(backlog: &Backlog) {
+    let Backlog { receiver, processes, app, accepted, .. } = backlog;
     eventually("every accepted message to arrive", || async {
         let received: HashSet<String> = received_ids(receiver).into_iter().collect();
         accepted.is_subset(&received).then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    let mut sentinels = HashSet::new();
+    for (n, process) in processes.iter().enumerate() {
+        // Sent again while the process answers 503 (its database connections may still be
+        // coming back); the idempotency key keeps it one message.
+        let sentinel = eventually("the sentinel to be accepted", || async {
+            let answer = reqwest::Client::new()
+                .post(format!("{}/api/v1/app/{app}/msg", process.base))
+                .bearer_auth(ADMIN_TOKEN)
+                .header("idempotency-key", format!("sentinel-{n}"))
+                .json(&json!({"eventType": "e", "payload": {"sentinel": n}}))
+                .send()
+                .await
+                .ok()?;
+            if answer.status() != StatusCode::ACCEPTED {
+                eprintln!("the sentinel was answered {}", answer.status());
+                return None;
+            }
+            answer.json::<Value>().await.ok()?["id"].as_str().map(str::to_owned)
+        })
+        .await;
+        sentinels.insert(sentinel);
+    }
+    eventually("the sentinels to arrive", || async {
+        let received: HashSet<String> = received_ids(receiver).into_iter().collect();
+        sentinels.is_subset(&received).then_some(())
+    })
+    .await;
+    for process in processes {
+        eventually("nothing left to send", || async {
+            let summary: Value = reqwest::Client::new()
+                .get(format!("{}/api/v1/stats/summary", process.base))
+                .bearer_auth(ADMIN_TOKEN)
+                .send()
+                .await
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+            let idle = ["pending", "awaitingRetry", "inFlight"].iter().all(|field| summary[field] == 0);
+            if !idle {
+                eprintln!("{} still has work: {summary}", process.base);
+            }
+            idle.then_some(())
+        })
+        .await;
+    }
     let mut seen = HashSet::new();
     let twice: Vec<String> = received_ids(receiver).into_iter().filter(|id| !seen.insert(id.clone())).collect();
     assert!(twice.is_empty(), "{} deliveries arrived twice, e.g. {:?}", twice.len(), twice.first());
@@ -279,13 +337,13 @@ async fn assert_each_arrives_once(receiver: &Receiver, accepted: &HashSet<String
 /// attempts past its own lease's end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_outage_longer_than_the_lease_delivers_nothing_twice() {
-    let (receiver, mut storage, processes, accepted) = two_processes_with_a_backlog().await;
-    let cluster = storage.cluster.as_mut().unwrap();
+    let mut backlog = two_processes_with_a_backlog().await;
+    let cluster = backlog.storage.cluster.as_mut().unwrap();
     cluster.stop("immediate").unwrap();
     tokio::time::sleep(Duration::from_millis(3500)).await;
     cluster.restart().unwrap();
-    assert_each_arrives_once(&receiver, &accepted).await;
-    for process in processes {
+    assert_each_arrives_once(&backlog).await;
+    for process in backlog.processes {
         process.kill();
     }
 }
@@ -295,18 +353,18 @@ async fn a_database_outage_longer_than_the_lease_delivers_nothing_twice() {
 /// must not hold them up), so no live lease expires and nothing is sent again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_on_the_delivery_table_delivers_nothing_twice() {
-    let (receiver, storage, processes, accepted) = two_processes_with_a_backlog().await;
+    let backlog = two_processes_with_a_backlog().await;
     // Holds nothing (everything was claimed at ingest), but leaves a lease to reap.
-    Process::start(&storage).kill();
-    let url = storage.database_url.clone().unwrap();
+    Process::start(&backlog.storage).kill();
+    let url = backlog.storage.database_url.clone().unwrap();
     let (mut db, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(connection);
     let tx = db.transaction().await.unwrap();
     tx.execute("LOCK TABLE herald.delivery IN ACCESS EXCLUSIVE MODE", &[]).await.unwrap();
     tokio::time::sleep(Duration::from_secs(6)).await;
     tx.rollback().await.unwrap();
-    assert_each_arrives_once(&receiver, &accepted).await;
-    for process in processes {
+    assert_each_arrives_once(&backlog).await;
+    for process in backlog.processes {
         process.kill();
     }
 }

@@ -43,20 +43,22 @@ async fn a_filter_decides_at_ingest_and_a_filtered_out_endpoint_gets_no_delivery
         server.send(&app, json!({"eventType": "order.paid", "payload": {"amount": 150}, "channels": ["eu"]})).await;
     let elsewhere =
         server.send(&app, json!({"eventType": "order.paid", "payload": {"amount": 150}, "channels": ["us"]})).await;
-    receiver.wait_for(Some("/all"), 3).await;
-    let got = receiver.wait_for(Some("/big"), 1).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let big_got = receiver.requests_to("/big");
-    assert_eq!(big_got.len(), 1, "{got:?}");
-    assert_eq!(big_got[0].header("webhook-id"), large);
-
-    // No delivery row at all for the filtered-out endpoint.
+    // No delivery row at all for the filtered-out endpoint (`/failing` never gets one
+    // either); once every delivery there is has succeeded, nothing more can be sent.
     for (msg, expected) in [(&small, 1), (&large, 2), (&elsewhere, 1)] {
-        // (`/failing` never gets one either.)
-        let (_, list) = server.get(&format!("/api/v1/app/{app}/msg/{msg}/endpoint")).await;
-        assert_eq!(list["data"].as_array().unwrap().len(), expected, "{list}");
+        let statuses = eventually("every delivery of the message to succeed", || async {
+            let (_, list) = server.get(&format!("/api/v1/app/{app}/msg/{msg}/endpoint")).await;
+            let statuses: Vec<i64> = list["data"].as_array()?.iter().filter_map(|d| d["status"].as_i64()).collect();
+            statuses.iter().all(|s| *s == 0).then_some(statuses)
+        })
+        .await;
+        assert_eq!(statuses.len(), expected, "{msg}: {statuses:?}");
     }
     assert_eq!(server.delivery_status(&app, &small, big["id"].as_str().unwrap()).await, None);
+    assert_eq!(receiver.requests_to("/all").len(), 3);
+    let big_got = receiver.requests_to("/big");
+    assert_eq!(big_got.len(), 1, "{big_got:?}");
+    assert_eq!(big_got[0].header("webhook-id"), large);
 
     // Asked, the message says which filter kept it from which endpoint, and why.
     assert!(receiver.requests_to("/failing").is_empty(), "a failing filter lets nothing through");
@@ -178,7 +180,17 @@ async fn a_transform_returning_null_skips_the_delivery_and_records_why() {
             .await;
     assert_eq!(attempt["errorClass"], "skipped", "{attempt}");
     assert_eq!(attempt["responseStatusCode"], 0);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Both deliveries are final (the skip is not retried), so nothing more can be sent.
+    let endpoint_id = endpoint["id"].as_str().unwrap();
+    eventually("both deliveries to be final", || async {
+        let statuses = (
+            server.delivery_status(&app, &skipped, endpoint_id).await,
+            server.delivery_status(&app, &sent, endpoint_id).await,
+        );
+        (statuses == (Some(2), Some(0))).then_some(())
+    })
+    .await;
+    assert_eq!(server.attempts(&app, &skipped).await.len(), 1, "the skip is its only attempt");
     assert_eq!(receiver.requests().len(), 1, "the skipped message is never sent");
     let (_, stats) =
         server.get(&format!("/api/v1/app/{app}/endpoint/{}/stats", endpoint["id"].as_str().unwrap())).await;
