@@ -37,7 +37,7 @@ async fn a_nesting_bomb_in_any_expression_is_refused_and_nobody_else_notices() {
 }
 
 #[tokio::test]
-async fn nesting_is_bounded_at_64_levels_of_every_kind_and_length_at_16_kib() {
+async fn nesting_is_bounded_at_64_levels_of_every_kind_operators_at_2048_and_length_at_16_kib() {
     let receiver = Receiver::ok().await;
     let server = TestServer::start().await;
     let mallory = Tenant::new(&server, "mallory").await;
@@ -63,6 +63,13 @@ async fn nesting_is_bounded_at_64_levels_of_every_kind_and_length_at_16_kib() {
         let (status, answer) = mallory.post(&server, &mallory.path("/poller"), json!({"filter": code})).await;
         assert_eq!(status, StatusCode::CREATED, "{open}×64: {answer}");
     }
+    // Operators: chains recurse in the parser like nesting does (`----1`, `.|.|…`).
+    let chain = |n: usize| format!("1{}", "+1".repeat(n));
+    let (status, answer) = mallory.post(&server, &mallory.path("/poller"), json!({"filter": chain(2048)})).await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    let (status, answer) = mallory.post(&server, &mallory.path("/poller"), json!({"filter": chain(2049)})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(refused_field(&answer), ("filter".to_owned(), "has more than 2048 operators".to_owned()));
     // Length: 16 KiB is accepted, one byte more is not.
     let long = |n: usize| format!("{}true", " ".repeat(n - 4));
     let (status, answer) = mallory.post(&server, &mallory.path("/poller"), json!({"filter": long(16 * 1024)})).await;
