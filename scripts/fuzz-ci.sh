@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A short, time-boxed fuzz pass for CI: the `expression_check` target (tenant jq
-# expressions: the bounds check, then compile on the sandbox worker's 8 MiB stack) for
+# expressions: the bounds check, then compile on the sandbox worker's 64 MiB stack) for
 # FUZZ_SECONDS (default 60), starting from fuzz/seeds/expression_check. Exits non-zero on
 # a finding; the input is then in fuzz/artifacts/expression_check/ (crash-… or timeout-…).
 #
