@@ -2,7 +2,7 @@
 # Runs the benchmark scenarios three times each against a Herald the bench spawns (SQLite in
 # a temporary directory, or a throwaway PostgreSQL cluster for the "-pg" runs) and appends
 # each run's JSON report to bench-results/<date>.jsonl (http-floor spawns nothing: it
-# ignores --spawn). Summarise with scripts/bench-summary.py. Takes about an hour on a 2-core
+# ignores --spawn). Summarise with scripts/bench-summary.py. Takes about 75 minutes on a 2-core
 # machine; not part of the tests.
 #   scripts/bench-all.sh [run ...]     (default: every run below)
 set -euo pipefail
@@ -25,8 +25,14 @@ declare -A runs=(
     [ramp-pg]="--scenario ramp --postgres --rate 1500 --duration 5"
     [steady-pg]="--scenario steady --postgres --rate 2500 --duration 20"
     [outbox-pg]="--scenario outbox --postgres --rate 1500 --duration 20"
+    [scripts-noisy]="--scenario scripts-noisy --rate 500 --duration 15"
+    [long-polls]="--scenario long-polls --rate 2000 --duration 15"
+    [long-polls-pg]="--scenario long-polls --postgres --rate 2000 --duration 15"
+    [endpoint-churn]="--scenario endpoint-churn --messages 10000"
+    [endpoint-neighbour]="--scenario endpoint-neighbour --rate 2000 --duration 15"
 )
-order=(http-floor ramp steady fanout burst noisy-neighbour slow-endpoints backlog ramp-pg steady-pg outbox-pg)
+order=(http-floor ramp steady fanout burst noisy-neighbour slow-endpoints backlog ramp-pg steady-pg outbox-pg
+    scripts-noisy long-polls long-polls-pg endpoint-churn endpoint-neighbour)
 selected=("$@")
 [ ${#selected[@]} -gt 0 ] || selected=("${order[@]}")
 for name in "${selected[@]}"; do

@@ -3,6 +3,27 @@
 //! latency, CPU, memory and disk figures. Against a Herald it starts itself (`--spawn`) or
 //! any running server (`--url`, `--token`), so peers are measured with the same tool.
 //! Kept apart from the product: the `herald` binary carries none of it.
+//!
+//! Four scenarios measure what one tenant can do to another ([`tenants`]), each as a ratio
+//! of two measures taken in one run (targets in brackets):
+//!
+//! - `scripts-noisy`: a quiet application's delivery p99 with a typical filter and
+//!   transform, alone and while another application's transform runs until the sandbox's
+//!   deadline on every attempt, both at `--rate` (≤ 2×).
+//! - `long-polls`: the server's CPU per delivered message while 500 long-polls wait on
+//!   another application's poller, against none (≤ 1.1×).
+//! - `endpoint-churn`: the server's resident memory after 10,000 (`--messages`) cycles of an
+//!   endpoint created through a portal token, sent one message and deleted, against after a
+//!   1,000-cycle warm-up (≤ 1.10×).
+//! - `endpoint-neighbour`: a fast endpoint's p99 beside a never-answering endpoint of the
+//!   same application, against a fast endpoint alone, at `--rate`/2 (≤ 2×).
+//!
+//! ```text
+//! herald-bench --spawn --scenario scripts-noisy --rate 500 --duration 15
+//! herald-bench --spawn --scenario long-polls --rate 2000 --duration 15 [--postgres]
+//! herald-bench --spawn --scenario endpoint-churn [--postgres]
+//! herald-bench --spawn --scenario endpoint-neighbour --rate 2000 --duration 15 [--postgres]
+//! ```
 
 mod floor;
 mod ledger;
@@ -14,6 +35,7 @@ mod run;
 mod scenario;
 mod scripts;
 mod target;
+mod tenants;
 
 use anyhow::{Context, bail};
 
@@ -44,6 +66,19 @@ pub enum Scenario {
     /// No server: what a typical endpoint filter and transform cost per evaluation, in
     /// process and through Herald's jq sandbox (uses the `herald` binary, see `--herald`).
     Scripts,
+    /// A quiet application's endpoint (a typical filter and transform) alone at `--rate`,
+    /// then while a noisy application's transform runs until the sandbox's deadline on
+    /// every attempt, also at `--rate`; the quiet one's p99 ratio.
+    ScriptsNoisy,
+    /// The server's CPU per delivered message at `--rate`, without and then with 500
+    /// long-polls waiting on another application's poller; the ratio.
+    LongPolls,
+    /// Endpoints created through a portal token, sent one message and deleted, 16 at a time:
+    /// the server's RSS after 1,000 cycles and after `--messages` (default 10,000) more.
+    EndpointChurn,
+    /// A fast endpoint alone, then a fast endpoint beside a never-answering one of the same
+    /// application, each at `--rate`/2; the fast one's p99 ratio.
+    EndpointNeighbour,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -93,9 +128,10 @@ pub struct BenchArgs {
     /// Length of the burst in the `burst` scenario.
     #[arg(long, default_value_t = 60.0)]
     pub burst_seconds: f64,
-    /// Messages queued in the `backlog` scenario.
-    #[arg(long, default_value_t = 1_000_000)]
-    pub messages: u64,
+    /// Messages queued in the `backlog` scenario (default 1,000,000), or measured cycles of
+    /// `endpoint-churn` (default 10,000).
+    #[arg(long)]
+    pub messages: Option<u64>,
     /// Give up draining after this many seconds without a delivery.
     #[arg(long, default_value_t = 30.0)]
     pub drain_stall: f64,
@@ -110,6 +146,12 @@ fn spawn_env(scenario: Scenario) -> Vec<(String, String)> {
         Scenario::NoisyNeighbour => {
             vec![("HERALD_DELIVERY__MAX_IN_FLIGHT".into(), scenario::NOISY_GLOBAL_CAP.to_string())]
         }
+        // The per-application cap on waiting long-polls (100 by default) must admit them all.
+        Scenario::LongPolls => {
+            vec![("HERALD_TENANTS__MAX_WAITING_POLLS".into(), (2 * tenants::LONG_POLLS).to_string())]
+        }
+        // Portal tokens are limited to 50 requests/s by default; the churn is made of them.
+        Scenario::EndpointChurn => vec![("HERALD_AUTH__PORTAL_REQUESTS_PER_SECOND".into(), "0".into())],
         _ => vec![],
     }
 }
@@ -156,6 +198,10 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Scenario::Burst => &["before burst", "burst", "after burst"],
         Scenario::NoisyNeighbour => &["healthy alone", "healthy w/ noisy", "noisy"],
         Scenario::SlowEndpoints => &["fast endpoints", "slow endpoints"],
+        Scenario::ScriptsNoisy => &["quiet alone", "quiet w/ noisy", "noisy"],
+        Scenario::LongPolls => &["without polls", "with polls"],
+        Scenario::EndpointChurn => &["warm-up", "churn"],
+        Scenario::EndpointNeighbour => &["fast alone", "fast w/ silent"],
         _ => &["all"],
     };
     let mut run = Run::new(&args, target, groups).await?;
@@ -168,6 +214,10 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Scenario::SlowEndpoints => scenario::slow_endpoints(&mut run).await,
         Scenario::Backlog => scenario::backlog(&mut run).await,
         Scenario::Outbox => scenario::outbox(&mut run).await,
+        Scenario::ScriptsNoisy => tenants::scripts_noisy(&mut run).await,
+        Scenario::LongPolls => tenants::long_polls(&mut run).await,
+        Scenario::EndpointChurn => tenants::endpoint_churn(&mut run).await,
+        Scenario::EndpointNeighbour => tenants::endpoint_neighbour(&mut run).await,
         Scenario::HttpFloor | Scenario::Scripts => unreachable!("measured without a target above"),
     };
     let name = format!("{:?}", args.scenario).to_lowercase();

@@ -12,22 +12,34 @@ use tokio::time::Instant;
 
 use super::BenchArgs;
 use super::ledger::Ledger;
-use super::load::{self, Body, Outcome, Producer, Progress, Stream};
+use super::load::{self, Ack, Body, Outcome, Producer, Progress, Stream};
 use super::probe::{self, ProcessSample};
 use super::receiver::{Behaviour, Receiver};
 use super::report::{AckLatency, CpuGroups, GroupLatency, LedgerCounts, Percentiles, Report};
 use super::target::{Api, Target};
 
-/// An application to create: its endpoints' behaviours and optional delivery settings.
+/// An application to create: its endpoints' behaviours, and fields every one of its
+/// endpoints is created with.
 #[derive(Debug, Clone)]
 pub struct AppSpec {
     pub endpoints: Vec<Behaviour>,
-    pub delivery: Option<Value>,
+    /// Fields merged into each endpoint's create body besides its URL (delivery settings, a
+    /// filter, a transform, …), so a scenario says what it needs without special cases here.
+    pub extra: Option<Value>,
 }
 
 impl AppSpec {
     pub fn fast(endpoints: usize) -> Self {
-        Self { endpoints: vec![Behaviour::Fast; endpoints], delivery: None }
+        Self::of(vec![Behaviour::Fast; endpoints])
+    }
+
+    pub fn of(endpoints: Vec<Behaviour>) -> Self {
+        Self { endpoints, extra: None }
+    }
+
+    /// The same application, its endpoints created with `extra` (a JSON object) too.
+    pub fn with(self, extra: Value) -> Self {
+        Self { extra: Some(extra), ..self }
     }
 }
 
@@ -104,8 +116,8 @@ impl<'a> Run<'a> {
             let mut endpoints = vec![];
             for behaviour in &spec.endpoints {
                 let mut body = json!({"url": self.receiver.url(*behaviour, next_endpoint)});
-                if let Some(delivery) = &spec.delivery {
-                    body["delivery"] = delivery.clone();
+                if let (Some(Value::Object(extra)), Some(fields)) = (&spec.extra, body.as_object_mut()) {
+                    fields.extend(extra.clone());
                 }
                 let endpoint = api.create(&format!("/api/v1/app/{app_id}/endpoint"), body).await?;
                 let endpoint_id = endpoint["id"].as_str().unwrap_or_default();
@@ -120,17 +132,48 @@ impl<'a> Run<'a> {
         Ok(first)
     }
 
-    /// Runs streams concurrently, each tagged with its latency group; the acks go into the
-    /// ledger. Endpoints in `excluded` are not owed deliveries (never-answering ones): what
-    /// arrives there is counted apart, neither owed nor unexpected.
-    pub async fn phase(&mut self, label: &str, streams: &[(Stream, usize)], excluded: &[u32]) -> PhaseResult {
+    /// The server's id of the application `setup` created at index `app`.
+    pub fn app_id(&self, app: usize) -> &str {
+        &self.apps[app].id
+    }
+
+    /// The receiver's endpoint indexes of application `app`, in creation order.
+    pub fn endpoints_of(&self, app: usize) -> &[u32] {
+        &self.apps[app].endpoints
+    }
+
+    /// The receiver index the next endpoint gets (for endpoints a scenario creates itself).
+    pub fn next_endpoint(&self) -> u32 {
+        self.apps.iter().map(|a| a.endpoints.len() as u32).sum()
+    }
+
+    /// Takes the samples the report's CPU, memory and disk figures start from, once: the
+    /// first phase does it, and so does a scenario that drives its load itself.
+    pub fn start_measuring(&mut self, start: Instant) {
         if self.started.is_none() {
             self.before = self.target.sample();
             self.db_before = self.target.database_sample();
             self.bench_before = ProcessSample::read(std::process::id());
+            self.started = Some(start);
         }
+    }
+
+    /// Accounts for messages a scenario sent itself, outside [`Run::phase`] (a closed loop,
+    /// so offered = sent): each owed at one endpoint, its latency in `group`.
+    pub fn account(&mut self, group: usize, sent: &[(Ack, u32)]) {
+        for (ack, endpoint) in sent {
+            self.ledger.expect(ack, group, &[*endpoint], &[]);
+        }
+        self.messages += sent.len() as u64;
+        self.offered += sent.len() as f64;
+    }
+
+    /// Runs streams concurrently, each tagged with its latency group; the acks go into the
+    /// ledger. Endpoints in `excluded` are not owed deliveries (never-answering ones): what
+    /// arrives there is counted apart, neither owed nor unexpected.
+    pub async fn phase(&mut self, label: &str, streams: &[(Stream, usize)], excluded: &[u32]) -> PhaseResult {
         let start = Instant::now() + Duration::from_millis(50);
-        self.started.get_or_insert(start);
+        self.start_measuring(start);
         let progress = Arc::new(Progress::default());
         let total: u64 = streams.iter().map(|(s, _)| s.messages()).sum();
         let ticker = tokio::spawn(show_progress(label.to_owned(), total, progress.clone(), self.receiver.counter()));
@@ -193,7 +236,9 @@ impl<'a> Run<'a> {
         let mut dead = 0;
         for (endpoint, owed) in self.ledger.outstanding_by_endpoint() {
             let Some(app) = self.apps.iter().find(|a| a.endpoints.contains(&endpoint)) else { continue };
-            let Ok(list) = self.target.api.get(&format!("/api/v1/app/{}/endpoint?limit=250", app.id)).await else {
+            let Ok(list) =
+                self.target.api.get(&format!("/api/v1/app/{}/endpoint?limit=250&order=ascending", app.id)).await
+            else {
                 continue;
             };
             let position = app.endpoints.iter().position(|e| *e == endpoint).unwrap_or(0);

@@ -13,11 +13,13 @@ use super::receiver::Behaviour;
 use super::report::Percentiles;
 use super::run::{AppSpec, Run};
 
-fn secs(s: f64) -> Duration {
+/// `s` seconds, at least a millisecond.
+pub fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s.max(0.001))
 }
 
-fn stream(apps: std::ops::Range<usize>, rate: f64, duration: f64) -> Stream {
+/// A constant-rate stream to the applications `apps`, from the start of its phase.
+pub fn stream(apps: std::ops::Range<usize>, rate: f64, duration: f64) -> Stream {
     Stream { apps: apps.collect(), rate, duration: secs(duration), offset: Duration::ZERO }
 }
 
@@ -66,8 +68,8 @@ pub const NOISY_GLOBAL_CAP: usize = 32;
 pub async fn noisy_neighbour(run: &mut Run<'_>) -> anyhow::Result<Value> {
     let a = run.args;
     let healthy = run.setup(&[AppSpec::fast(1)]).await?;
-    let noisy = run.setup(&[AppSpec { endpoints: vec![Behaviour::Silent], delivery: None }]).await?;
-    let silent_endpoint = 1u32;
+    let noisy = run.setup(&[AppSpec::of(vec![Behaviour::Silent])]).await?;
+    let silent_endpoint = run.endpoints_of(noisy)[0];
     let half = a.rate / 2.0;
     run.phase("healthy alone", &[(stream(healthy..healthy + 1, half, a.duration), 0)], &[]).await;
     run.drain(secs(a.drain_stall)).await;
@@ -101,7 +103,7 @@ pub async fn noisy_neighbour(run: &mut Run<'_>) -> anyhow::Result<Value> {
 pub async fn slow_endpoints(run: &mut Run<'_>) -> anyhow::Result<Value> {
     let a = run.args;
     let fast = run.setup(&vec![AppSpec::fast(1); 18]).await?;
-    let slow = run.setup(&vec![AppSpec { endpoints: vec![Behaviour::Slow], delivery: None }; 2]).await?;
+    let slow = run.setup(&vec![AppSpec::of(vec![Behaviour::Slow]); 2]).await?;
     let slow_rate = (a.rate / 10.0).min(40.0);
     run.phase(
         "slow endpoints",
@@ -116,15 +118,18 @@ pub async fn slow_endpoints(run: &mut Run<'_>) -> anyhow::Result<Value> {
     Ok(json!({"slowEndpoints": 2, "fastEndpoints": 18, "slowRate": slow_rate}))
 }
 
+/// Messages the backlog scenario queues unless `--messages` says otherwise.
+pub const BACKLOG_MESSAGES: u64 = 1_000_000;
+
 /// `--messages` deliveries queued while the receiver holds every request, then drained.
 pub async fn backlog(run: &mut Run<'_>) -> anyhow::Result<Value> {
     let a = run.args;
     // Long attempt timeouts (a Herald extension; other servers ignore it) so held requests
     // do not turn into retries while the backlog builds.
-    let spec = AppSpec { endpoints: vec![Behaviour::Fast], delivery: Some(json!({"timeoutMs": 300_000})) };
+    let spec = AppSpec::fast(1).with(json!({"delivery": {"timeoutMs": 300_000}}));
     let first = run.setup(&vec![spec; a.apps]).await?;
     run.receiver.pause();
-    let duration = a.messages as f64 / a.rate;
+    let duration = a.messages.unwrap_or(BACKLOG_MESSAGES) as f64 / a.rate;
     run.phase("backlog", &[(stream(first..first + a.apps, a.rate, duration), 0)], &[]).await;
     let with_backlog = run.target.sample();
     let summary_ms = summary_cost(&run.target.api).await;

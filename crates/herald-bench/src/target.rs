@@ -39,6 +39,20 @@ pub struct Api {
 
 impl Api {
     pub async fn call(&self, method: http::Method, path: &str, body: Option<Value>) -> anyhow::Result<(u16, Value)> {
+        let (status, bytes) = self.exchange(method, path, body).await?;
+        Ok((status, serde_json::from_slice(&bytes).unwrap_or(Value::Null)))
+    }
+
+    /// GETs a text answer (`/metrics`) and insists on 200.
+    pub async fn text(&self, path: &str) -> anyhow::Result<String> {
+        let (status, bytes) = self.exchange(http::Method::GET, path, None).await?;
+        if status != 200 {
+            bail!("GET {path} answered {status}");
+        }
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    async fn exchange(&self, method: http::Method, path: &str, body: Option<Value>) -> anyhow::Result<(u16, Bytes)> {
         let payload = body.map(|b| b.to_string()).unwrap_or_default();
         let request = http::Request::builder()
             .method(method)
@@ -48,8 +62,7 @@ impl Api {
             .body(Full::new(Bytes::from(payload)))?;
         let response = self.client.request(request).await.with_context(|| format!("calling {path}"))?;
         let status = response.status().as_u16();
-        let bytes = response.into_body().collect().await?.to_bytes();
-        Ok((status, serde_json::from_slice(&bytes).unwrap_or(Value::Null)))
+        Ok((status, response.into_body().collect().await?.to_bytes()))
     }
 
     /// POSTs and insists on a 2xx answer.

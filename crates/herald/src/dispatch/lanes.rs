@@ -526,7 +526,7 @@ impl Lanes {
         let lane = self.lanes.values_mut().find(|lane| lane.endpoints.contains_key(endpoint))?;
         let queue = lane.endpoints.get_mut(endpoint)?;
         for jobs in [&mut queue.first, &mut queue.retries] {
-            if let Some(at) = jobs.iter().position(|job| is_it(job)) {
+            if let Some(at) = jobs.iter().position(is_it) {
                 return jobs.remove(at);
             }
         }
