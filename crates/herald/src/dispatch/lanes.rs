@@ -899,6 +899,30 @@ mod tests {
     }
 
     #[test]
+    fn a_silent_endpoint_beside_a_fast_one_under_a_steady_stream_holds_its_share() {
+        let (mut lanes, mut fx) = (Lanes::new(100_000), Fixture::new());
+        let silent = fx.target("b", "silent", limits(16, 1), |_| {});
+        let fast = fx.target("b", "fast", limits(16, 1), |_| {});
+        let mut silent_in_flight = 0;
+        for n in 0..1000 {
+            let now = n as Millis;
+            for target in [&silent, &fast] {
+                assert!(lanes.try_reserve(1));
+                let job = fx.job(target, 0);
+                lanes.add_ready(job, now);
+            }
+            while let Some(job) = lanes.pop(now) {
+                if job.endpoint_id == fast.endpoint.id {
+                    lanes.finished(job.app(), &job.endpoint_id);
+                } else {
+                    silent_in_flight += 1;
+                }
+            }
+        }
+        assert_eq!(silent_in_flight, 8, "the silent endpoint's share of 16");
+    }
+
+    #[test]
     fn an_endpoint_reached_differently_closes_its_breaker_and_its_parked_jobs_flow_at_once() {
         let (mut lanes, mut fx) = (Lanes::new(100), Fixture::new());
         let breaker = BreakerSettings { failure_threshold: 1, cooldown_ms: 300_000, max_cooldown_ms: 300_000 };

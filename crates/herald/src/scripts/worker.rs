@@ -50,6 +50,7 @@ pub fn serve(memory_bytes: u64, max_output: usize) -> io::Result<()> {
 
 fn serve_on(memory_bytes: u64, max_output: usize) -> io::Result<()> {
     limit_memory(memory_bytes)?;
+    lower_priority();
     let mut input = BufReader::new(io::stdin().lock());
     let mut output = BufWriter::new(io::stdout().lock());
     output.write_all(&[READY])?;
@@ -110,6 +111,20 @@ pub fn read_frame(from: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
 pub fn write_frame(to: &mut impl Write, bytes: &[u8]) -> io::Result<()> {
     to.write_all(&(bytes.len() as u32).to_le_bytes())?;
     to.write_all(bytes)
+}
+
+/// How much lower than Herald's own a worker's CPU priority is (nice levels).
+const NICE: libc::c_int = 10;
+
+/// Lowers this process's CPU priority: an expression that spins until its deadline then
+/// competes for the CPU with other workers, never ahead of Herald's own threads (the API,
+/// the dispatcher, deliveries), so one tenant's runaway transform slows no one else's
+/// messages. A worker that cannot lower it (not permitted) runs as it is.
+fn lower_priority() {
+    // SAFETY: setpriority changes only this process's scheduling priority.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, 0, NICE);
+    }
 }
 
 /// Caps the address space at what the process has mapped now plus `bytes`: the budget is

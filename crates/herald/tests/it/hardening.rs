@@ -302,7 +302,7 @@ async fn idempotency_keys_are_checked_and_belong_to_the_authenticated_caller() {
     assert_eq!(shouted.status(), StatusCode::CREATED);
     assert_eq!(shouted.json::<Value>().await.unwrap()["id"], first["id"]);
     // Keys are at most 256 visible ASCII characters, on every POST.
-    for bad in ["x".repeat(257), "x".repeat(100_000), "tab\tinside".into()] {
+    for bad in ["x".repeat(257), "x".repeat(10_000), "tab\tinside".into()] {
         let answer = post(ADMIN_TOKEN, &bad, body.clone()).await.unwrap();
         assert_eq!(answer.status(), StatusCode::UNPROCESSABLE_ENTITY);
         let detail: Value = answer.json().await.unwrap();
