@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -83,6 +84,8 @@ struct Shared {
     /// Per path: requests being answered now, and the most there ever were at once.
     concurrency: Mutex<HashMap<String, (usize, usize)>>,
     arrived: Notify,
+    /// TLS handshakes completed (`start_tls`): one per connection a client opened.
+    handshakes: AtomicUsize,
     script: Box<Script>,
 }
 
@@ -122,11 +125,13 @@ impl Receiver {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let acceptor = tokio_rustls::TlsAcceptor::from(config);
+        let counted = shared.clone();
         tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
-                let (acceptor, app) = (acceptor.clone(), app.clone());
+                let (acceptor, app, shared) = (acceptor.clone(), app.clone(), counted.clone());
                 tokio::spawn(async move {
                     let Ok(tls) = acceptor.accept(tcp).await else { return };
+                    shared.handshakes.fetch_add(1, Ordering::Relaxed);
                     let service = hyper_util::service::TowerToHyperService::new(app);
                     let builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
                     let _ = builder.serve_connection(hyper_util::rt::TokioIo::new(tls), service).await;
@@ -142,6 +147,7 @@ impl Receiver {
             per_path: Mutex::default(),
             concurrency: Mutex::default(),
             arrived: Notify::new(),
+            handshakes: AtomicUsize::new(0),
             script: Box::new(script),
         })
     }
@@ -153,6 +159,12 @@ impl Receiver {
     /// The URL of a path on a TLS receiver (`start_tls`).
     pub fn https_url(&self, path: &str) -> String {
         format!("https://{}{path}", self.addr)
+    }
+
+    /// TLS connections accepted so far (a TLS receiver's; 0 for a plain one): a client
+    /// that reuses a pooled connection adds none.
+    pub fn handshakes(&self) -> usize {
+        self.shared.handshakes.load(Ordering::Relaxed)
     }
 
     pub fn requests(&self) -> Vec<Received> {

@@ -8,9 +8,12 @@
 //!   answer. An exchange that fails, outlives its deadline, or is abandoned (its caller's
 //!   future dropped between writing the request and reading the answer) takes its worker
 //!   with it: the process is killed, so no later caller can read an answer meant for
-//!   someone else. The next exchange on that turn starts a fresh worker.
-//! - **Bounded time.** Nothing here keeps a caller longer than others' deadlines (its wait
-//!   for a turn), a process start, and its own deadline.
+//!   someone else. The exchange that lost it starts its replacement on its own turn (the
+//!   next tenant does not wait for a process start); an abandoned one leaves that to
+//!   whoever needs a worker next.
+//! - **Bounded time.** Nothing here keeps a caller longer than its wait for a turn (others'
+//!   deadlines, and the process start that follows a failed one), a process start, and its
+//!   own deadline.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -221,15 +224,20 @@ impl Sandbox {
         let started = std::time::Instant::now();
         let answer = tokio::time::timeout(deadline, worker.exchange(op, code, input)).await;
         self.used(tenant, started.elapsed());
-        match answer {
+        let failure = match answer {
             Ok(Ok(answer)) => {
                 turn.worker = Some(worker);
-                Ok(answer)
+                return Ok(answer);
             }
-            // The worker is dropped here, killed: it may be mid-answer, or dead already.
-            Ok(Err(_)) => Err(EvalError::Crashed),
-            Err(_) => Err(EvalError::Timeout(deadline)),
-        }
+            Ok(Err(_)) => EvalError::Crashed,
+            Err(_) => EvalError::Timeout(deadline),
+        };
+        // The worker may be mid-answer, or dead already: it is killed here, and the tenant
+        // whose expression failed starts its replacement on its own turn, so the next
+        // tenant finds a worker ready instead of waiting for a process to start.
+        drop(worker);
+        turn.worker = self.spawn().await.ok();
+        Err(failure)
     }
 
     /// Waits for `tenant`'s turn at a worker (with an idle worker, if one is alive).

@@ -534,6 +534,39 @@ pub async fn deleting_an_endpoint_cancels_its_pending_deliveries(store: &dyn Sto
     assert_eq!(stats.canceled, msgs.len() as u64);
 }
 
+/// An attempt that was on the wire when its endpoint was deleted: its failure, recorded
+/// after the deletion, leaves nothing pending or awaiting a retry (on SQLite a delivery held
+/// in memory has no row for the deletion to cancel until this outcome makes one).
+pub async fn an_outcome_recorded_after_its_endpoint_was_deleted_leaves_nothing_pending(store: &dyn Store) {
+    let app = app();
+    store.insert_app(&app).await.unwrap();
+    let ep = endpoint(&app);
+    assert!(store.insert_endpoint(&ep, 1000).await.unwrap());
+    let mut outcomes = vec![];
+    for keep in [true, false] {
+        let m = message(&app, None);
+        let new = NewMessage {
+            message: m.clone(),
+            deliveries: vec![NewDelivery { endpoint: ep.id.clone(), strict: false }],
+            owner: Some("holder".into()),
+            idempotency: None,
+        };
+        let IngestResult::Created { deliveries } = store.ingest(new).await.unwrap() else { panic!("not created") };
+        outcomes.push(OutcomeRecord {
+            delivery_id: deliveries[0],
+            message_created_at: m.created_at,
+            attempt: Some(attempt(&app, &m.id, &ep.id, false)),
+            attempts: 1,
+            next: NextState::Retry { at: now_ms() + 600_000, keep },
+        });
+    }
+    store.delete_endpoint(&app.id, &ep.id).await.unwrap();
+    store.record_outcomes("holder", outcomes).await.unwrap();
+    let summary = store.summary(now_ms()).await.unwrap();
+    assert_eq!((summary.pending, summary.awaiting_retry, summary.oldest_pending_at), (0, 0, None));
+    assert!(store.claim("x", now_ms() + 1_000_000, 10).await.unwrap().is_empty());
+}
+
 pub async fn expired_leases_pass_to_others_and_the_stale_owner_records_nothing(store: &dyn Store) {
     if !store.shared() {
         eprintln!("skipped: this backend serves one process, so no lease can expire under a live one");
@@ -896,6 +929,7 @@ macro_rules! conformance_suite {
             idempotency_keys_replay_and_expire,
             a_repeated_event_id_is_refused,
             deleting_an_endpoint_cancels_its_pending_deliveries,
+            an_outcome_recorded_after_its_endpoint_was_deleted_leaves_nothing_pending,
             expired_leases_pass_to_others_and_the_stale_owner_records_nothing,
             strictly_ordered_endpoints_release_one_head_at_a_time,
             breakers_and_latency_survive_in_the_store,

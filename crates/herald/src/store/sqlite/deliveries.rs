@@ -61,7 +61,10 @@ pub struct Materialize<'a> {
 
 /// Gives a delivery its row (its message must exist; whether it did is returned); its
 /// endpoint is the message's destination at the id's place unless `endpoint` says, and it
-/// is strictly ordered if that endpoint is now.
+/// is strictly ordered if that endpoint is now. A pending row whose endpoint was deleted
+/// meanwhile is made cancelled instead: the deletion cancelled the rows there were, and
+/// this one (an outcome or a release arriving after it) must not wait for a retry that
+/// will never be made.
 pub fn materialize(conn: &Connection, m: &Materialize<'_>, endpoint: Option<&str>) -> StoreResult<bool> {
     let place = place_of(m.id);
     let (status, class, error) = match m.last {
@@ -72,13 +75,16 @@ pub fn materialize(conn: &Connection, m: &Materialize<'_>, endpoint: Option<&str
         .prepare_cached(
             "INSERT INTO delivery (id, msg_seq, msg_id, endpoint_id, app_id, state, attempts, next_at, trigger, owner,
                  strict, resend, created_at, last_status, last_error_class, last_error)
-             SELECT ?1, m.seq, m.id, t.endpoint_id, m.app_id, ?4, ?5, ?6, ?7, ?8,
+             SELECT ?1, m.seq, m.id, t.endpoint_id, m.app_id,
+                 CASE WHEN t.gone THEN ?15 ELSE ?4 END, ?5, ?6, ?7, CASE WHEN t.gone THEN NULL ELSE ?8 END,
                  coalesce(?14, (SELECT json_extract(e.delivery, '$.ordering') IS 'strict' FROM endpoint e
                            WHERE e.id = t.endpoint_id), 0),
                  ?9, m.created_at, ?10, ?11, ?12
              FROM message m
-             JOIN (SELECT coalesce(?2, (SELECT value FROM json_each(dests) WHERE key = ?3)) AS endpoint_id
-                   FROM message WHERE seq = ?13) t
+             JOIN (SELECT d.endpoint_id,
+                          ?4 = ?16 AND NOT EXISTS (SELECT 1 FROM endpoint e WHERE e.id = d.endpoint_id) AS gone
+                   FROM (SELECT coalesce(?2, (SELECT value FROM json_each(dests) WHERE key = ?3)) AS endpoint_id
+                         FROM message WHERE seq = ?13) d) t
              WHERE m.seq = ?13 AND t.endpoint_id IS NOT NULL",
         )?
         .execute(params![
@@ -96,6 +102,8 @@ pub fn materialize(conn: &Connection, m: &Materialize<'_>, endpoint: Option<&str
             error,
             msg_seq_of(m.id),
             m.strict,
+            DeliveryState::Canceled.code(),
+            DeliveryState::Pending.code(),
         ])?;
     Ok(changed == 1)
 }

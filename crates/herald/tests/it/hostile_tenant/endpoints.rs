@@ -1,5 +1,6 @@
 //! Attacks through endpoints: more than anyone needs, created and deleted by the hundred, a
-//! slow one beside a fast one, a parked one deleted, a resend beside a scheduled retry.
+//! slow one beside a fast one, a parked one deleted, a resend beside a scheduled retry, a
+//! client certificate per endpoint by the hundred.
 
 use std::time::Duration;
 
@@ -7,6 +8,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 use super::{Tenant, metric};
+use crate::support::certs::TestCa;
 use crate::support::{Receiver, Reply, TestServer, eventually};
 
 /// A message to `tenant`'s application (messages are the operator's to send).
@@ -167,4 +169,42 @@ async fn a_resend_goes_at_once_and_takes_the_place_of_the_scheduled_retry() {
     let attempts = server.attempts(&tenant.app, &msg).await;
     assert_eq!(attempts.len(), 2, "{attempts:?}");
     assert_eq!(attempts[1]["triggerType"], 1, "the second is the manual one");
+}
+
+#[tokio::test]
+async fn a_tenant_with_many_client_certificates_leaves_others_warm_connections_alone() {
+    let ca = TestCa::new("Herald test CA");
+    let identity = ca.server();
+    let theirs = Receiver::start_tls(ca.requiring_clients(&identity), |_, _| Reply::ok()).await;
+    let ours = Receiver::start_tls(ca.requiring_clients(&identity), |_, _| Reply::ok()).await;
+    // Unthrottled: a patient attacker gets there anyway, the test should not wait for it.
+    let server = TestServer::start_with(|c| c.auth.portal_requests_per_second = None).await;
+    let tls = |name: &str| {
+        let client = ca.client(name);
+        json!({"tls": {"clientCertificatePem": client.cert_pem, "clientKeyPem": client.key_pem, "caPem": ca.cert_pem}})
+    };
+    let victim = Tenant::new(&server, "victim").await;
+    victim.endpoint(&server, &ours.https_url("/hook"), tls("victim")).await;
+    send(&server, &victim, json!({"n": 0})).await;
+    ours.wait_for(Some("/hook"), 1).await;
+    assert_eq!(ours.handshakes(), 1);
+
+    // More identities than one application may keep clients for (64), each used once.
+    let mallory = Tenant::new(&server, "mallory").await;
+    const IDENTITIES: usize = 100;
+    for i in 0..IDENTITIES {
+        mallory.endpoint(&server, &theirs.https_url(&format!("/e{i}")), tls(&format!("m{i}"))).await;
+    }
+    send(&server, &mallory, json!({})).await;
+    theirs.wait_for(None, IDENTITIES).await;
+    assert_eq!(theirs.handshakes(), IDENTITIES, "one connection per identity");
+
+    // The victim's pooled connection is still there: no new handshake.
+    send(&server, &victim, json!({"n": 1})).await;
+    ours.wait_for(Some("/hook"), 2).await;
+    assert_eq!(ours.handshakes(), 1, "the victim's warm connection was kept");
+    // Mallory's own oldest clients made room for its newest: using them again connects anew.
+    send(&server, &mallory, json!({})).await;
+    theirs.wait_for(None, 2 * IDENTITIES).await;
+    assert!(theirs.handshakes() > IDENTITIES, "mallory's clients beyond its share were let go");
 }

@@ -11,7 +11,8 @@
 //! - `pollers`: long-polls that must wake for their own application only and read on, the
 //!   caps on waiting long-polls, pollers and consumers, a refused read that moves nothing.
 //! - `endpoints`: the endpoint cap, churn that must leave nothing behind, a slow endpoint
-//!   beside a fast one, deleting a parked endpoint, a resend beside a scheduled retry.
+//!   beside a fast one, deleting a parked endpoint, a resend beside a scheduled retry, many
+//!   client certificates beside another tenant's warm connection.
 //! - `races`: two writers of the same resource at the same time, on every writable one.
 
 mod connections;
