@@ -543,6 +543,7 @@ mod tests {
             updated_at: 0,
             scripts: Default::default(),
             auth: Default::default(),
+            version: 1,
         }
     }
 

@@ -193,7 +193,8 @@ pub async fn app_for_inline(state: &AppState, id_or_uid: &str, inline: Option<Ap
     }
 }
 
-/// Lists applications (a portal token sees only its own).
+/// Lists applications: the operator's (a portal token gets 403, as in Svix; it reads its own
+/// application at `GET /api/v1/app/{app_id}`).
 #[utoipa::path(get, path = "/api/v1/app", operation_id = "v1.application.list", tag = "Application",
     params(("limit" = Option<usize>, Query), ("iterator" = Option<String>, Query), ("order" = Option<String>, Query)),
     responses((status = 200, body = ListResponse<ApplicationOut>)))]
@@ -202,11 +203,9 @@ pub async fn list_apps(
     principal: Principal,
     query: QueryMap,
 ) -> ApiResult<Json<ListResponse<ApplicationOut>>> {
+    principal.require_admin()?;
     let page = Page::from_query(&query, Order::Ascending, Cursor::Id(AppId::PREFIX))?;
-    let apps = match &principal {
-        Principal::Admin => state.store.list_apps(&page.query()).await?,
-        Principal::App { app_id, .. } => state.store.app(app_id.as_str()).await?.into_iter().collect(),
-    };
+    let apps = state.store.list_apps(&page.query()).await?;
     Ok(Json(page.finish(apps, |a| a.id.to_string(), |a| ApplicationOut::from(&a))))
 }
 

@@ -58,6 +58,9 @@ pub struct EndpointIn {
     /// Herald extension: the client certificate presented when the receiver asks (mutual
     /// TLS), and the CAs trusted for it (write-only). Kept when an update leaves it out.
     pub tls: Option<ClientTls>,
+    /// Svix's deprecated version number (at least 1; default 1, kept when an update leaves
+    /// it out). Read back as set; nothing else uses it.
+    pub version: Option<i32>,
 }
 
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
@@ -103,6 +106,8 @@ pub struct EndpointPatch {
     #[serde(default, deserialize_with = "double_option")]
     #[schema(value_type = Option<ClientTls>)]
     pub tls: Option<Option<ClientTls>>,
+    /// Svix's deprecated version number (at least 1).
+    pub version: Option<i32>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -120,7 +125,7 @@ pub struct EndpointOut {
     pub created_at: String,
     pub updated_at: String,
     /// Deprecated in Svix, still returned: always 1.
-    pub version: u8,
+    pub version: i32,
     /// Deprecated in Svix, still returned: `throttleRate`.
     pub rate_limit: Option<u16>,
     /// Deprecated in Svix, still returned: `eventTypes`.
@@ -161,7 +166,7 @@ impl EndpointOut {
             throttle_rate: e.throttle_rate,
             created_at: to_rfc3339(e.created_at),
             updated_at: to_rfc3339(e.updated_at),
-            version: 1,
+            version: e.version,
             rate_limit: e.throttle_rate,
             filter_types: e.event_types.clone(),
             delivery: e.delivery.resolve(state.catalog.defaults()),
@@ -273,6 +278,14 @@ fn apply_owner_rules(principal: &Principal, app: &App, before: Option<&Endpoint>
     }
 }
 
+/// An endpoint URL as Svix stores it: in its normal form (`http://h.example` reads back as
+/// `http://h.example/`, the host in lower case, a default port dropped). A URL the guard
+/// refuses is kept as sent, for `check_endpoint` to refuse with its reason (normalizing
+/// first would hide a backslash or whitespace the guard refuses).
+fn normalized_url(state: &AppState, raw: String) -> String {
+    state.guard.check_url(&raw).map_or(raw, String::from)
+}
+
 /// Checks every field of an endpoint about to be stored.
 pub fn check_endpoint(state: &AppState, e: &Endpoint) -> ApiResult<()> {
     let mut p = Problems::default();
@@ -293,6 +306,7 @@ pub fn check_endpoint(state: &AppState, e: &Endpoint) -> ApiResult<()> {
         p.slug_list("channels", channels, 128, 10);
     }
     p.check(e.throttle_rate != Some(0), "throttleRate", "must be at least 1");
+    p.check(e.version >= 1, "version", "must be at least 1");
     for (field, msg) in e.delivery.problems() {
         p.push(&format!("delivery.{field}"), msg);
     }
@@ -412,6 +426,7 @@ fn new_endpoint(state: &AppState, app: &App, input: EndpointIn, uid_from_path: O
         updated_at: now,
         scripts: Scripts::default(),
         auth: SealedAuth::default(),
+        version: 1,
     };
     replace_fields(state, blank, input)
 }
@@ -426,7 +441,7 @@ fn replace_fields(state: &AppState, base: Endpoint, input: EndpointIn) -> ApiRes
     let auth = seal_credentials(state, &base, input.auth.map(Some), input.tls.map(Some))?;
     Ok(Endpoint {
         uid: input.uid.or_else(|| base.uid.clone()),
-        url: input.url,
+        url: normalized_url(state, input.url),
         description: input.description.unwrap_or_default(),
         disabled: input.disabled.unwrap_or(false),
         event_types: input.event_types,
@@ -438,6 +453,7 @@ fn replace_fields(state: &AppState, base: Endpoint, input: EndpointIn) -> ApiRes
         request: input.request,
         scripts: Scripts { filter: input.filter, transform: input.transform },
         auth,
+        version: input.version.unwrap_or(base.version),
         updated_at: now_ms(),
         ..base
     })
@@ -601,10 +617,13 @@ pub async fn patch_endpoint(
 /// The fields a PATCH gives replace the endpoint's; the rest stay.
 fn apply_patch(state: &AppState, e: &mut Endpoint, patch: EndpointPatch) -> ApiResult<()> {
     if let Some(url) = patch.url {
-        e.url = url;
+        e.url = normalized_url(state, url);
     }
     if let Some(description) = patch.description {
         e.description = description;
+    }
+    if let Some(version) = patch.version {
+        e.version = version;
     }
     if let Some(disabled) = patch.disabled {
         e.disabled = disabled;

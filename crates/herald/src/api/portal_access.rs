@@ -1,6 +1,6 @@
 //! Issuing app-portal tokens: `POST /api/v1/auth/app-portal-access/{app_id}`, and the
-//! deprecated `POST /api/v1/auth/dashboard-access/{app_id}` that Svix still serves (no body
-//! needed); and revoking them all: `POST /api/v1/auth/app/{app_id}/expire-all`. Only the
+//! deprecated `POST /api/v1/auth/dashboard-access/{app_id}` that Svix still serves (its body
+//! ignored); and revoking them all: `POST /api/v1/auth/app/{app_id}/expire-all`. Only the
 //! admin token issues and revokes them. The token is stored only as a hash; the link
 //! carries it in the URL fragment, which never reaches a server log.
 
@@ -58,7 +58,8 @@ pub async fn app_portal_access(
     issue(&state, &app_id, body.value).await.map(Json)
 }
 
-/// Svix's deprecated name for the same: a portal link and token (the body is optional).
+/// Svix's deprecated name for the same: a portal link and token with the default lifetime.
+/// Like Svix, it reads no body: whatever is sent (nothing, `null`, an object) is ignored.
 #[utoipa::path(post, path = "/api/v1/auth/dashboard-access/{app_id}", operation_id = "v1.authentication.dashboard-access",
     tag = "Authentication", params(("app_id" = String, Path, description = "Application id or uid")),
     responses((status = 200, body = AppPortalAccessOut), (status = 404, body = super::error::HttpErrorOut)))]
@@ -66,12 +67,9 @@ pub async fn dashboard_access(
     State(state): State<AppState>,
     principal: Principal,
     Path(app_id): Path<String>,
-    body: Bytes,
 ) -> ApiResult<Json<AppPortalAccessOut>> {
     super::require_admin_for(&state, &principal, &app_id, OPERATOR_ISSUES).await?;
-    let input =
-        if body.iter().all(u8::is_ascii_whitespace) { AppPortalAccessIn::default() } else { parse_json(&body)? };
-    issue(&state, &app_id, input).await.map(Json)
+    issue(&state, &app_id, AppPortalAccessIn::default()).await.map(Json)
 }
 
 async fn issue(state: &AppState, app_id: &str, input: AppPortalAccessIn) -> ApiResult<AppPortalAccessOut> {

@@ -658,6 +658,7 @@ mod tests {
                 updated_at: 0,
                 scripts: Default::default(),
                 auth: Default::default(),
+                version: 1,
             };
             tune(&mut endpoint);
             let defaults = Defaults { timeout: std::time::Duration::from_secs(1), retry: Default::default() };

@@ -44,6 +44,7 @@ pub(crate) fn endpoint(app: &App) -> Endpoint {
         // Stored and read back like every other field (the store never runs them).
         scripts: crate::scripts::Scripts { filter: Some(".payload.ok == true".into()), transform: Some(".".into()) },
         auth: crate::store::SealedAuth(format!("v1.test.{}", crate::ids::random_token(16))),
+        version: 3,
     }
 }
 

@@ -107,6 +107,8 @@ pub struct Endpoint {
     pub scripts: crate::scripts::Scripts,
     /// Herald extension: the credentials presented to the receiver.
     pub auth: SealedAuth,
+    /// Svix's deprecated `version`: set by callers (at least 1), read back, used by nothing.
+    pub version: i32,
 }
 
 /// An application's messages for consumers that pull them (Herald extension): the same

@@ -301,8 +301,9 @@ async fn a_portal_token_reaches_only_its_own_application() {
     assert_eq!(get(format!("/api/v1/app/{mine}")).await.unwrap().status(), StatusCode::OK);
     assert_eq!(get(format!("/api/v1/app/{other}")).await.unwrap().status(), StatusCode::NOT_FOUND);
     assert_eq!(get(format!("/api/v1/app/{other}/endpoint")).await.unwrap().status(), StatusCode::NOT_FOUND);
-    let listed: Value = get("/api/v1/app".into()).await.unwrap().json().await.unwrap();
-    assert_eq!(listed["data"].as_array().unwrap().len(), 1);
+    // As in Svix, listing applications is the operator's.
+    assert_eq!(get("/api/v1/app".into()).await.unwrap().status(), StatusCode::FORBIDDEN);
+    assert_eq!(get("/api/v1/app/".into()).await.unwrap().status(), StatusCode::FORBIDDEN);
     let logout = client.post(server.url("/api/v1/auth/logout")).bearer_auth(&token).send().await.unwrap();
     assert_eq!(logout.status(), StatusCode::NO_CONTENT);
     assert_eq!(get(format!("/api/v1/app/{mine}")).await.unwrap().status(), StatusCode::UNAUTHORIZED);

@@ -727,7 +727,7 @@ const fn outside(method: &'static str, path: &'static str, portal: u16) -> Outsi
 
 /// Every API route outside an application, classified.
 const OUTSIDE_APPLICATIONS: &[Outside] = &[
-    Outside { method: "GET", path: "/api/v1/app", portal: 200, lists: Some("app_id") },
+    outside("GET", "/api/v1/app", 403),
     outside("POST", "/api/v1/app", 403),
     outside("POST", "/api/v1/auth/logout", 204),
     outside("GET", "/api/v1/auth/session", 403),

@@ -77,6 +77,7 @@ fn endpoint_params(e: &Endpoint) -> Vec<Box<dyn ToSql + Sync + Send>> {
         Box::new(e.updated_at),
         Box::new((!e.scripts.is_empty()).then(|| Json(e.scripts.clone()))),
         Box::new(e.auth.0.clone()),
+        Box::new(e.version),
     ]
 }
 
@@ -250,8 +251,8 @@ impl CatalogStore for PgStore {
     async fn update_endpoint(&self, endpoint: &Endpoint, read_at: Millis) -> StoreResult<bool> {
         let sql = "UPDATE herald.endpoint SET uid = $2, url = $3, description = $4, disabled = $5, event_types = $6,
                        channels = $7, metadata = $8, throttle_rate = $9, headers = $10, secrets = $11, delivery = $12,
-                       request = $13, updated_at = $14, scripts = $15, auth = $16
-                   WHERE id = $1 AND updated_at = $17";
+                       request = $13, updated_at = $14, scripts = $15, auth = $16, version = $17
+                   WHERE id = $1 AND updated_at = $18";
         let mut params = endpoint_params(endpoint);
         params.remove(14); // created_at never changes
         params.remove(1); // nor does app_id

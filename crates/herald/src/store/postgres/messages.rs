@@ -112,7 +112,7 @@ impl MessageStore for PgStore {
         q.messages(&MessageFilter { before: None, after: None, ..filter.messages.clone() });
         if let Some(before) = filter.messages.before {
             let p = q.bind(before);
-            q.and(format!("a.created_at <= {p}"));
+            q.and(format!("a.created_at < {p}"));
         }
         if let Some(after) = filter.messages.after {
             let p = q.bind(after);

@@ -13,6 +13,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (4, include_str!("v4.sql")),
     (5, include_str!("v5.sql")),
     (6, include_str!("v6.sql")),
+    (7, include_str!("v7.sql")),
 ];
 
 /// Any constant shared by every Herald: the key of the migration lock.

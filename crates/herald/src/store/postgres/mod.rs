@@ -245,6 +245,6 @@ mod tests {
             .iter()
             .map(|r| r.get(0))
             .collect();
-        assert_eq!((resend, versions), (false, vec![1, 2, 3, 4, 5, 6]));
+        assert_eq!((resend, versions), (false, vec![1, 2, 3, 4, 5, 6, 7]));
     }
 }

@@ -34,12 +34,12 @@ pub fn app(row: &Row) -> App {
 }
 
 pub const ENDPOINT_COLUMNS: &str = "id, app_id, uid, url, description, disabled, event_types, channels, metadata, \
-     throttle_rate, headers, secrets, delivery, request, created_at, updated_at, scripts, auth";
+     throttle_rate, headers, secrets, delivery, request, created_at, updated_at, scripts, auth, version";
 
 /// `ENDPOINT_COLUMNS` of a row being deleted, as its tombstone keeps them: no headers, no
 /// secrets.
 pub const KEPT_ENDPOINT_COLUMNS: &str = "id, app_id, uid, url, description, disabled, event_types, channels, \
-     metadata, throttle_rate, '', '', delivery, request, created_at, updated_at, scripts, ''";
+     metadata, throttle_rate, '', '', delivery, request, created_at, updated_at, scripts, '', version";
 
 pub fn endpoint(row: &Row) -> Endpoint {
     Endpoint {
@@ -61,6 +61,7 @@ pub fn endpoint(row: &Row) -> Endpoint {
         updated_at: row.get(15),
         scripts: row.get::<_, Option<Json<_>>>(16).map(|j| j.0).unwrap_or_default(),
         auth: SealedAuth(row.get(17)),
+        version: row.get(18),
     }
 }
 
@@ -188,7 +189,7 @@ impl Query {
         }
         if let Some(before) = filter.before {
             let p = self.bind(before);
-            self.and(format!("m.created_at <= {p}"));
+            self.and(format!("m.created_at < {p}"));
         }
         if let Some(after) = filter.after {
             let p = self.bind(after);

@@ -310,7 +310,7 @@ fn list_attempts(conn: &Connection, filter: &AttemptFilter, page: &PageQuery) ->
     let joined = filter.messages.channel.is_some() || !filter.messages.event_types.is_empty();
     q.messages(&MessageFilter { before: None, after: None, ..filter.messages.clone() });
     if let Some(before) = filter.messages.before {
-        q.and("a.created_at <= ?", [Value::Integer(before)]);
+        q.and("a.created_at < ?", [Value::Integer(before)]);
     }
     if let Some(after) = filter.messages.after {
         q.and("a.created_at >= ?", [Value::Integer(after)]);

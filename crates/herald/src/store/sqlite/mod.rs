@@ -37,6 +37,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (6, include_str!("v6.sql")),
     (7, include_str!("v7.sql")),
     (8, include_str!("v8.sql")),
+    (9, include_str!("v9.sql")),
 ];
 const STATEMENT_CACHE: usize = 256;
 

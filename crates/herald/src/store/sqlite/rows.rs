@@ -60,12 +60,12 @@ pub fn app(row: &Row<'_>) -> rusqlite::Result<App> {
 }
 
 pub const ENDPOINT_COLUMNS: &str = "id, app_id, uid, url, description, disabled, event_types, channels, metadata, \
-     throttle_rate, headers, secrets, delivery, request, created_at, updated_at, scripts, auth";
+     throttle_rate, headers, secrets, delivery, request, created_at, updated_at, scripts, auth, version";
 
 /// `ENDPOINT_COLUMNS` of a row being deleted, as its tombstone keeps them: no headers, no
 /// secrets.
 pub const KEPT_ENDPOINT_COLUMNS: &str = "id, app_id, uid, url, description, disabled, event_types, channels, \
-     metadata, throttle_rate, '', '', delivery, request, created_at, updated_at, scripts, ''";
+     metadata, throttle_rate, '', '', delivery, request, created_at, updated_at, scripts, '', version";
 
 pub fn endpoint(row: &Row<'_>) -> rusqlite::Result<Endpoint> {
     Ok(Endpoint {
@@ -87,6 +87,7 @@ pub fn endpoint(row: &Row<'_>) -> rusqlite::Result<Endpoint> {
         updated_at: row.get(15)?,
         scripts: opt_json(row, 16)?.unwrap_or_default(),
         auth: SealedAuth(row.get(17)?),
+        version: row.get(18)?,
     })
 }
 
@@ -111,6 +112,7 @@ pub fn endpoint_values(e: &Endpoint) -> Vec<Value> {
         Value::Integer(e.updated_at),
         if e.scripts.is_empty() { Value::Null } else { Value::Text(to_json(&e.scripts)) },
         Value::Text(e.auth.0.clone()),
+        Value::Integer(e.version.into()),
     ]
 }
 
@@ -225,7 +227,7 @@ impl Query {
             self.and(format!("m.event_type IN ({marks})"), filter.event_types.iter().map(|t| Value::Text(t.clone())));
         }
         if let Some(before) = filter.before {
-            self.and("m.created_at <= ?", [Value::Integer(before)]);
+            self.and("m.created_at < ?", [Value::Integer(before)]);
         }
         if let Some(after) = filter.after {
             self.and("m.created_at >= ?", [Value::Integer(after)]);

@@ -209,7 +209,7 @@ async fn asymmetric_secrets_sign_v1a_next_to_the_previous_hmac_key() {
 }
 
 #[tokio::test]
-async fn dashboard_access_issues_a_portal_link_without_a_body() {
+async fn dashboard_access_issues_a_portal_link_whatever_the_body() {
     let server = TestServer::start().await;
     let app = server.create_app("a").await;
     let answer =
@@ -221,6 +221,19 @@ async fn dashboard_access_issues_a_portal_link_without_a_body() {
     assert_eq!(call(&server, token, Method::GET, &format!("/api/v1/app/{app}"), None).await.0, StatusCode::OK);
     let (status, _) = call(&server, token, Method::POST, &format!("/api/v1/auth/dashboard-access/{app}"), None).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "a portal token issues none");
+    // Svix reads no body here: `null`, an object, or text that is no JSON at all.
+    for (body, slash) in [("null", ""), ("null", "/"), (r#"{"expiry": 1}"#, ""), ("not json", "/")] {
+        let answer = server
+            .request_as_admin(Method::POST, &format!("/api/v1/auth/dashboard-access/{app}{slash}"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), StatusCode::OK, "{body}{slash}");
+        let access: Value = answer.json().await.unwrap();
+        assert!(access["token"].as_str().unwrap().starts_with("appsk_"), "{access}");
+    }
 }
 
 /// Herald's own rule: private destinations stay closed unless the operator opens them; then
@@ -248,4 +261,87 @@ async fn destinations_inside_allowed_networks_take_localhost_and_any_port() {
         closed.post(&format!("/api/v1/app/{app}/endpoint"), json!({"url": "http://localhost:8080/"})).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "without the operator's say, localhost stays closed");
     let _ = ADMIN;
+}
+
+/// Svix stores an endpoint's URL in its normal form, on create, PUT and PATCH alike, and
+/// reads it back so; a URL the guard refuses is refused as sent.
+#[tokio::test]
+async fn endpoint_urls_are_stored_in_their_normal_form() {
+    let server = TestServer::start().await;
+    let app = server.create_app("a").await;
+    for slash in ["", "/"] {
+        let (status, created) = call(
+            &server,
+            ADMIN,
+            Method::POST,
+            &format!("/api/v1/app/{app}/endpoint{slash}"),
+            Some(json!({"url": "http://bad.url2"})),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{created}");
+        assert_eq!(created["url"], "http://bad.url2/");
+        let path = format!("/api/v1/app/{app}/endpoint/{}", created["id"].as_str().unwrap());
+        assert_eq!(server.get(&path).await.1["url"], "http://bad.url2/", "read back");
+        let (status, put) = call(
+            &server,
+            ADMIN,
+            Method::PUT,
+            &format!("{path}{slash}"),
+            Some(json!({"url": "HTTPS://Hooks.Example.COM:443/a/../b"})),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{put}");
+        assert_eq!(put["url"], "https://hooks.example.com/b");
+        let (status, patched) = call(
+            &server,
+            ADMIN,
+            Method::PATCH,
+            &format!("{path}{slash}"),
+            Some(json!({"url": "https://x.example.com"})),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{patched}");
+        assert_eq!(patched["url"], "https://x.example.com/");
+        assert_eq!(server.get(&path).await.1["url"], "https://x.example.com/", "read back");
+        let (status, refused) =
+            call(&server, ADMIN, Method::PATCH, &path, Some(json!({"url": "https://x.example.com\\@evil.example"})))
+                .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
+    }
+}
+
+/// Svix's deprecated endpoint `version` is the caller's to set (at least 1) and reads back
+/// as set; an update that leaves it out keeps it.
+#[tokio::test]
+async fn the_deprecated_endpoint_version_is_kept_as_set() {
+    let server = TestServer::start().await;
+    let app = server.create_app("a").await;
+    let created = server.create_endpoint(&app, "https://h.example.com/", json!({})).await;
+    assert_eq!(created["version"], 1, "{created}");
+    let path = format!("/api/v1/app/{app}/endpoint/{}", created["id"].as_str().unwrap());
+    for slash in ["", "/"] {
+        let (status, patched) =
+            call(&server, ADMIN, Method::PATCH, &format!("{path}{slash}"), Some(json!({"version": 2}))).await;
+        assert_eq!((status, &patched["version"]), (StatusCode::OK, &json!(2)), "{patched}");
+        assert_eq!(server.get(&path).await.1["version"], 2, "read back");
+        let (status, refused) =
+            call(&server, ADMIN, Method::PATCH, &format!("{path}{slash}"), Some(json!({"version": 0}))).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
+        assert_eq!(refused["detail"][0]["loc"], json!(["body", "version"]), "{refused}");
+        let put = json!({"url": "https://h.example.com/", "description": "kept"});
+        let (status, kept) = call(&server, ADMIN, Method::PUT, &format!("{path}{slash}"), Some(put)).await;
+        assert_eq!((status, &kept["version"]), (StatusCode::OK, &json!(2)), "a PUT without it keeps it: {kept}");
+        let put = json!({"url": "https://h.example.com/", "version": 5});
+        let (_, set) = call(&server, ADMIN, Method::PUT, &format!("{path}{slash}"), Some(put)).await;
+        assert_eq!(set["version"], 5, "{set}");
+    }
+    let (status, made) = call(
+        &server,
+        ADMIN,
+        Method::POST,
+        &format!("/api/v1/app/{app}/endpoint"),
+        Some(json!({"url": "https://h.example.com/", "version": 7})),
+    )
+    .await;
+    assert_eq!((status, &made["version"]), (StatusCode::CREATED, &json!(7)), "{made}");
 }

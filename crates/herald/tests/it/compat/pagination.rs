@@ -6,7 +6,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use super::{event_type, problem};
-use crate::support::TestServer;
+use crate::support::{Receiver, TestServer, eventually};
 
 /// The ids of a page.
 fn ids(page: &Value) -> Vec<String> {
@@ -123,4 +123,48 @@ async fn empty_pages_malformed_iterators_and_limits_answer_as_svix() {
     );
     let (status, body) = server.get("/api/v1/app?limit=many").await;
     assert_eq!((status, body["code"].as_str()), (StatusCode::BAD_REQUEST, Some("generic_error")));
+}
+
+/// Svix's time bounds: `before` leaves out what was made at that very instant, `after`
+/// keeps it, on messages and on attempts, with or without a trailing slash.
+#[tokio::test]
+async fn before_excludes_its_own_instant_and_after_includes_it() {
+    let receiver = Receiver::ok().await;
+    let server = TestServer::start().await;
+    let app = server.create_app("a").await;
+    let ep = server.create_endpoint(&app, &receiver.url("/hook"), json!({})).await;
+    let ep = ep["id"].as_str().unwrap();
+    let mut messages = vec![];
+    for i in 0..3 {
+        messages.push(server.send(&app, json!({"eventType": "a", "payload": {"i": i}})).await);
+        // Distinct milliseconds, so each item has an instant of its own.
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    receiver.wait_for(Some("/hook"), 3).await;
+    let attempts = eventually("three attempts", || async {
+        let (_, page) = server.get(&format!("/api/v1/app/{app}/attempt/endpoint/{ep}")).await;
+        (page["data"].as_array().unwrap().len() == 3).then_some(page)
+    })
+    .await;
+    let (_, listed) = server.get(&format!("/api/v1/app/{app}/msg")).await;
+    messages.reverse();
+    assert_eq!(ids(&listed), messages, "newest first");
+    let lists =
+        [(format!("/api/v1/app/{app}/msg"), listed), (format!("/api/v1/app/{app}/attempt/endpoint/{ep}"), attempts)];
+    for (list, page) in lists {
+        // Newest first: [2], [1], [0].
+        let all = ids(&page);
+        let middle = page["data"][1]["timestamp"].as_str().unwrap();
+        for slash in ["", "/"] {
+            let at = |bound: &str| {
+                let query = url::form_urlencoded::Serializer::new(String::new()).append_pair(bound, middle).finish();
+                format!("{list}{slash}?{query}")
+            };
+            let (status, before) = server.get(&at("before")).await;
+            assert_eq!(status, StatusCode::OK, "{before}");
+            assert_eq!(ids(&before), all[2..], "{list}{slash} before the middle one's instant: the oldest alone");
+            let (_, after) = server.get(&at("after")).await;
+            assert_eq!(ids(&after), all[..2], "{list}{slash} after it: the middle one and the newest");
+        }
+    }
 }

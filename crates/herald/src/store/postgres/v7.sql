@@ -1,0 +1,4 @@
+-- Herald's PostgreSQL schema, version 7: Svix's deprecated endpoint `version`, a number the
+-- API lets callers set (at least 1) and reads back; nothing else reads it.
+ALTER TABLE herald.endpoint ADD COLUMN version integer NOT NULL DEFAULT 1;
+ALTER TABLE herald.deleted_endpoint ADD COLUMN version integer NOT NULL DEFAULT 1;
