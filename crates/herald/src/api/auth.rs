@@ -53,6 +53,8 @@ pub enum Principal {
         token_hash: String,
         /// Issued with the `sensitive` permission: sees payload fields unmasked.
         sensitive: bool,
+        /// Svix's feature flags the token was issued with.
+        feature_flags: Vec<String>,
     },
 }
 
@@ -66,6 +68,15 @@ impl Principal {
         match self {
             Self::Admin => Ok(()),
             Self::App { .. } => Err(ApiError::Forbidden(why)),
+        }
+    }
+
+    /// Whether this principal sees an event type gated by `flag` (Svix's feature flags: a
+    /// portal token only those it was issued with; the admin token all).
+    pub fn has_feature(&self, flag: Option<&str>) -> bool {
+        match (self, flag) {
+            (_, None) | (Self::Admin, _) => true,
+            (Self::App { feature_flags, .. }, Some(flag)) => feature_flags.iter().any(|f| f == flag),
         }
     }
 
@@ -153,7 +164,12 @@ impl Principal {
         match state.store.token(&hash).await? {
             Some(found) if found.expires_at > now_ms() => {
                 state.rate_limiter.admit(&hash, false).map_err(ApiError::RateLimited)?;
-                Ok(Some(Self::App { app_id: found.app_id, token_hash: hash, sensitive: found.sensitive }))
+                Ok(Some(Self::App {
+                    app_id: found.app_id,
+                    token_hash: hash,
+                    sensitive: found.sensitive,
+                    feature_flags: found.feature_flags,
+                }))
             }
             _ => Ok(None),
         }

@@ -131,13 +131,35 @@ fn check(et: &EventType) -> ApiResult<()> {
     responses((status = 200, body = ListResponse<EventTypeOut>)))]
 pub async fn list_event_types(
     State(state): State<AppState>,
-    _principal: Principal,
+    principal: Principal,
     query: QueryMap,
 ) -> ApiResult<Json<ListResponse<EventTypeOut>>> {
     let page = Page::from_query(&query, Order::AlwaysAscending, Cursor::Name)?;
     let with_content = query.flag("with_content", false)?;
-    let found = state.store.list_event_types(&page.query(), query.flag("include_archived", false)?).await?;
+    let found = visible_page(&state, &principal, &page, query.flag("include_archived", false)?).await?;
     Ok(Json(page.finish(found, |et| et.name.clone(), |et| EventTypeOut::new(et, with_content))))
+}
+
+/// The event types of `page` that `principal` may see: those gated by a feature flag it
+/// lacks are passed over (as in Svix), reading on until the page (and the one row more
+/// that says whether more follow) is full or the catalog ends.
+async fn visible_page(
+    state: &AppState,
+    principal: &Principal,
+    page: &Page,
+    archived: bool,
+) -> ApiResult<Vec<EventType>> {
+    let mut query = page.query();
+    let mut visible = Vec::new();
+    loop {
+        let batch = state.store.list_event_types(&query, archived).await?;
+        let ended = batch.len() < query.limit;
+        query.iterator = batch.last().map(|et| et.name.clone());
+        visible.extend(batch.into_iter().filter(|et| principal.has_feature(et.feature_flag.as_deref())));
+        if ended || visible.len() >= query.limit {
+            return Ok(visible);
+        }
+    }
 }
 
 #[utoipa::path(post, path = "/api/v1/event-type", operation_id = "v1.event-type.create", tag = "Event Type",
@@ -159,10 +181,13 @@ pub async fn create_event_type(
     params(("event_type_name" = String, Path)), responses((status = 200, body = EventTypeOut)))]
 pub async fn get_event_type(
     State(state): State<AppState>,
-    _principal: Principal,
+    principal: Principal,
     Path(name): Path<String>,
 ) -> ApiResult<Json<EventTypeOut>> {
-    let et = state.store.event_type(&name).await?.ok_or(ApiError::NotFound("event type"))?;
+    let et = state.store.event_type(&name).await?;
+    // Gated by a feature flag the caller lacks: as if it did not exist (Svix).
+    let et =
+        et.filter(|et| principal.has_feature(et.feature_flag.as_deref())).ok_or(ApiError::NotFound("event type"))?;
     Ok(Json(EventTypeOut::new(et, true)))
 }
 

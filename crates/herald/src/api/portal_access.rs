@@ -32,6 +32,10 @@ pub struct AppPortalAccessIn {
     /// (`redaction` settings); without it they are masked. Default false.
     #[serde(default)]
     pub sensitive: bool,
+    /// The feature flags the token has: event types gated by another flag are hidden from
+    /// it (at most 64, each up to 256 characters of `a-zA-Z0-9-_.`).
+    #[serde(default)]
+    pub feature_flags: Vec<String>,
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -79,6 +83,7 @@ async fn issue(state: &AppState, app_id: &str, input: AppPortalAccessIn) -> ApiR
         Some(secs) if (3600..=7 * 24 * 3600).contains(&secs) => secs,
         Some(_) => return Err(ApiError::invalid("expiry", "must be between 3600 and 604800 seconds")),
     };
+    check_feature_flags(&input.feature_flags)?;
     let token = format!("{PORTAL_TOKEN_PREFIX}{}", random_token(32));
     let now = now_ms();
     let record = PortalToken {
@@ -87,10 +92,23 @@ async fn issue(state: &AppState, app_id: &str, input: AppPortalAccessIn) -> ApiR
         expires_at: now + (ttl_secs as i64) * 1000,
         created_at: now,
         sensitive: input.sensitive,
+        feature_flags: input.feature_flags,
     };
     state.store.insert_token(&record).await?;
     let url = format!("{}/portal#token={token}", state.settings.public_url.trim_end_matches('/'));
     Ok(AppPortalAccessOut { url, token })
+}
+
+/// Feature flags a token may carry at most.
+const MAX_FEATURE_FLAGS: usize = 64;
+
+/// Svix's rules for feature flags: names of `a-zA-Z0-9-_.`, up to 256 characters, each once.
+fn check_feature_flags(flags: &[String]) -> ApiResult<()> {
+    let mut p = super::validate::Problems::default();
+    if !flags.is_empty() {
+        p.slug_list("featureFlags", flags, 256, MAX_FEATURE_FLAGS);
+    }
+    p.finish()
 }
 
 #[derive(Deserialize, Default, utoipa::ToSchema)]

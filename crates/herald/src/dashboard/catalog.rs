@@ -7,7 +7,7 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::{Page, Viewer};
-use crate::api::{ApiError, AppState, visible_app};
+use crate::api::{ApiError, AppState, Principal, visible_app};
 use crate::store::PageQuery;
 
 /// The most event types a catalog shows.
@@ -36,10 +36,12 @@ impl Catalogued {
     }
 }
 
-/// Every event type that is not archived, by name.
-pub async fn load(state: &AppState) -> Result<Vec<Catalogued>, Page> {
+/// Every event type that is not archived and that `viewer` may see (a portal session only
+/// those its token's feature flags open), by name.
+pub async fn load(state: &AppState, viewer: &Principal) -> Result<Vec<Catalogued>, Page> {
     let page = PageQuery { limit: MAX_TYPES, iterator: None, descending: false };
     let mut types = state.store.list_event_types(&page, false).await.map_err(ApiError::from)?;
+    types.retain(|t| viewer.has_feature(t.feature_flag.as_deref()));
     types.sort_by(|a, b| a.name.cmp(&b.name));
     let pretty = |v: &serde_json::Value| serde_json::to_string_pretty(v).unwrap_or_default();
     Ok(types
@@ -100,7 +102,7 @@ pub async fn page(
     Query(query): Query<CatalogQuery>,
 ) -> Result<Page, Page> {
     let app = visible_app(&state, &viewer.principal, &app_id).await?;
-    let types = load(&state).await?;
+    let types = load(&state, &viewer.principal).await?;
     let q = query.q.trim();
     let shown: Vec<&Catalogued> = types.iter().filter(|t| q.is_empty() || t.matches(q)).collect();
     let body = html! {

@@ -75,7 +75,7 @@ pub async fn create(
     match call.await {
         Ok((_, created)) => Ok(to_endpoint(app.id.as_str(), &created.0.id)),
         Err(e) if !problems(&e).is_empty() => {
-            let types = catalog::load(&state).await?;
+            let types = catalog::load(&state, &viewer.principal).await?;
             let draft = draft(&fields, problems(&e));
             Ok(new_page(&viewer, &app, &draft, &types, StatusCode::UNPROCESSABLE_ENTITY).into_response())
         }

@@ -113,7 +113,7 @@ pub fn settings_form(app: &App, endpoint: Option<&str>, draft: &Draft, types: &[
 /// The form for a new endpoint.
 pub async fn new_form(State(state): State<AppState>, viewer: Viewer, Path(app_id): Path<String>) -> Result<Page, Page> {
     let app = visible_app(&state, &viewer.principal, &app_id).await?;
-    let types = catalog::load(&state).await?;
+    let types = catalog::load(&state, &viewer.principal).await?;
     Ok(new_page(&viewer, &app, &Draft::default(), &types, StatusCode::OK))
 }
 
@@ -183,7 +183,7 @@ pub async fn endpoint_page(
     let history = state.store.breaker_events(&endpoint.id, now_ms() - 7 * DAY_MS, 50).await.map_err(err)?;
     let dead = dead_letter_rows(state, Some(&app.id), Some(&endpoint.id)).await?;
     let charts = trends::deliveries(state, std::slice::from_ref(&endpoint.id), shown.window, "endpoint").await?;
-    let types = catalog::load(state).await?;
+    let types = catalog::load(state, &viewer.principal).await?;
     let secret = endpoint_ops::shown_secret(state, endpoint)?;
     let headers = endpoint_ops::header_names(state, endpoint)?;
     let base = format!("/app/{}/endpoint/{}", app.id, endpoint.id);

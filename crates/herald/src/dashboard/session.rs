@@ -72,7 +72,12 @@ pub async fn resolve(state: &AppState, secret: &str) -> Option<Result<Principal,
             if token.expires_at <= now || token.app_id != *app_id {
                 return None;
             }
-            Principal::App { app_id: token.app_id, token_hash: token.hash, sensitive: token.sensitive }
+            Principal::App {
+                app_id: token.app_id,
+                token_hash: token.hash,
+                sensitive: token.sensitive,
+                feature_flags: token.feature_flags,
+            }
         }
     };
     let (bucket, admin) = match &principal {

@@ -783,13 +783,15 @@ pub async fn an_applications_portal_tokens_expire_together(store: &dyn Store) {
         expires_at,
         created_at: now,
         sensitive: false,
+        feature_flags: vec!["beta".into(), hash.into()],
     };
     for t in [token(&app, "a1", now + 60_000), token(&app, "a2", now + 120_000), token(&other, "b1", now + 60_000)] {
         store.insert_token(&t).await.unwrap();
     }
     assert_eq!(store.app_tokens(&app.id, now).await.unwrap().len(), 2);
     assert_eq!(store.expire_tokens(&app.id, now + 30_000).await.unwrap(), 2);
-    assert_eq!(store.token("a2").await.unwrap().unwrap().expires_at, now + 30_000);
+    let a2 = store.token("a2").await.unwrap().unwrap();
+    assert_eq!((a2.expires_at, a2.feature_flags), (now + 30_000, vec!["beta".to_owned(), "a2".to_owned()]));
     assert_eq!(store.expire_tokens(&app.id, now + 90_000).await.unwrap(), 0, "never extended");
     assert!(store.app_tokens(&app.id, now + 30_000).await.unwrap().is_empty());
     assert_eq!(store.token("b1").await.unwrap().unwrap().expires_at, now + 60_000, "another application's stay");

@@ -562,6 +562,8 @@ pub struct PortalToken {
     pub created_at: Millis,
     /// May read payload fields configured as sensitive (otherwise they are masked).
     pub sensitive: bool,
+    /// Svix's feature flags: event types gated by a flag not in this list are hidden.
+    pub feature_flags: Vec<String>,
 }
 
 /// A dashboard session. The browser holds a random secret in a cookie; the store keeps

@@ -6,13 +6,15 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
-pub const INSERT_TOKEN: &str = "INSERT INTO herald.portal_token (hash, app_id, expires_at, created_at, sensitive)
-     VALUES ($1, $2, $3, $4, $5)";
-pub const TOKEN: &str =
-    "SELECT hash, app_id, expires_at, created_at, sensitive FROM herald.portal_token WHERE hash = $1";
+pub const INSERT_TOKEN: &str =
+    "INSERT INTO herald.portal_token (hash, app_id, expires_at, created_at, sensitive, feature_flags)
+     VALUES ($1, $2, $3, $4, $5, $6)";
+pub const TOKEN: &str = "SELECT hash, app_id, expires_at, created_at, sensitive, feature_flags
+     FROM herald.portal_token WHERE hash = $1";
 pub const REVOKE_TOKEN: &str = "DELETE FROM herald.portal_token WHERE hash = $1";
 pub const EXPIRE_TOKENS: &str = "UPDATE herald.portal_token SET expires_at = $2 WHERE app_id = $1 AND expires_at > $2";
-pub const APP_TOKENS: &str = "SELECT hash, app_id, expires_at, created_at, sensitive FROM herald.portal_token
+pub const APP_TOKENS: &str =
+    "SELECT hash, app_id, expires_at, created_at, sensitive, feature_flags FROM herald.portal_token
      WHERE app_id = $1 AND expires_at > $2 ORDER BY created_at DESC";
 
 pub const SESSION_COLUMNS: &str = "hash, id, app_id, token_hash, created_at, expires_at";

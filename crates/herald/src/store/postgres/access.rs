@@ -29,6 +29,7 @@ fn token_row(r: &tokio_postgres::Row) -> PortalToken {
         expires_at: r.get(2),
         created_at: r.get(3),
         sensitive: r.get(4),
+        feature_flags: serde_json::from_str(r.get(5)).unwrap_or_default(),
     }
 }
 
@@ -39,7 +40,14 @@ impl AccessStore for PgStore {
         client
             .execute(
                 sql::INSERT_TOKEN,
-                &[&token.hash, &token.app_id.as_str(), &token.expires_at, &token.created_at, &token.sensitive],
+                &[
+                    &token.hash,
+                    &token.app_id.as_str(),
+                    &token.expires_at,
+                    &token.created_at,
+                    &token.sensitive,
+                    &serde_json::to_string(&token.feature_flags).expect("a list of strings"),
+                ],
             )
             .await
             .map_err(db_err)?;

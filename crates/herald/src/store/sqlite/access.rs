@@ -5,6 +5,7 @@ use rusqlite::{OptionalExtension, params};
 
 use super::SqliteStore;
 use super::messages::{save_response, stored_response};
+use super::rows::{from_json, to_json};
 use crate::clock::Millis;
 use crate::ids::AppId;
 use crate::ids::first_body_at;
@@ -31,6 +32,7 @@ fn token_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<PortalToken> {
         expires_at: r.get(2)?,
         created_at: r.get(3)?,
         sensitive: r.get(4)?,
+        feature_flags: from_json(r, 5)?,
     })
 }
 
@@ -42,7 +44,14 @@ impl AccessStore for SqliteStore {
             .write(move |conn| {
                 conn.execute(
                     sqlite(sql::INSERT_TOKEN),
-                    params![token.hash, token.app_id.as_str(), token.expires_at, token.created_at, token.sensitive],
+                    params![
+                        token.hash,
+                        token.app_id.as_str(),
+                        token.expires_at,
+                        token.created_at,
+                        token.sensitive,
+                        to_json(&token.feature_flags)
+                    ],
                 )?;
                 Ok(())
             })

@@ -2,3 +2,6 @@
 -- reads back; nothing else reads it.
 ALTER TABLE endpoint ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
 ALTER TABLE deleted_endpoint ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
+-- The feature flags a portal token was issued with (a JSON array): event types gated by a
+-- flag the token lacks are hidden from it, as in Svix.
+ALTER TABLE portal_token ADD COLUMN feature_flags TEXT NOT NULL DEFAULT '[]';
