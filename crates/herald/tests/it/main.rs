@@ -22,6 +22,7 @@ mod pollers;
 mod portal;
 mod postbacks;
 mod postgres;
+mod readme;
 mod redaction;
 mod resume;
 mod retention;
