@@ -6,6 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use herald::config::{DEFAULT_TOML, Sources};
+use herald::store::sqlite::backup;
 use herald::{Config, Server, telemetry};
 use tokio_util::sync::CancellationToken;
 
@@ -46,6 +47,25 @@ enum Command {
         #[arg(long, env = "HERALD_DATABASE_URL")]
         database_url: String,
     },
+    /// Write a consistent copy of the embedded store to a new file, while Herald runs or not.
+    Backup {
+        /// The file to write (it must not exist).
+        #[arg(long)]
+        to: PathBuf,
+        #[command(flatten)]
+        store: EmbeddedStore,
+    },
+    /// Replace the embedded store's database with a backup; refused while Herald runs.
+    Restore {
+        /// The backup to restore.
+        #[arg(long)]
+        from: PathBuf,
+        /// Replace a database the data directory holds already.
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        store: EmbeddedStore,
+    },
     /// Print the commented default configuration.
     DefaultConfig,
     /// Print Herald's OpenAPI document.
@@ -59,6 +79,33 @@ enum Command {
         #[arg(long, default_value_t = herald::scripts::worker::MAX_FRAME)]
         max_output_bytes: usize,
     },
+}
+
+/// Where the embedded store is: the data directory `serve` would use with the same
+/// configuration.
+#[derive(clap::Args)]
+struct EmbeddedStore {
+    /// A TOML file overriding the defaults.
+    #[arg(long, env = "HERALD_CONFIG")]
+    config: Option<PathBuf>,
+    /// Data directory of the embedded database (default ./herald-data).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+}
+
+impl EmbeddedStore {
+    fn data_dir(self) -> anyhow::Result<PathBuf> {
+        let overrides = self
+            .data_dir
+            .map(|d| ("server.data_dir".to_owned(), toml::Value::String(d.display().to_string())))
+            .into_iter()
+            .collect();
+        let config = Config::load(&Sources { file: self.config, env: std::env::vars().collect(), overrides })?;
+        if config.store.database_url.is_some() {
+            anyhow::bail!("this Herald runs on PostgreSQL: back it up with pg_dump or base backups (see the README)");
+        }
+        Ok(config.server.data_dir)
+    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -95,6 +142,20 @@ fn main() -> anyhow::Result<()> {
             let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
             runtime.block_on(herald::store::postgres::migrate_url(&database_url))
         }
+        Command::Backup { to, store } => {
+            let written = backup::backup(&store.data_dir()?, &to)?;
+            println!("{}: {}", to.display(), describe(&written));
+            println!(
+                "It holds secrets sealed under the server key, not the key: keep the key apart; a restore needs both."
+            );
+            Ok(())
+        }
+        Command::Restore { from, force, store } => {
+            let data_dir = store.data_dir()?;
+            let restored = backup::restore(&data_dir, &from, force)?;
+            println!("{} restored into {}: {}", from.display(), data_dir.display(), describe(&restored));
+            Ok(())
+        }
         Command::DefaultConfig => {
             print!("{DEFAULT_TOML}");
             Ok(())
@@ -105,6 +166,16 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+fn describe(c: &backup::Contents) -> String {
+    format!(
+        "{} applications, {} endpoints, {} messages, {:.1} MB",
+        c.applications,
+        c.endpoints,
+        c.messages,
+        c.bytes as f64 / 1e6
+    )
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {

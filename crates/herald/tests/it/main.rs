@@ -3,6 +3,7 @@
 
 mod alerts;
 mod api;
+mod backup;
 mod compat;
 mod dashboard;
 mod dead_letters;

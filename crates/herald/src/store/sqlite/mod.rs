@@ -3,6 +3,7 @@
 //! ([`readers`]). Queries are grouped by domain in the sibling files.
 
 mod access;
+pub mod backup;
 mod catalog;
 mod deliveries;
 mod health;
