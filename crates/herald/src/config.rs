@@ -516,6 +516,18 @@ impl Config {
 
     /// Layers defaults, file, environment and overrides, then validates.
     pub fn load(sources: &Sources) -> anyhow::Result<Self> {
+        Self::from_layers(Self::layers(sources)?)
+    }
+
+    /// Validates configuration already layered (see [`Config::layers`]).
+    pub fn from_layers(merged: Value) -> anyhow::Result<Self> {
+        let raw: Raw = merged.try_into().context("invalid configuration")?;
+        raw.validate()
+    }
+
+    /// Defaults, file, environment and overrides layered into one TOML table, before
+    /// validation: what is in effect, key by key (`herald check-config` prints it).
+    pub fn layers(sources: &Sources) -> anyhow::Result<Value> {
         let mut merged: Value = toml::from_str(DEFAULT_TOML).context("embedded default configuration")?;
         if let Some(path) = &sources.file {
             merge(&mut merged, read_file(path)?);
@@ -527,8 +539,7 @@ impl Config {
         for (key, value) in &sources.overrides {
             set_path(&mut merged, key, value.clone())?;
         }
-        let raw: Raw = merged.try_into().context("invalid configuration")?;
-        raw.validate()
+        Ok(merged)
     }
 }
 

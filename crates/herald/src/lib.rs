@@ -29,6 +29,7 @@ pub mod latency;
 pub mod metrics;
 pub mod outcome;
 pub mod postback;
+pub mod preflight;
 pub mod redaction;
 pub mod replay;
 pub mod retry;

@@ -25,23 +25,11 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the API and the delivery workers.
-    Serve {
-        /// A TOML file overriding the defaults.
-        #[arg(long, env = "HERALD_CONFIG")]
-        config: Option<PathBuf>,
-        /// Address to listen on (default 127.0.0.1:8071).
-        #[arg(long)]
-        listen: Option<String>,
-        /// Data directory for the embedded database (default ./herald-data).
-        #[arg(long)]
-        data_dir: Option<PathBuf>,
-        /// Run on PostgreSQL instead of the embedded database (also HERALD_DATABASE_URL).
-        #[arg(long)]
-        database_url: Option<String>,
-        /// What this process does: all, api or worker (default all).
-        #[arg(long)]
-        role: Option<String>,
-    },
+    Serve(ServeFlags),
+    /// Check a configuration and what it needs (listen address, data directory, database,
+    /// server key) without starting anything; print what is in effect, secrets masked.
+    /// Exits 1 when a check fails.
+    CheckConfig(ServeFlags),
     /// Apply PostgreSQL migrations and exit (they are also applied at start-up).
     Migrate {
         #[arg(long, env = "HERALD_DATABASE_URL")]
@@ -81,6 +69,41 @@ enum Command {
     },
 }
 
+/// `serve`'s configuration flags (and `check-config`'s).
+#[derive(clap::Args)]
+struct ServeFlags {
+    /// A TOML file overriding the defaults.
+    #[arg(long, env = "HERALD_CONFIG")]
+    config: Option<PathBuf>,
+    /// Address to listen on (default 127.0.0.1:8071).
+    #[arg(long)]
+    listen: Option<String>,
+    /// Data directory for the embedded database (default ./herald-data).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Run on PostgreSQL instead of the embedded database (also HERALD_DATABASE_URL).
+    #[arg(long)]
+    database_url: Option<String>,
+    /// What this process does: all, api or worker (default all).
+    #[arg(long)]
+    role: Option<String>,
+}
+
+impl ServeFlags {
+    /// Defaults, the file, the environment, then these flags.
+    fn sources(self) -> Sources {
+        let flags = [
+            ("server.listen", self.listen),
+            ("server.data_dir", self.data_dir.map(|d| d.display().to_string())),
+            ("store.database_url", self.database_url),
+            ("server.role", self.role),
+        ];
+        let overrides =
+            flags.into_iter().filter_map(|(key, value)| Some((key.to_owned(), toml::Value::String(value?)))).collect();
+        Sources { file: self.config, env: std::env::vars().collect(), overrides }
+    }
+}
+
 /// Where the embedded store is: the data directory `serve` would use with the same
 /// configuration.
 #[derive(clap::Args)]
@@ -113,18 +136,8 @@ fn main() -> anyhow::Result<()> {
         Command::SandboxWorker { memory_bytes, max_output_bytes } => {
             Ok(herald::scripts::worker::serve(memory_bytes, max_output_bytes)?)
         }
-        Command::Serve { config, listen, data_dir, database_url, role } => {
-            let flags = [
-                ("server.listen", listen),
-                ("server.data_dir", data_dir.map(|d| d.display().to_string())),
-                ("store.database_url", database_url),
-                ("server.role", role),
-            ];
-            let overrides = flags
-                .into_iter()
-                .filter_map(|(key, value)| Some((key.to_owned(), toml::Value::String(value?))))
-                .collect();
-            let sources = Sources { file: config, env: std::env::vars().collect(), overrides };
+        Command::Serve(flags) => {
+            let sources = flags.sources();
             let config = Config::load(&sources)?;
             telemetry::init(&config.log);
             let mut runtime = tokio::runtime::Builder::new_multi_thread();
@@ -136,6 +149,15 @@ fn main() -> anyhow::Result<()> {
             // Whatever is still running (a blocking read) does not hold up the exit.
             runtime.shutdown_timeout(Duration::from_millis(500));
             served
+        }
+        Command::CheckConfig(flags) => {
+            let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+            let report = runtime.block_on(herald::preflight::check(&flags.sources()));
+            print!("{}", report.render());
+            if !report.passed() {
+                std::process::exit(1);
+            }
+            Ok(())
         }
         Command::Migrate { database_url } => {
             telemetry::init(&Config::defaults().log);

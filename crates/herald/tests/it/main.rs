@@ -4,6 +4,7 @@
 mod alerts;
 mod api;
 mod backup;
+mod check_config;
 mod compat;
 mod dashboard;
 mod dead_letters;
