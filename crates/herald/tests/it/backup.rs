@@ -9,21 +9,14 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::json;
 
+use crate::support::process::run_herald;
 use crate::support::server::Storage;
 use crate::support::{Receiver, Reply, TestServer, eventually};
 
-/// Runs `herald ARGS`; its success and what it printed (stdout, then stderr).
+/// Runs `herald ARGS --data-dir DATA_DIR`; its success and what it printed.
 async fn herald(args: &[&str], data_dir: &Path) -> (bool, String) {
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_herald"))
-        .args(args)
-        .arg("--data-dir")
-        .arg(data_dir)
-        .env_remove("HERALD_CONFIG")
-        .output()
-        .await
-        .expect("herald runs");
-    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    (output.status.success(), text)
+    let data_dir = data_dir.to_str().unwrap();
+    run_herald(&[args, &["--data-dir", data_dir]].concat(), &[]).await
 }
 
 #[tokio::test]

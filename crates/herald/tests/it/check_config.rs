@@ -3,19 +3,11 @@
 
 use std::os::unix::fs::PermissionsExt;
 
+use crate::support::process::run_herald;
+
 /// Runs `herald check-config ARGS` with `env`; its success and its output.
 async fn check_config(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_herald"))
-        .arg("check-config")
-        .args(args)
-        .env_remove("HERALD_CONFIG")
-        .env_remove("HERALD_DATABASE_URL")
-        .envs(env.iter().copied())
-        .output()
-        .await
-        .expect("herald runs");
-    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    (output.status.success(), text)
+    run_herald(&[&["check-config"], args].concat(), env).await
 }
 
 #[tokio::test]

@@ -16,6 +16,9 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (7, include_str!("v7.sql")),
 ];
 
+/// The schema version this build brings a database to.
+pub const LATEST: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
+
 /// Any constant shared by every Herald: the key of the migration lock.
 const LOCK_KEY: i64 = 0x6865_7261_6c64; // "herald"
 

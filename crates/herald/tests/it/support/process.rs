@@ -1,5 +1,6 @@
 //! A `herald serve` child process on test storage, for what only a real process shows:
-//! signals, environment variables, and everything it writes to its logs.
+//! signals, environment variables, and everything it writes to its logs; and one-shot
+//! `herald` commands run to their end.
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
@@ -143,4 +144,20 @@ fn push_line(sink: &Mutex<String>, line: &str) {
     let mut out = sink.lock().unwrap();
     out.push_str(line);
     out.push('\n');
+}
+
+/// Runs a one-shot `herald` command (`backup`, `check-config`, …) to its end, with `env`
+/// added and no configuration file or database URL inherited from the test's environment;
+/// whether it succeeded, and what it printed (stdout, then stderr).
+pub async fn run_herald(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_herald"))
+        .args(args)
+        .env_remove("HERALD_CONFIG")
+        .env_remove("HERALD_DATABASE_URL")
+        .envs(env.iter().copied())
+        .output()
+        .await
+        .expect("herald runs");
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    (output.status.success(), text)
 }
