@@ -32,7 +32,12 @@ async fn read_to_close(stream: &mut TcpStream, safety: Duration) -> String {
 
 #[tokio::test]
 async fn slow_bodies_hold_nothing_that_keyed_posts_need() {
-    let server = TestServer::start_with(|c| c.http.body_read_timeout = Duration::from_secs(3)).await;
+    let server = TestServer::start_with(|c| {
+        c.http.body_read_timeout = Duration::from_secs(3);
+        // Unthrottled, so that every one of the hundreds below stalls (none is answered 429).
+        c.auth.portal_requests_per_second = None;
+    })
+    .await;
     let (mallory, alice) = (Tenant::new(&server, "mallory").await, Tenant::new(&server, "alice").await);
     // Hundreds of keyed POSTs that announce a body and never send it: each used to hold one
     // of the 64 stripes of the idempotency lock, until every keyed POST waited behind them.

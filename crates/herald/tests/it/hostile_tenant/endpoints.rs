@@ -53,7 +53,8 @@ async fn an_application_holds_at_most_its_cap_of_endpoints() {
 #[tokio::test]
 async fn endpoints_created_and_deleted_by_the_dozen_leave_nothing_behind() {
     let receiver = Receiver::start(|_, _| Reply::status(500)).await;
-    let server = TestServer::start().await;
+    // Unthrottled: 60 writes in well under a second would meet the token's 50 per second.
+    let server = TestServer::start_with(|c| c.auth.portal_requests_per_second = None).await;
     let mallory = Tenant::new(&server, "mallory").await;
     let mut ids = Vec::new();
     for i in 0..30 {
@@ -177,7 +178,7 @@ async fn a_tenant_with_many_client_certificates_leaves_others_warm_connections_a
     let identity = ca.server();
     let theirs = Receiver::start_tls(ca.requiring_clients(&identity), |_, _| Reply::ok()).await;
     let ours = Receiver::start_tls(ca.requiring_clients(&identity), |_, _| Reply::ok()).await;
-    // Unthrottled: a patient attacker gets there anyway, the test should not wait for it.
+    // Unthrottled: a patient attacker gets there anyway; the test should not wait for it.
     let server = TestServer::start_with(|c| c.auth.portal_requests_per_second = None).await;
     let tls = |name: &str| {
         let client = ca.client(name);
