@@ -40,10 +40,7 @@ impl DataDir {
         tighten(path, DIR_MODE)?;
         let lock = lock(path)?;
         for name in DATABASE_FILES {
-            let file = path.join(name);
-            if file.exists() {
-                tighten(&file, FILE_MODE)?;
-            }
+            tighten(&path.join(name), FILE_MODE)?;
         }
         create_private(&path.join(DATABASE_FILES[0]))?;
         Ok(Self { path: path.to_owned(), _lock: lock })
@@ -114,14 +111,23 @@ fn create_private(path: &Path) -> anyhow::Result<()> {
     }
 }
 
-/// Takes the group's and others' permissions away from `path`, saying so.
+/// Takes the group's and others' permissions away from `path`, saying so. A file that is
+/// not there (or went meanwhile: SQLite removes its `-wal` and `-shm` files when the last
+/// connection of a previous process closes) needs nothing.
 fn tighten(path: &Path, mode: u32) -> anyhow::Result<()> {
-    let current = std::fs::metadata(path)?.permissions().mode() & 0o777;
+    let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
+    let current = match std::fs::metadata(path) {
+        Ok(meta) => meta.permissions().mode() & 0o777,
+        Err(e) if gone(&e) => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("reading the permissions of {}", path.display())),
+    };
     if current & SHARED_BITS == 0 {
         return Ok(());
     }
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-        .with_context(|| format!("restricting the permissions of {}", path.display()))?;
+    match std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)) {
+        Err(e) if gone(&e) => return Ok(()),
+        changed => changed.with_context(|| format!("restricting the permissions of {}", path.display()))?,
+    }
     tracing::warn!(path = %path.display(), was = format!("{current:o}"), now = format!("{mode:o}"), "tightened permissions");
     Ok(())
 }
