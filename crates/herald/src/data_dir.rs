@@ -18,8 +18,9 @@ const FILE_MODE: u32 = 0o600;
 /// Permission bits for the group and for others.
 const SHARED_BITS: u32 = 0o077;
 
-/// The embedded database's files, as SQLite names them.
-const DATABASE_FILES: [&str; 3] = ["herald.db", "herald.db-wal", "herald.db-shm"];
+/// The embedded database's files, as SQLite names them: the database, then its log and
+/// shared memory.
+pub const DATABASE_FILES: [&str; 3] = ["herald.db", "herald.db-wal", "herald.db-shm"];
 
 /// An open data directory; holding it keeps the lock (a second Herald on the same
 /// directory fails at once).

@@ -64,6 +64,10 @@ async fn a_backup_under_load_restores_every_accepted_message_and_delivers_what_w
     assert!(said.contains("messages") && said.contains("keep the key apart"), "{said}");
     let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&file).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o600, "the backup is private");
+    let (ok, said) = herald(&["backup", "--to", file.to_str().unwrap()], storage.dir.path()).await;
+    assert!(!ok && said.contains("naming the backup"), "an existing file is never replaced: {said}");
+    let partial = format!("{}.partial", file.display());
+    assert!(!Path::new(&partial).exists(), "nothing is left behind");
     let after = accepted.lock().unwrap().len();
     assert!(after > before.len(), "messages were accepted while the backup ran");
 
@@ -72,6 +76,10 @@ async fn a_backup_under_load_restores_every_accepted_message_and_delivers_what_w
     assert!(!ok && said.contains("stop the Herald server"), "{said}");
     server.stop().await;
     let mut fresh = Storage::sqlite();
+    let garbage = fresh.dir.path().join("not-a-backup.db");
+    std::fs::write(&garbage, "hello").unwrap();
+    let (ok, said) = herald(&["restore", "--from", garbage.to_str().unwrap()], fresh.dir.path()).await;
+    assert!(!ok && said.contains("not a SQLite database"), "{said}");
     fresh.secret_key = storage.secret_key.clone();
     let (ok, said) = herald(&["restore", "--from", file.to_str().unwrap()], fresh.dir.path()).await;
     assert!(ok, "{said}");

@@ -19,7 +19,7 @@ use anyhow::{Context, bail};
 use rusqlite::{Connection, OpenFlags};
 
 use super::MIGRATIONS;
-use crate::data_dir::DataDir;
+use crate::data_dir::{DATABASE_FILES, DataDir};
 
 /// What a backup holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,7 +32,7 @@ pub struct Contents {
 
 /// Writes a consistent copy of the database in `data_dir` to `to` (a new file, mode 0600).
 pub fn backup(data_dir: &Path, to: &Path) -> anyhow::Result<Contents> {
-    let database = data_dir.join("herald.db");
+    let database = data_dir.join(DATABASE_FILES[0]);
     if !database.is_file() {
         bail!("{} holds no Herald database", data_dir.display());
     }
@@ -57,8 +57,9 @@ pub fn backup(data_dir: &Path, to: &Path) -> anyhow::Result<Contents> {
     }
     // Only a complete copy takes the name: a backup interrupted midway is never mistaken
     // for one. An existing file of that name is never replaced.
-    std::fs::hard_link(&partial, to).with_context(|| format!("naming the backup {}", to.display()))?;
+    let named = std::fs::hard_link(&partial, to).with_context(|| format!("naming the backup {}", to.display()));
     std::fs::remove_file(&partial)?;
+    named?;
     contents(to)
 }
 
@@ -82,7 +83,7 @@ pub fn restore(data_dir: &Path, from: &Path, force: bool) -> anyhow::Result<Cont
     std::fs::set_permissions(&partial, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
     std::fs::File::open(&partial)?.sync_all()?;
     // The replaced database's log must not be replayed into the restored one.
-    for stale in ["herald.db-wal", "herald.db-shm"] {
+    for stale in &DATABASE_FILES[1..] {
         let _ = std::fs::remove_file(dir.path().join(stale));
     }
     std::fs::rename(&partial, &database)?;
