@@ -4,6 +4,10 @@
 //! as 79 random bits (its top bit clear, so counting up within one millisecond never
 //! overflows it), written in base62 with a fixed width, so sorting the strings sorts by creation time. List pagination
 //! relies on that (the iterator is simply the last id of a page).
+//!
+//! Applications and endpoints may also carry an id another server minted (`herald import
+//! svix` keeps Svix's ids): it is opaque to Herald, sorts among the others by its bytes, and
+//! only has to look like an id ([`is_id_body`]).
 
 use std::fmt;
 use std::sync::Mutex;
@@ -14,8 +18,16 @@ use serde::{Deserialize, Serialize};
 const ALPHABET: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 /// 128 bits need 22 base62 digits.
 const WIDTH: usize = 22;
-/// The length of an id without its prefix.
-pub const BODY_LEN: usize = WIDTH;
+
+/// The longest id body accepted from elsewhere (Svix's are 27 characters).
+pub const MAX_FOREIGN_BODY_LEN: usize = 64;
+
+/// Whether `body` (an id without its prefix) can be an id: Herald's own, or one minted by
+/// another server, of at most [`MAX_FOREIGN_BODY_LEN`] letters, digits, `-` and `_`.
+pub fn is_id_body(body: &str) -> bool {
+    (1..=MAX_FOREIGN_BODY_LEN).contains(&body.len())
+        && body.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'))
+}
 
 /// Last generated (millis, random) pair, so ids minted in the same millisecond still sort
 /// in creation order within this process.
@@ -89,6 +101,12 @@ macro_rules! prefixed_id {
             /// Accepts a string that carries this id type's prefix.
             pub fn parse(raw: &str) -> Option<Self> {
                 (raw.starts_with($prefix) && raw.len() > $prefix.len()).then(|| Self(raw.to_owned()))
+            }
+
+            /// Accepts an id minted elsewhere (an import): this type's prefix and a body
+            /// [`is_id_body`] accepts.
+            pub fn parse_foreign(raw: &str) -> Option<Self> {
+                raw.strip_prefix($prefix).is_some_and(is_id_body).then(|| Self(raw.to_owned()))
             }
 
             /// Wraps a value read back from storage, which only ever holds valid ids.
@@ -174,6 +192,17 @@ mod tests {
         assert!(EndpointId::parse("ep_abc").is_some());
         assert!(EndpointId::parse("app_abc").is_none());
         assert!(EndpointId::parse("ep_").is_none());
+    }
+
+    #[test]
+    fn foreign_ids_carry_the_prefix_and_a_bounded_plain_body() {
+        assert!(AppId::parse_foreign("app_2VbUtkDqdJdq8Vq1xkLvXmjYfSH").is_some());
+        assert!(AppId::parse_foreign(&format!("app_{}", "a".repeat(MAX_FOREIGN_BODY_LEN))).is_some());
+        assert!(AppId::parse_foreign(&format!("app_{}", "a".repeat(MAX_FOREIGN_BODY_LEN + 1))).is_none());
+        for bad in ["app_", "ep_abc", "app_a b", "app_a/b", "app_a.b", "app_é"] {
+            assert!(AppId::parse_foreign(bad).is_none(), "{bad}");
+        }
+        assert!(is_id_body(&AppId::generate().as_str()[4..]));
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod health;
 pub mod history;
 pub mod housekeeping;
 pub mod ids;
+pub mod import;
 pub mod ingest;
 pub mod latency;
 pub mod metrics;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use herald::config::{DEFAULT_TOML, Sources};
+use herald::import::{Api, Report};
 use herald::store::sqlite::backup;
 use herald::{Config, Server, telemetry};
 use tokio_util::sync::CancellationToken;
@@ -54,6 +55,9 @@ enum Command {
         #[command(flatten)]
         store: EmbeddedStore,
     },
+    /// Copy another server into a running Herald, through both APIs.
+    #[command(subcommand)]
+    Import(ImportSource),
     /// Print the commented default configuration.
     DefaultConfig,
     /// Print Herald's OpenAPI document.
@@ -102,6 +106,31 @@ impl ServeFlags {
             flags.into_iter().filter_map(|(key, value)| Some((key.to_owned(), toml::Value::String(value?)))).collect();
         Sources { file: self.config, env: std::env::vars().collect(), overrides }
     }
+}
+
+#[derive(Subcommand)]
+enum ImportSource {
+    /// Event types, applications and endpoints (with their signing secrets and headers) of
+    /// a server speaking the Svix API, ids kept. Running it again changes only what
+    /// differs. Exits 0 when everything came over, 1 when something failed or needs a
+    /// hand, 2 when a side could not be read.
+    Svix {
+        /// The source's address (https://api.svix.com, or another Herald).
+        #[arg(long)]
+        from: String,
+        /// The source's API token.
+        #[arg(long, env = "HERALD_IMPORT_FROM_TOKEN", hide_env_values = true)]
+        from_token: String,
+        /// The destination Herald's address.
+        #[arg(long, default_value = "http://127.0.0.1:8071")]
+        to: String,
+        /// The destination's admin token.
+        #[arg(long, env = "HERALD_IMPORT_TO_TOKEN", hide_env_values = true)]
+        to_token: String,
+        /// Print what would be created and updated; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 /// Where the embedded store is: the data directory `serve` would use with the same
@@ -177,6 +206,19 @@ fn main() -> anyhow::Result<()> {
             let restored = backup::restore(&data_dir, &from, force)?;
             println!("{} restored into {}: {}", from.display(), data_dir.display(), describe(&restored));
             Ok(())
+        }
+        Command::Import(ImportSource::Svix { from, from_token, to, to_token, dry_run }) => {
+            let import =
+                herald::import::Import { from: Api::new(&from, &from_token)?, to: Api::new(&to, &to_token)?, dry_run };
+            let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+            let report = Report::new(dry_run);
+            if let Err(e) = runtime.block_on(import.run(&report)) {
+                eprintln!("herald import: {e:#}");
+                std::process::exit(2);
+            }
+            let (summary, complete) = report.finish();
+            print!("{summary}");
+            std::process::exit(if complete { 0 } else { 1 });
         }
         Command::DefaultConfig => {
             print!("{DEFAULT_TOML}");

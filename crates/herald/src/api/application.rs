@@ -12,7 +12,7 @@ use super::error::{ApiError, ApiResult, ValidationItem};
 use super::extract::{JsonBody, QueryMap};
 use super::list::{Cursor, ListResponse, Order, Page};
 use super::routes::Routes;
-use super::validate::{Problems, double_option};
+use super::validate::{Problems, chosen_id, double_option, same_id};
 use super::{AppState, optimistic, require_admin_for, visible_app};
 use crate::brand::Brand;
 use crate::clock::{now_ms, to_rfc3339};
@@ -23,6 +23,10 @@ use crate::store::{App, AppProxy, Metadata};
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ApplicationIn {
+    /// Herald extension (operator only, on creation): keep an id another server minted
+    /// (`app_` and 1 to 64 letters, digits, `-`, `_`), as `herald import svix` does. Herald
+    /// mints its own when absent.
+    pub id: Option<String>,
     pub name: String,
     pub uid: Option<String>,
     #[serde(default)]
@@ -152,7 +156,7 @@ fn check(app: &App) -> ApiResult<()> {
 /// none (upserts name the application in the path).
 pub async fn create_app_from(state: &AppState, input: ApplicationIn, path_uid: Option<&str>) -> ApiResult<App> {
     let now = now_ms();
-    let id = AppId::generate();
+    let id = chosen_id(input.id.as_deref(), AppId::PREFIX, AppId::parse_foreign, AppId::generate)?;
     let proxy = input.proxy_url.as_deref().map(|text| app_proxy(state, text, &id)).transpose()?;
     let app = App {
         id,
@@ -265,6 +269,7 @@ pub async fn upsert_app(
     }
     let app = modify(&state, &app_id, |app| {
         let input = input.clone();
+        same_id(input.id.as_deref(), app.id.as_str())?;
         *app = App {
             uid: input.uid.or_else(|| app.uid.clone()),
             name: input.name,

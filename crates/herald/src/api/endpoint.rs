@@ -11,7 +11,7 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{JsonBody, QueryMap};
 use super::list::{Cursor, ListResponse, Order, Page};
 use super::routes::Routes;
-use super::validate::{Problems, double_option};
+use super::validate::{Problems, chosen_id, double_option, same_id};
 use super::{AppState, optimistic, visible_app, visible_endpoint};
 use crate::clock::{now_ms, to_rfc3339};
 use crate::deliver::is_reserved_header;
@@ -27,6 +27,10 @@ use crate::store::{App, Endpoint, Headers, Metadata, SealedAuth, SealedHeaders, 
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EndpointIn {
+    /// Herald extension (admin token only, on creation): keep an id another server minted
+    /// (`ep_` and 1 to 64 letters, digits, `-`, `_`), as `herald import svix` does. Herald
+    /// mints its own when absent.
+    pub id: Option<String>,
     pub url: String,
     pub description: Option<String>,
     pub disabled: Option<bool>,
@@ -278,6 +282,15 @@ fn apply_owner_rules(principal: &Principal, app: &App, before: Option<&Endpoint>
     }
 }
 
+/// Only the operator keeps ids from elsewhere (an import): a portal token's endpoints get
+/// Herald's.
+fn refuse_chosen_id(principal: &Principal, input: &EndpointIn) -> ApiResult<()> {
+    match input.id {
+        Some(_) => principal.require_admin_because("only the operator's admin token chooses an endpoint's id"),
+        None => Ok(()),
+    }
+}
+
 /// An endpoint URL as Svix stores it: in its normal form (`http://h.example` reads back as
 /// `http://h.example/`, the host in lower case, a default port dropped). A URL the guard
 /// refuses is kept as sent, for `check_endpoint` to refuse with its reason (normalizing
@@ -405,7 +418,7 @@ pub fn parse_secret(field: &str, secret: Option<&str>) -> ApiResult<String> {
 
 fn new_endpoint(state: &AppState, app: &App, input: EndpointIn, uid_from_path: Option<&str>) -> ApiResult<Endpoint> {
     let now = now_ms();
-    let id = EndpointId::generate();
+    let id = chosen_id(input.id.as_deref(), EndpointId::PREFIX, EndpointId::parse_foreign, EndpointId::generate)?;
     let secrets = Secrets { current: parse_secret("secret", input.secret.as_deref())?, previous: vec![] };
     let blank = Endpoint {
         secrets: state.catalog.keyring().seal_secrets(&secrets, &id),
@@ -550,6 +563,7 @@ pub async fn create_endpoint(
     body: JsonBody<EndpointIn>,
 ) -> ApiResult<(StatusCode, Json<EndpointOut>)> {
     let app = visible_app(&state, &principal, &app_id).await?;
+    refuse_chosen_id(&principal, &body.value)?;
     check_event_types_exist(&state, body.value.event_types.as_ref()).await?;
     let mut endpoint = new_endpoint(&state, &app, body.value, None)?;
     apply_owner_rules(&principal, &app, None, &mut endpoint)?;
@@ -580,6 +594,7 @@ pub async fn upsert_endpoint(
 ) -> ApiResult<(StatusCode, Json<EndpointOut>)> {
     let app = visible_app(&state, &principal, &app_id).await?;
     let input = body.value;
+    refuse_chosen_id(&principal, &input)?;
     check_event_types_exist(&state, input.event_types.as_ref()).await?;
     if state.store.endpoint(&app.id, &endpoint_id).await?.is_none() {
         let mut endpoint = new_endpoint(&state, &app, input.clone(), Some(&endpoint_id))?;
@@ -592,6 +607,7 @@ pub async fn upsert_endpoint(
         }
     }
     let endpoint = modify(&state, &principal, (&app_id, &endpoint_id), |e| {
+        same_id(input.id.as_deref(), e.id.as_str())?;
         *e = replace_fields(&state, e.clone(), input.clone())?;
         Ok(())
     })

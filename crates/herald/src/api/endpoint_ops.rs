@@ -38,8 +38,21 @@ pub fn routes() -> Routes {
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct EndpointSecretOut {
     pub key: String,
+    /// Herald extension, for the admin token only: the earlier secrets that still sign
+    /// after a rotation, oldest first, each with the end of its overlap (what `herald
+    /// import svix` carries over, so receivers that have not switched keep verifying).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub previous_keys: Option<Vec<PreviousKeyOut>>,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreviousKeyOut {
+    pub key: String,
+    pub expires_at: String,
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -72,7 +85,27 @@ pub async fn get_secret(
     Path((app_id, endpoint_id)): EndpointPath,
 ) -> ApiResult<Json<EndpointSecretOut>> {
     let (_, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
-    Ok(Json(EndpointSecretOut { key: shown_secret(&state, &endpoint)? }))
+    let previous_keys = match principal {
+        Principal::Admin => Some(previous_keys(&state, &endpoint)?),
+        Principal::App { .. } => None,
+    };
+    Ok(Json(EndpointSecretOut { key: shown_secret(&state, &endpoint)?, previous_keys }))
+}
+
+/// The secrets that still sign beside the current one, oldest first.
+fn previous_keys(state: &AppState, endpoint: &Endpoint) -> ApiResult<Vec<PreviousKeyOut>> {
+    let now = now_ms();
+    let mut previous = open_secrets(state, endpoint)?.previous;
+    previous.retain(|p| p.expires_at > now);
+    previous.sort_by_key(|p| p.expires_at);
+    previous
+        .into_iter()
+        .map(|p| {
+            let key = EndpointKey::shown(&p.key)
+                .map_err(|e| anyhow::anyhow!("a stored signing secret does not parse: {e}"))?;
+            Ok(PreviousKeyOut { key, expires_at: to_rfc3339(p.expires_at) })
+        })
+        .collect()
 }
 
 /// The signing secret as `GET …/secret` shows it (`whsec_…`, or `whpk_…` for a key pair).

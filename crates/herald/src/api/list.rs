@@ -35,9 +35,7 @@ impl Cursor {
     fn accepts(self, value: &str) -> bool {
         let slug = |s: &str| s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
         match self {
-            Self::Id(prefix) => value.strip_prefix(prefix).is_some_and(|body| {
-                body.len() == crate::ids::BODY_LEN && body.bytes().all(|b| b.is_ascii_alphanumeric())
-            }),
+            Self::Id(prefix) => value.strip_prefix(prefix).is_some_and(crate::ids::is_id_body),
             Self::Name => !value.is_empty() && value.len() <= 256 && slug(value),
         }
     }

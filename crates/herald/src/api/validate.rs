@@ -7,6 +7,32 @@ pub fn is_slug(value: &str) -> bool {
     !value.is_empty() && value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
+/// The id a create call asks for (Herald extension, for imports that keep another server's
+/// ids): `parse` accepts the kind's prefix and a plain body; anything else is a 422 at `id`.
+/// Without one, `generate` mints Herald's own.
+pub fn chosen_id<T>(
+    asked: Option<&str>,
+    prefix: &str,
+    parse: fn(&str) -> Option<T>,
+    generate: fn() -> T,
+) -> ApiResult<T> {
+    let Some(raw) = asked else { return Ok(generate()) };
+    parse(raw).ok_or_else(|| {
+        let max = crate::ids::MAX_FOREIGN_BODY_LEN;
+        ApiError::invalid("id", format!("must be {prefix:?} then 1 to {max} characters of a-z, A-Z, 0-9, '-' or '_'"))
+    })
+}
+
+/// A `PUT` naming an existing row may repeat its id, never change it.
+pub fn same_id(asked: Option<&str>, current: &str) -> ApiResult<()> {
+    match asked {
+        Some(asked) if asked != current => {
+            Err(ApiError::invalid("id", format!("cannot change: this one is {current}")))
+        }
+        _ => Ok(()),
+    }
+}
+
 #[derive(Default)]
 pub struct Problems(Vec<ValidationItem>);
 

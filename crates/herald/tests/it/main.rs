@@ -16,6 +16,7 @@ mod hardening;
 mod health;
 mod hostile;
 mod hostile_tenant;
+mod import;
 mod isolation;
 mod lifecycle;
 mod otel;

@@ -12,6 +12,9 @@ use crate::store::{App, CatalogStore, DeliveryState, Endpoint, EventType, PageQu
 
 const APP_CONFLICT: &str = "an application with this uid already exists";
 const ENDPOINT_CONFLICT: &str = "an endpoint with this uid already exists";
+/// A new row may also take an id that exists (an import keeping another server's ids).
+const NEW_APP_CONFLICT: &str = "an application with this id or uid already exists";
+const NEW_ENDPOINT_CONFLICT: &str = "an endpoint with this id or uid already exists";
 
 /// The `herald_catalog` payload naming what changed (see `listen`).
 fn app_change(app: &AppId) -> String {
@@ -118,7 +121,7 @@ impl CatalogStore for PgStore {
             &proxy_url,
             &proxy_credentials,
         ];
-        self.change(&sql, &params, app_change(&app.id), APP_CONFLICT).await.map(drop)
+        self.change(&sql, &params, app_change(&app.id), NEW_APP_CONFLICT).await.map(drop)
     }
 
     async fn app(&self, id_or_uid: &str) -> StoreResult<Option<App>> {
@@ -190,7 +193,7 @@ impl CatalogStore for PgStore {
         if !under_cap(&tx, &endpoint.app_id, "endpoint", cap).await? {
             return Ok(false);
         }
-        tx.execute(&sql, &refs(&params)).await.map_err(pg_err(ENDPOINT_CONFLICT))?;
+        tx.execute(&sql, &refs(&params)).await.map_err(pg_err(NEW_ENDPOINT_CONFLICT))?;
         tx.execute(NOTIFY, &[&endpoint_change(&endpoint.app_id, &endpoint.id)]).await.map_err(db_err)?;
         tx.commit().await.map_err(db_err)?;
         Ok(true)

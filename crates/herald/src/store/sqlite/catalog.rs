@@ -43,7 +43,7 @@ impl CatalogStore for SqliteStore {
                     app.proxy.as_ref().map(|p| p.url.as_str()),
                     app.proxy.as_ref().map(|p| p.credentials.0.as_str()),
                 ])
-                .map_err(conflict("an application with this uid already exists"))?;
+                .map_err(conflict("an application with this id or uid already exists"))?;
                 Ok(())
             })
             .await
@@ -166,7 +166,7 @@ impl CatalogStore for SqliteStore {
                 let added = conn
                     .prepare_cached(&sql)?
                     .execute(params_from_iter(values))
-                    .map_err(conflict("an endpoint with this uid already exists"))?;
+                    .map_err(conflict("an endpoint with this id or uid already exists"))?;
                 Ok(added == 1)
             })
             .await

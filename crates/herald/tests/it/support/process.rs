@@ -150,6 +150,13 @@ fn push_line(sink: &Mutex<String>, line: &str) {
 /// added and no configuration file or database URL inherited from the test's environment;
 /// whether it succeeded, and what it printed (stdout, then stderr).
 pub async fn run_herald(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
+    let (code, text) = herald_exit(args, env).await;
+    (code == Some(0), text)
+}
+
+/// Runs the `herald` binary once like [`run_herald`]; its exit code (none: killed by a
+/// signal) and what it printed on stdout then stderr.
+pub async fn herald_exit(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_herald"))
         .args(args)
         .env_remove("HERALD_CONFIG")
@@ -159,5 +166,5 @@ pub async fn run_herald(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
         .await
         .expect("herald runs");
     let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    (output.status.success(), text)
+    (output.status.code(), text)
 }
