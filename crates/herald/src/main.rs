@@ -154,7 +154,9 @@ impl EmbeddedStore {
             .collect();
         let config = Config::load(&Sources { file: self.config, env: std::env::vars().collect(), overrides })?;
         if config.store.database_url.is_some() {
-            anyhow::bail!("this Herald runs on PostgreSQL: back it up with pg_dump or base backups (see the README)");
+            anyhow::bail!(
+                "this Herald runs on PostgreSQL: back it up with pg_dump or base backups (see docs/operations.md)"
+            );
         }
         Ok(config.server.data_dir)
     }

@@ -1,4 +1,4 @@
-//! What an attempt's result means: Herald's classification table (README, *What Herald
+//! What an attempt's result means: Herald's classification table (docs/concepts.md, *What Herald
 //! guarantees*) and the decision it leads to (delivered, retry at a time, or dead letter).
 //! Pure functions only.
 

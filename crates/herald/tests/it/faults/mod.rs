@@ -1,7 +1,7 @@
 //! The fault-injection suite: Herald as real processes on each backend, under a seeded
 //! schedule of crashes, pauses, database restarts, locks, hostile receivers and
 //! idempotency storms, then the invariants of `invariants.rs`. The CI runs are part of
-//! the test command; the long run is opt-in (see the README).
+//! the test command; the long run is opt-in (see docs/testing.md).
 
 mod harness;
 mod invariants;
