@@ -4,8 +4,9 @@
 //! answered 429 instead of 401 until it refills, which tells a well-behaved client to stop
 //! and keeps the log quiet. A valid token is never refused for it (nobody can lock out
 //! others who share their address); guessing is hopeless anyway (tokens carry 192 bits
-//! or more). Buckets live in memory, per process, and the maps forget the oldest idle
-//! buckets first when full.
+//! or more). Buckets live in memory, per process; a full map forgets the buckets that have
+//! refilled (the same as new ones) first, then the half nearest to refilling
+//! ([`MAX_BUCKETS`]).
 
 use std::borrow::Borrow;
 use std::collections::HashMap;

@@ -5,7 +5,9 @@
 //! token endpoint that is down is asked once per waiting round, not once per delivery.
 //! A token the receiver refuses (401) is dropped, and the next delivery fetches another.
 //! The token endpoint is reached like a receiver: through the destination guard and the
-//! application's proxy, bounded by the attempt's own deadline.
+//! application's proxy. The fetch has its own budget ([`FETCH_BUDGET`], since it serves
+//! every delivery waiting for it); each delivery waits for it at most until its own
+//! attempt's deadline.
 //!
 //! The cache reads the time from a [`Clock`] it is given (the runtime's in production), so
 //! its unit tests move time by hand instead of waiting for a token to expire.

@@ -145,7 +145,7 @@ fn is_unique_violation(e: &rusqlite::Error) -> bool {
 
 #[cfg(test)]
 impl SqliteStore {
-    /// Fills the index tables now (the writer does it every half second).
+    /// Fills the index tables now (the writer does it between batches, every 100 ms).
     pub(crate) async fn index_now(&self) {
         self.writer.write(indexer::index).await.expect("indexing");
     }
