@@ -11,9 +11,10 @@ use http::{HeaderName, HeaderValue};
 use url::Url;
 
 use crate::clock::Millis;
-use crate::deliver::{EgressProxy, is_reserved_header, is_sensitive_header};
 use crate::delivery_auth::{Credentials, EndpointTls, OAuth2Grant};
+use crate::egress::EgressProxy;
 use crate::endpoint_settings::{Defaults, EffectiveSettings};
+use crate::headers::{is_reserved_header, is_sensitive_header};
 use crate::ids::{AppId, EndpointId};
 use crate::outcome::Failure;
 use crate::postback::{PostbackMethod, Template};

@@ -39,7 +39,7 @@ impl RawAlerts {
         if self.interval_secs.is_nan() || self.interval_secs <= 0.0 {
             bail!("alerts.interval_secs must be positive");
         }
-        let settings = crate::alerts::AlertSettings {
+        let settings = AlertSettings {
             interval: Duration::from_secs_f64(self.interval_secs),
             oldest_pending: Duration::from_secs(self.oldest_pending_secs),
             p95_threshold_ms: self.p95_threshold_ms,
@@ -119,7 +119,17 @@ pub struct AlertsConfig {
     pub webhook_url: Option<String>,
     /// `whsec_…`; required with a URL.
     pub webhook_secret: Option<String>,
-    pub settings: crate::alerts::AlertSettings,
+    pub settings: AlertSettings,
+}
+
+/// When the alert conditions are judged, and their thresholds.
+#[derive(Debug, Clone)]
+pub struct AlertSettings {
+    pub interval: Duration,
+    pub oldest_pending: Duration,
+    pub p95_threshold_ms: f64,
+    /// `None`: never disable endpoints.
+    pub auto_disable_after: Option<Duration>,
 }
 
 /// Fault injection for Herald's own robustness tests. Only builds with the
@@ -211,7 +221,7 @@ pub struct DeliveryConfig {
     pub user_agent: String,
     pub default_retry: RetryPolicy,
     /// Every attempt tunnels through this HTTP CONNECT proxy (`delivery.proxy_url`).
-    pub proxy: Option<crate::deliver::EgressProxy>,
+    pub proxy: Option<crate::egress::EgressProxy>,
 }
 
 #[derive(Debug, Clone)]
@@ -276,11 +286,11 @@ struct RawScripts {
 }
 
 /// `delivery.proxy_url`: empty for none, else `http://[user:pass@]host:port`.
-fn egress_proxy(text: &str) -> anyhow::Result<Option<crate::deliver::EgressProxy>> {
+fn egress_proxy(text: &str) -> anyhow::Result<Option<crate::egress::EgressProxy>> {
     if text.is_empty() {
         return Ok(None);
     }
-    crate::deliver::EgressProxy::parse(text).map(Some).map_err(|e| anyhow::anyhow!("delivery.proxy_url {e}"))
+    crate::egress::EgressProxy::parse(text).map(Some).map_err(|e| anyhow::anyhow!("delivery.proxy_url {e}"))
 }
 
 impl RawScripts {

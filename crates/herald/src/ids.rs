@@ -7,7 +7,8 @@
 //!
 //! Applications and endpoints may also carry an id another server minted (`herald import
 //! svix` keeps Svix's ids): it is opaque to Herald, sorts among the others by its bytes, and
-//! only has to look like an id ([`is_id_body`]).
+//! only has to look like an id ([`is_id_body`]), so that a malformed list iterator is still
+//! refused as Svix refuses it.
 
 use std::fmt;
 use std::sync::Mutex;
@@ -19,14 +20,14 @@ const ALPHABET: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmn
 /// 128 bits need 22 base62 digits.
 const WIDTH: usize = 22;
 
-/// The longest id body accepted from elsewhere (Svix's are 27 characters).
-pub const MAX_FOREIGN_BODY_LEN: usize = 64;
+/// The lengths of the id bodies accepted from elsewhere (Herald's are 22 characters,
+/// Svix's 27).
+pub const FOREIGN_BODY_LEN: std::ops::RangeInclusive<usize> = 16..=64;
 
 /// Whether `body` (an id without its prefix) can be an id: Herald's own, or one minted by
-/// another server, of at most [`MAX_FOREIGN_BODY_LEN`] letters, digits, `-` and `_`.
+/// another server: [`FOREIGN_BODY_LEN`] letters and digits.
 pub fn is_id_body(body: &str) -> bool {
-    (1..=MAX_FOREIGN_BODY_LEN).contains(&body.len())
-        && body.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'))
+    FOREIGN_BODY_LEN.contains(&body.len()) && body.bytes().all(|b| b.is_ascii_alphanumeric())
 }
 
 /// Last generated (millis, random) pair, so ids minted in the same millisecond still sort
@@ -197,9 +198,12 @@ mod tests {
     #[test]
     fn foreign_ids_carry_the_prefix_and_a_bounded_plain_body() {
         assert!(AppId::parse_foreign("app_2VbUtkDqdJdq8Vq1xkLvXmjYfSH").is_some());
-        assert!(AppId::parse_foreign(&format!("app_{}", "a".repeat(MAX_FOREIGN_BODY_LEN))).is_some());
-        assert!(AppId::parse_foreign(&format!("app_{}", "a".repeat(MAX_FOREIGN_BODY_LEN + 1))).is_none());
-        for bad in ["app_", "ep_abc", "app_a b", "app_a/b", "app_a.b", "app_é"] {
+        assert!(AppId::parse_foreign(&format!("app_{}", "a".repeat(64))).is_some());
+        assert!(AppId::parse_foreign(&format!("app_{}", "a".repeat(16))).is_some());
+        assert!(AppId::parse_foreign(&format!("app_{}", "a".repeat(65))).is_none());
+        assert!(AppId::parse_foreign(&format!("app_{}", "a".repeat(15))).is_none());
+        let odd = format!("app_{}", "a-b_c".repeat(4));
+        for bad in ["app_", "ep_abc", "app_short", odd.as_str(), "app_aaaaaaaaaaaaaaa/b", "app_aaaaaaaaaaaaaaaaé"] {
             assert!(AppId::parse_foreign(bad).is_none(), "{bad}");
         }
         assert!(is_id_body(&AppId::generate().as_str()[4..]));

@@ -16,7 +16,7 @@ use crate::store::{
     keep_trying,
 };
 use crate::supervisor::spawn_task;
-use crate::telemetry::Traces;
+use crate::telemetry::{Traced, Traces};
 
 pub struct Ingestor {
     store: Arc<dyn Store>,
@@ -85,7 +85,7 @@ impl Ingestor {
         let in_memory = self.delivers && immediate > 0 && self.dispatcher.try_reserve(immediate);
         let message = Arc::new(message);
         let owner = self.dispatcher.owner();
-        let span = self.traces.commit(&message, deliveries.len());
+        let span = self.traces.commit(Traced { id: &message.id, trace: message.trace.as_ref() }, deliveries.len());
         let new = NewMessage {
             message: (*message).clone(),
             deliveries,

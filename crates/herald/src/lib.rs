@@ -19,7 +19,9 @@ pub mod dead_letters;
 pub mod deliver;
 pub mod delivery_auth;
 pub mod dispatch;
+pub mod egress;
 pub mod endpoint_settings;
+pub mod headers;
 pub mod health;
 pub mod history;
 pub mod housekeeping;
@@ -28,6 +30,7 @@ pub mod import;
 pub mod ingest;
 pub mod latency;
 pub mod metrics;
+pub mod operator_client;
 pub mod outcome;
 pub mod postback;
 pub mod preflight;
@@ -44,6 +47,9 @@ pub mod store;
 pub mod supervisor;
 pub mod telemetry;
 pub mod throttle;
+pub mod traceparent;
+
+pub mod web;
 
 pub use config::Config;
 pub use server::Server;

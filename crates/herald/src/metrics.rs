@@ -8,6 +8,13 @@ use std::sync::Mutex;
 use crate::ids::{AppId, EndpointId};
 use crate::outcome::OutcomeClass;
 
+/// What one application used of the jq sandbox.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SandboxUsage {
+    pub exchanges: u64,
+    pub seconds: f64,
+}
+
 /// Outcome classes as labelled, in `OutcomeClass` order.
 const CLASSES: [(OutcomeClass, &str); 4] = [
     (OutcomeClass::Delivered, "delivered"),
@@ -48,7 +55,7 @@ pub struct Gauges {
     /// (endpoint, 0 closed, 1 half-open, 2 open)
     pub circuits: Vec<(EndpointId, u8)>,
     /// Each application's use of the jq sandbox.
-    pub sandbox: Vec<(AppId, crate::scripts::Usage)>,
+    pub sandbox: Vec<(AppId, SandboxUsage)>,
     /// Long-polls waiting now, per application.
     pub long_polls: Vec<(AppId, usize)>,
 }
@@ -203,7 +210,7 @@ mod tests {
             dead: 7,
             oldest_pending_age_seconds: 1.5,
             circuits: vec![(ep.clone(), 2)],
-            sandbox: vec![(app.clone(), crate::scripts::Usage { exchanges: 3, seconds: 0.25 })],
+            sandbox: vec![(app.clone(), SandboxUsage { exchanges: 3, seconds: 0.25 })],
             long_polls: vec![(app.clone(), 2)],
         };
         let text = m.render(&gauges);

@@ -166,7 +166,7 @@ impl Server {
         });
         let router = match config.server.role {
             Role::Worker => api::health_router(state),
-            Role::All | Role::Api => api::router(state),
+            Role::All | Role::Api => crate::web::router(state),
         };
         let alerts = Arc::new(Alerts::new(
             config.alerts.settings.clone(),

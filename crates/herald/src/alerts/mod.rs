@@ -16,7 +16,6 @@ mod sender;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -26,20 +25,12 @@ pub use sender::Sender;
 use crate::breaker::BreakerState;
 use crate::catalog::Catalog;
 use crate::clock::{Millis, now_ms, to_rfc3339};
+use crate::config::AlertSettings;
 use crate::dispatch::Dispatcher;
 use crate::health;
 use crate::latency::MIN_SAMPLES;
 use crate::metrics::Metrics;
 use crate::store::{Store, StoreResult};
-
-#[derive(Debug, Clone)]
-pub struct AlertSettings {
-    pub interval: Duration,
-    pub oldest_pending: Duration,
-    pub p95_threshold_ms: f64,
-    /// `None`: never disable endpoints.
-    pub auto_disable_after: Option<Duration>,
-}
 
 /// The kinds of condition, each with the webhook types of its start and end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

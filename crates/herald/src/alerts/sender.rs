@@ -12,8 +12,8 @@ use http_body_util::Full;
 use serde_json::{Value, json};
 
 use crate::clock::{now_ms, to_rfc3339};
-use crate::deliver::{OperatorClient, operator_client};
 use crate::ids::MessageId;
+use crate::operator_client::{OperatorClient, operator_client};
 use crate::signing::{SigningKey, signature_header};
 use crate::supervisor::{Liveness, spawn_task};
 

@@ -16,7 +16,7 @@ use super::validate::{Problems, chosen_id, double_option, same_id};
 use super::{AppState, optimistic, require_admin_for, visible_app};
 use crate::brand::Brand;
 use crate::clock::{now_ms, to_rfc3339};
-use crate::deliver::EgressProxy;
+use crate::egress::EgressProxy;
 use crate::ids::AppId;
 use crate::store::{App, AppProxy, Metadata};
 
@@ -24,7 +24,7 @@ use crate::store::{App, AppProxy, Metadata};
 #[serde(rename_all = "camelCase")]
 pub struct ApplicationIn {
     /// Herald extension (operator only, on creation): keep an id another server minted
-    /// (`app_` and 1 to 64 letters, digits, `-`, `_`), as `herald import svix` does. Herald
+    /// (`app_` and 16 to 64 letters and digits), as `herald import svix` does. Herald
     /// mints its own when absent.
     pub id: Option<String>,
     pub name: String,

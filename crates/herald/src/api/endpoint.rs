@@ -14,21 +14,20 @@ use super::routes::Routes;
 use super::validate::{Problems, chosen_id, double_option, same_id};
 use super::{AppState, optimistic, visible_app, visible_endpoint};
 use crate::clock::{now_ms, to_rfc3339};
-use crate::deliver::is_reserved_header;
 use crate::delivery_auth::{AuthSummary, ClientTls, Credentials, CredentialsSummary, DeliveryAuth, TlsSummary};
 use crate::endpoint_settings::{DeliverySettings, EffectiveSettings};
+use crate::headers::is_reserved_header;
 use crate::ids::EndpointId;
 use crate::postback::{RequestSettings, Template};
-use crate::scripts::Scripts;
 use crate::signing::{EndpointKey, SigningKey};
-use crate::store::{App, Endpoint, Headers, Metadata, SealedAuth, SealedHeaders, Secrets};
+use crate::store::{App, Endpoint, Headers, Metadata, Scripts, SealedAuth, SealedHeaders, Secrets};
 
 /// Body of create (POST) and update (PUT). `secret` is only used when creating.
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EndpointIn {
     /// Herald extension (admin token only, on creation): keep an id another server minted
-    /// (`ep_` and 1 to 64 letters, digits, `-`, `_`), as `herald import svix` does. Herald
+    /// (`ep_` and 16 to 64 letters and digits), as `herald import svix` does. Herald
     /// mints its own when absent.
     pub id: Option<String>,
     pub url: String,
@@ -384,7 +383,7 @@ pub fn open_headers(state: &AppState, endpoint: &Endpoint) -> ApiResult<Headers>
 }
 
 /// Endpoint headers must be valid HTTP, free of CR/LF, at most 4,096 bytes each, and not use
-/// a reserved name (`deliver::is_reserved_header`, Svix's list and Herald's own).
+/// a reserved name (`headers::is_reserved_header`, Svix's list and Herald's own).
 pub fn check_headers<'a>(p: &mut Problems, path: &str, headers: impl IntoIterator<Item = (&'a String, &'a String)>) {
     for (count, (name, value)) in headers.into_iter().enumerate() {
         if count == MAX_HEADERS {

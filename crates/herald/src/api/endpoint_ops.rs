@@ -19,7 +19,7 @@ use super::routes::Routes;
 use super::validate::Problems;
 use super::{AppState, visible_endpoint};
 use crate::clock::{now_ms, to_rfc3339};
-use crate::deliver::is_sensitive_header;
+use crate::headers::is_sensitive_header;
 use crate::ids::{MessageId, TaskId};
 use crate::ingest::Route;
 use crate::signing::EndpointKey;

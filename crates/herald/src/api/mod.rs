@@ -133,7 +133,7 @@ impl Services {
 }
 
 /// Every route of the API (the Svix routes and Herald's extensions).
-fn api_routes() -> Routes {
+pub fn routes() -> Routes {
     Routes::new()
         .merge(application::routes())
         .merge(endpoint::routes())
@@ -154,22 +154,9 @@ fn api_routes() -> Routes {
         .get("/api/v1/openapi.json", openapi::serve)
 }
 
-/// What a full process serves: the API (its POSTs under the `idempotency-key` layer) and
-/// the dashboard.
-pub fn router(state: AppState) -> Router {
-    let api = api_routes().into_router().layer(from_fn_with_state(state.clone(), idempotency::layer));
-    let dashboard = crate::dashboard::routes()
-        .into_router()
-        .layer(from_fn_with_state(state.clone(), crate::dashboard::security_headers));
-    api.merge(dashboard)
-        .fallback(|| async { ApiError::NotFound("route") })
-        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
-        .with_state(state)
-}
-
-/// Every (method, path) that [`router`] serves, read from the router as it is built.
-pub fn route_table() -> Vec<Route> {
-    api_routes().merge(crate::dashboard::routes()).table().to_vec()
+/// The API's routes as served: its POSTs under the `idempotency-key` layer.
+pub fn router(state: &AppState) -> Router<AppState> {
+    routes().into_router().layer(from_fn_with_state(state.clone(), idempotency::layer))
 }
 
 /// Parses a message-creation body as `POST /api/v1/app/{app_id}/msg` does (depth cap,

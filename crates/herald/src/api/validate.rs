@@ -18,8 +18,8 @@ pub fn chosen_id<T>(
 ) -> ApiResult<T> {
     let Some(raw) = asked else { return Ok(generate()) };
     parse(raw).ok_or_else(|| {
-        let max = crate::ids::MAX_FOREIGN_BODY_LEN;
-        ApiError::invalid("id", format!("must be {prefix:?} then 1 to {max} characters of a-z, A-Z, 0-9, '-' or '_'"))
+        let (min, max) = crate::ids::FOREIGN_BODY_LEN.into_inner();
+        ApiError::invalid("id", format!("must be {prefix:?} then {min} to {max} letters and digits"))
     })
 }
 

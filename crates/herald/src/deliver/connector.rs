@@ -15,8 +15,8 @@ use http::Uri;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-use super::proxy::EgressProxy;
 use super::resolver::{ResolveError, Resolver};
+use crate::egress::EgressProxy;
 use crate::ssrf::Guard;
 
 #[derive(Clone)]

@@ -5,8 +5,6 @@
 mod clients;
 mod connector;
 mod oauth2;
-mod operator;
-mod proxy;
 mod request;
 mod resolver;
 
@@ -23,10 +21,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tokio::time::Instant;
 
+use crate::egress::EgressProxy;
 pub use connector::{Budgeted, ConnectError, GuardedConnector, SetupTimeout};
-pub use operator::{OperatorClient, operator_client};
-pub use proxy::EgressProxy;
-pub use request::{Outgoing, Standard, is_reserved_header, is_sensitive_header};
+pub use request::{Outgoing, Standard};
 pub use resolver::{ResolveError, Resolver};
 
 use clients::ClientCache;

@@ -17,7 +17,8 @@ use crate::deliver::{Outgoing, Sent};
 use crate::ids::{AttemptId, EndpointId};
 use crate::outcome::{AttemptResult, Decision, Failure, OutcomeClass, classify, decide, error_class};
 use crate::store::{Attempt, BreakerEvent, BreakerEventKind, NextState, OutcomeRecord};
-use crate::telemetry::format_traceparent;
+use crate::telemetry::{AttemptEnd, AttemptFacts, Traced};
+use crate::traceparent::format_traceparent;
 
 /// The record of this job's next attempt to `url`, answerless until filled in.
 fn attempt_of(job: &Job, url: String) -> Attempt {
@@ -101,13 +102,22 @@ impl Dispatcher {
     /// Sends one attempt, after the endpoint's transform (if any), as a span of the
     /// message's trace; `Err` when the transform dropped the delivery.
     async fn send(&self, target: &Target, job: &Job) -> Result<Sent, Skipped> {
-        let span = self.config.traces.attempt(job);
+        let method = job.target.method();
+        let span = self.config.traces.attempt(&AttemptFacts {
+            message: Traced { id: &job.message.id, trace: job.message.trace.as_ref() },
+            app_id: job.message.app_id.as_str(),
+            endpoint_id: job.endpoint_id.as_str(),
+            number: job.attempts + 1,
+            due: job.ready_at,
+            method: &method,
+            url: job.target.url.as_ref(),
+        });
         // A trace id tells the receiver something about the sender: sent only on request.
         let traceparent =
             span.context().filter(|_| target.settings.propagate_trace_context).map(|c| format_traceparent(&c));
         let sent = span.scope(self.transform_and_send(target, job, traceparent.as_deref())).await;
         match &sent {
-            Ok(sent) => span.attempted(sent),
+            Ok(sent) => span.attempted(&ended(sent)),
             Err(_) => span.skipped(),
         }
         sent
@@ -274,4 +284,13 @@ impl Dispatcher {
     fn retry_later(&self, job: Job, after: Duration) {
         self.hold([(job, now_ms() + after.as_millis() as i64)]);
     }
+}
+
+/// How an attempt ended, as its span records it.
+fn ended(sent: &Sent) -> AttemptEnd {
+    let status = match sent.result {
+        AttemptResult::Response { status, .. } => Some(status),
+        AttemptResult::Failed(_) => None,
+    };
+    AttemptEnd { duration: sent.duration, status, error_class: error_class(&sent.result) }
 }

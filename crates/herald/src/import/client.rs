@@ -11,7 +11,7 @@ use http::{Method, Request, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
 use serde_json::Value;
 
-use crate::deliver::{OperatorClient, operator_client};
+use crate::operator_client::{OperatorClient, operator_client};
 
 /// Longest one request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);

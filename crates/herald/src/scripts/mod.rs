@@ -14,33 +14,16 @@ pub mod worker;
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Method};
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use url::Url;
 
-pub use sandbox::{CheckError, EvalError, Evaluated, Sandbox, Usage};
+pub use sandbox::{CheckError, EvalError, Evaluated, Sandbox};
 
-use crate::deliver::is_reserved_header;
+use crate::headers::is_reserved_header;
 use crate::store::Message;
-
-/// An endpoint's jq expressions, as set through the API (stored with the endpoint).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Scripts {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub filter: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub transform: Option<String>,
-}
-
-impl Scripts {
-    pub fn is_empty(&self) -> bool {
-        self.filter.is_none() && self.transform.is_none()
-    }
-}
 
 /// What a filter or transform sees: the message and the endpoint's request as it stands.
 /// `payload` is the message's JSON as received.

@@ -31,6 +31,7 @@ use super::turns::{Turns, WaiterId};
 use super::worker::{COMPILE, EVALUATE, FAILED, MAX_FRAME, NOTHING, OK, READY};
 use crate::config::ScriptsConfig;
 use crate::ids::AppId;
+use crate::metrics::SandboxUsage;
 
 /// Why an evaluation produced no output.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -74,14 +75,7 @@ pub struct Sandbox {
     pool: Mutex<Pool>,
     next_waiter: AtomicU64,
     /// Per application: exchanges run, and the time workers spent on them.
-    usage: Mutex<HashMap<AppId, Usage>>,
-}
-
-/// What one application used of the sandbox (reported in `/metrics`).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Usage {
-    pub exchanges: u64,
-    pub seconds: f64,
+    usage: Mutex<HashMap<AppId, SandboxUsage>>,
 }
 
 /// The pool's state, under one lock: whose turn it is, the idle workers, and how to wake
@@ -262,7 +256,7 @@ impl Sandbox {
     }
 
     /// Each application's use of the sandbox so far.
-    pub fn usage(&self) -> Vec<(AppId, Usage)> {
+    pub fn usage(&self) -> Vec<(AppId, SandboxUsage)> {
         let usage = self.usage.lock().unwrap_or_else(|p| p.into_inner());
         usage.iter().map(|(app, u)| (app.clone(), *u)).collect()
     }

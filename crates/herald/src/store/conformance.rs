@@ -42,7 +42,7 @@ pub(crate) fn endpoint(app: &App) -> Endpoint {
         created_at: now_ms(),
         updated_at: now_ms(),
         // Stored and read back like every other field (the store never runs them).
-        scripts: crate::scripts::Scripts { filter: Some(".payload.ok == true".into()), transform: Some(".".into()) },
+        scripts: crate::store::Scripts { filter: Some(".payload.ok == true".into()), transform: Some(".".into()) },
         auth: crate::store::SealedAuth(format!("v1.test.{}", crate::ids::random_token(16))),
         version: 3,
     }
@@ -185,7 +185,7 @@ pub async fn a_write_from_a_stale_read_changes_nothing(store: &dyn Store) {
 pub async fn an_endpoint_reads_back_as_written_and_its_tombstone_keeps_no_credentials(store: &dyn Store) {
     let (app, mut ep, _) = seeded(store, 0).await;
     assert_eq!(store.endpoint(&app.id, ep.id.as_str()).await.unwrap().as_ref(), Some(&ep));
-    ep.scripts = crate::scripts::Scripts { filter: None, transform: Some("{payload: .payload.x}".into()) };
+    ep.scripts = crate::store::Scripts { filter: None, transform: Some("{payload: .payload.x}".into()) };
     ep.auth = crate::store::SealedAuth::default();
     let read_at = bump(&mut ep.updated_at);
     assert!(store.update_endpoint(&ep, read_at).await.unwrap());
@@ -872,13 +872,13 @@ pub async fn a_messages_trace_context_comes_back_wherever_it_is_read(store: &dyn
     let ep = endpoint(&app);
     assert!(store.insert_endpoint(&ep, 1000).await.unwrap());
     let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-    let traced = Message { trace: crate::telemetry::parse_traceparent(traceparent), ..message(&app, None) };
+    let traced = Message { trace: crate::traceparent::parse_traceparent(traceparent), ..message(&app, None) };
     for m in [&traced, &message(&app, None)] {
         let deliveries = vec![NewDelivery { endpoint: ep.id.clone(), strict: false }];
         let new = NewMessage { message: m.clone(), deliveries, owner: None, idempotency: None };
         store.ingest(new).await.unwrap();
     }
-    let stored = |m: &Message| m.trace.as_ref().map(crate::telemetry::format_traceparent);
+    let stored = |m: &Message| m.trace.as_ref().map(crate::traceparent::format_traceparent);
     let read = store.message(&app.id, traced.id.as_str()).await.unwrap().unwrap();
     assert_eq!(stored(&read).as_deref(), Some(traceparent));
     let claimed = store.claim("a", now_ms() + 1000, 10).await.unwrap();

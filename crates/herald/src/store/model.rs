@@ -76,6 +76,22 @@ impl SealedHeaders {
     }
 }
 
+/// An endpoint's jq expressions, as set through the API (stored with the endpoint).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Scripts {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transform: Option<String>,
+}
+
+impl Scripts {
+    pub fn is_empty(&self) -> bool {
+        self.filter.is_none() && self.transform.is_none()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PreviousSecret {
@@ -104,7 +120,7 @@ pub struct Endpoint {
     pub created_at: Millis,
     pub updated_at: Millis,
     /// Herald extension: the jq filter and transform.
-    pub scripts: crate::scripts::Scripts,
+    pub scripts: Scripts,
     /// Herald extension: the credentials presented to the receiver.
     pub auth: SealedAuth,
     /// Svix's deprecated `version`: set by callers (at least 1), read back, used by nothing.

@@ -10,7 +10,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use opentelemetry_http::{HttpClient, HttpError};
 use tokio::runtime::Handle;
 
-use crate::deliver::{OperatorClient, operator_client};
+use crate::operator_client::{OperatorClient, operator_client};
 
 /// Longest a collector may take to answer one export.
 pub(super) const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);

@@ -4,9 +4,7 @@
 
 mod export;
 mod logs;
-mod traceparent;
 mod traces;
 
 pub use logs::init;
-pub use traceparent::{format_traceparent, parse_traceparent};
-pub use traces::{Span, Traces};
+pub use traces::{AttemptEnd, AttemptFacts, Span, Traced, Traces};

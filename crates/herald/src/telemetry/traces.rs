@@ -29,16 +29,41 @@ use opentelemetry_sdk::trace::{
 use sha2::{Digest, Sha256};
 
 use super::export::{EXPORT_TIMEOUT, Exporter};
+use crate::clock::Millis;
 use crate::config::{OtelConfig, SamplerChoice};
-use crate::deliver::Sent;
-use crate::dispatch::Job;
 use crate::ids::MessageId;
-use crate::outcome::{AttemptResult, error_class};
-use crate::store::Message;
 
 /// The route of the ingest span, and the span's name (the method and the route).
 const INGEST_ROUTE: &str = "/api/v1/app/{app_id}/msg";
 const INGEST_SPAN: &str = "POST /api/v1/app/{app_id}/msg";
+
+/// A message as its spans need it: its id, and the trace context stored with it.
+#[derive(Clone, Copy)]
+pub struct Traced<'a> {
+    pub id: &'a MessageId,
+    pub trace: Option<&'a SpanContext>,
+}
+
+/// An attempt as its spans need it.
+pub struct AttemptFacts<'a> {
+    pub message: Traced<'a>,
+    pub app_id: &'a str,
+    pub endpoint_id: &'a str,
+    /// 1 for the first attempt.
+    pub number: u32,
+    /// When the attempt became due: where its wait in the dispatcher starts.
+    pub due: Millis,
+    pub method: &'a http::Method,
+    pub url: Option<&'a url::Url>,
+}
+
+/// How an attempt ended: how long it took, the status it was answered with, and the class
+/// of its failure if it failed.
+pub struct AttemptEnd {
+    pub duration: Duration,
+    pub status: Option<u16>,
+    pub error_class: Option<&'static str>,
+}
 
 /// The tracer, or nothing when tracing is off. Cheap to clone.
 #[derive(Clone, Default)]
@@ -121,7 +146,7 @@ impl Traces {
     }
 
     /// The durable commit of `message` (a child of its ingest span).
-    pub fn commit(&self, message: &Message, deliveries: usize) -> Span {
+    pub fn commit(&self, message: Traced<'_>, deliveries: usize) -> Span {
         let Some(inner) = &self.0 else { return Span(None) };
         let parent = inner.parent(message);
         let mut span = Span(Some(inner.tracer.start_with_context("herald.commit", &parent)));
@@ -135,25 +160,25 @@ impl Traces {
         span
     }
 
-    /// Records the job's wait in the dispatcher (from when it was due until now) and
-    /// starts the span of its attempt; both are children of the message's ingest span.
-    pub fn attempt(&self, job: &Job) -> Span {
+    /// Records the attempt's wait in the dispatcher (from when it was due until now) and
+    /// starts its span; both are children of the message's ingest span.
+    pub fn attempt(&self, attempt: &AttemptFacts<'_>) -> Span {
         let Some(inner) = &self.0 else { return Span(None) };
-        let parent = inner.parent(&job.message);
+        let parent = inner.parent(attempt.message);
         let now = SystemTime::now();
-        inner.record_wait(job, &parent, now);
-        let method = job.target.method();
-        let attempt = inner.tracer.span_builder(method.to_string()).with_kind(SpanKind::Client).with_start_time(now);
-        let mut span = Span(Some(attempt.start_with_context(&inner.tracer, &parent)));
+        inner.record_wait(attempt, &parent, now);
+        let method = attempt.method;
+        let builder = inner.tracer.span_builder(method.to_string()).with_kind(SpanKind::Client).with_start_time(now);
+        let mut span = Span(Some(builder.start_with_context(&inner.tracer, &parent)));
         span.record(|| {
             let mut attributes = vec![
                 KeyValue::new("http.request.method", method.to_string()),
-                KeyValue::new("herald.app_id", job.message.app_id.to_string()),
-                KeyValue::new("herald.msg_id", job.message.id.to_string()),
-                KeyValue::new("herald.endpoint_id", job.endpoint_id.to_string()),
-                KeyValue::new("herald.attempt", i64::from(job.attempts + 1)),
+                KeyValue::new("herald.app_id", attempt.app_id.to_owned()),
+                KeyValue::new("herald.msg_id", attempt.message.id.to_string()),
+                KeyValue::new("herald.endpoint_id", attempt.endpoint_id.to_owned()),
+                KeyValue::new("herald.attempt", i64::from(attempt.number)),
             ];
-            if let Some(url) = &job.target.url {
+            if let Some(url) = attempt.url {
                 attributes.extend(url_attributes(url));
             }
             attributes
@@ -163,31 +188,31 @@ impl Traces {
 }
 
 impl Tracing {
-    /// The span of the job's wait in the dispatcher: from when it was due until `now`.
-    fn record_wait(&self, job: &Job, parent: &Context, now: SystemTime) {
-        let due = (UNIX_EPOCH + Duration::from_millis(job.ready_at.max(0) as u64)).min(now);
+    /// The span of an attempt's wait in the dispatcher: from when it was due until `now`.
+    fn record_wait(&self, attempt: &AttemptFacts<'_>, parent: &Context, now: SystemTime) {
+        let due = (UNIX_EPOCH + Duration::from_millis(attempt.due.max(0) as u64)).min(now);
         let wait = self.tracer.span_builder("herald.dispatch.wait").with_start_time(due);
         let mut wait = wait.start_with_context(&self.tracer, parent);
         if wait.is_recording() {
             wait.set_attributes([
-                KeyValue::new("herald.endpoint_id", job.endpoint_id.to_string()),
-                KeyValue::new("herald.attempt", i64::from(job.attempts + 1)),
+                KeyValue::new("herald.endpoint_id", attempt.endpoint_id.to_owned()),
+                KeyValue::new("herald.attempt", i64::from(attempt.number)),
             ]);
         }
         wait.end_with_timestamp(now);
     }
 
     /// The context a message's spans hang under: its stored one, else one derived from it.
-    fn parent(&self, message: &Message) -> Context {
-        let context = message.trace.clone().unwrap_or_else(|| self.derived(message));
+    fn parent(&self, message: Traced<'_>) -> Context {
+        let context = message.trace.cloned().unwrap_or_else(|| self.derived(message.id));
         Context::new().with_remote_span_context(context)
     }
 
     /// A message accepted without a trace context (from the outbox, or while tracing was
     /// off) still gets one trace for all its attempts: ids derived from the message id,
     /// sampled as the sampler decides for that trace id. Its root span is not exported.
-    fn derived(&self, message: &Message) -> SpanContext {
-        let digest = Sha256::digest(message.id.as_str().as_bytes());
+    fn derived(&self, message: &MessageId) -> SpanContext {
+        let digest = Sha256::digest(message.as_str().as_bytes());
         let trace_id = TraceId::from_bytes(digest[..16].try_into().expect("16 bytes"));
         let span_id = SpanId::from_bytes(digest[16..24].try_into().expect("8 bytes"));
         let decision = self.sampler.should_sample(None, trace_id, "message", &SpanKind::Internal, &[], &[]).decision;
@@ -296,11 +321,11 @@ impl Span {
     }
 
     /// Ends an attempt's span with its result (and its error class if it failed).
-    pub fn attempted(mut self, sent: &Sent) {
-        let class = error_class(&sent.result);
+    pub fn attempted(mut self, end: &AttemptEnd) {
+        let class = end.error_class;
         self.record(|| {
-            let mut attributes = vec![KeyValue::new("herald.duration_ms", sent.duration.as_secs_f64() * 1000.0)];
-            if let AttemptResult::Response { status, .. } = sent.result {
+            let mut attributes = vec![KeyValue::new("herald.duration_ms", end.duration.as_secs_f64() * 1000.0)];
+            if let Some(status) = end.status {
                 attributes.push(KeyValue::new("http.response.status_code", i64::from(status)));
             }
             if let Some(class) = class {
@@ -311,9 +336,9 @@ impl Span {
         // Herald's reason texts stay in the attempt log: some quote what the endpoint or a
         // transform said, and spans leave Herald.
         if let Some(class) = class {
-            let why = match sent.result {
-                AttemptResult::Response { status, .. } => format!("the endpoint answered {status}"),
-                AttemptResult::Failed(_) => class.to_owned(),
+            let why = match end.status {
+                Some(status) => format!("the endpoint answered {status}"),
+                None => class.to_owned(),
             };
             self.fail(why);
         }
@@ -328,7 +353,7 @@ impl Span {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::{AppId, MessageId};
+    use crate::ids::MessageId;
 
     fn tracing_with(sampler: Sampler) -> Tracing {
         let provider = SdkTracerProvider::builder().with_sampler(sampler.clone()).build();
@@ -336,27 +361,14 @@ mod tests {
         Tracing { provider, tracer, sampler, database: "sqlite" }
     }
 
-    fn message(trace: Option<SpanContext>) -> Message {
-        Message {
-            id: MessageId::generate(),
-            app_id: AppId::generate(),
-            event_type: "t".into(),
-            event_id: None,
-            channels: None,
-            payload: None,
-            created_at: 0,
-            trace,
-        }
-    }
-
     #[test]
     fn a_message_without_a_stored_context_gets_one_derived_from_its_id() {
         let on = tracing_with(Sampler::ParentBased(Box::new(Sampler::AlwaysOn)));
-        let m = message(None);
+        let m = MessageId::generate();
         let (first, again) = (on.derived(&m), on.derived(&m));
         assert_eq!(first, again, "every attempt of the message joins the same trace");
         assert!(first.is_valid() && first.is_sampled() && first.is_remote());
-        assert_ne!(on.derived(&message(None)).trace_id(), first.trace_id());
+        assert_ne!(on.derived(&MessageId::generate()).trace_id(), first.trace_id());
         let off = tracing_with(Sampler::ParentBased(Box::new(Sampler::AlwaysOff)));
         assert!(!off.derived(&m).is_sampled(), "the sampler decides for the derived trace");
     }
@@ -372,7 +384,7 @@ mod tests {
             TraceState::default(),
         );
         let traces = Traces(Some(Arc::new(tracing)));
-        let span = traces.commit(&message(Some(stored.clone())), 1);
+        let span = traces.commit(Traced { id: &MessageId::generate(), trace: Some(&stored) }, 1);
         let context = span.context().unwrap();
         assert_eq!(context.trace_id(), stored.trace_id());
         assert!(!context.is_sampled(), "the ingest's decision holds for its children");
@@ -381,7 +393,7 @@ mod tests {
 
     #[test]
     fn off_makes_no_span_and_url_attributes_drop_credentials() {
-        assert!(Traces::off().commit(&message(None), 1).context().is_none());
+        assert!(Traces::off().commit(Traced { id: &MessageId::generate(), trace: None }, 1).context().is_none());
         let url = url::Url::parse("https://user:pw@hooks.example.com:8443/in?token=secret").unwrap();
         let attributes = url_attributes(&url);
         assert_eq!(attributes[1], KeyValue::new("server.address", "hooks.example.com"));

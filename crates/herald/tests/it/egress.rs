@@ -68,7 +68,7 @@ async fn attempts_tunnel_through_the_proxy_to_the_vetted_address_only() {
     let server = TestServer::start_with(|c| {
         c.delivery.allowed_networks = vec!["127.0.0.2/32".parse().unwrap()];
         c.delivery.dns_servers = vec![dns.addr];
-        c.delivery.proxy = herald::deliver::EgressProxy::from_url(&url::Url::parse(&proxy_url).unwrap());
+        c.delivery.proxy = herald::egress::EgressProxy::from_url(&url::Url::parse(&proxy_url).unwrap());
     })
     .await;
     let app = server.create_app("shop").await;
@@ -108,7 +108,7 @@ async fn an_application_may_have_its_own_proxy_set_by_the_operator_only() {
     let (server_proxy, own_proxy) = (ConnectProxy::start().await, ConnectProxy::start().await);
     let server_url = format!("http://127.0.0.1:{}", server_proxy.port);
     let server =
-        TestServer::start_with(|c| c.delivery.proxy = herald::deliver::EgressProxy::parse(&server_url).ok()).await;
+        TestServer::start_with(|c| c.delivery.proxy = herald::egress::EgressProxy::parse(&server_url).ok()).await;
     let (status, special) = server
         .post(
             "/api/v1/app",
@@ -166,7 +166,7 @@ async fn a_proxy_that_refuses_the_tunnel_fails_the_attempt_as_a_connection_error
     });
     let proxy_url = format!("http://127.0.0.1:{port}");
     let server =
-        TestServer::start_with(|c| c.delivery.proxy = herald::deliver::EgressProxy::parse(&proxy_url).ok()).await;
+        TestServer::start_with(|c| c.delivery.proxy = herald::egress::EgressProxy::parse(&proxy_url).ok()).await;
     let app = server.create_app("shop").await;
     let endpoint = server.create_endpoint(&app, &receiver.url("/in"), json!({})).await;
     let msg = server.send(&app, json!({"eventType": "e", "payload": {}})).await;

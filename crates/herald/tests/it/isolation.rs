@@ -1,7 +1,7 @@
 //! Tenant isolation of app-portal tokens and portal sessions, as a matrix generated from the
 //! route table.
 //!
-//! The routes come from the router itself (`herald::api::route_table`, recorded as the
+//! The routes come from the router itself (`herald::web::route_table`, recorded as the
 //! router is built), so a route added later joins the matrix by itself; the table and
 //! Herald's OpenAPI document (`GET /api/v1/openapi.json`) must agree, route for route, but for
 //! the few undocumented ones listed here. Two applications, A and B, each get one of
@@ -102,7 +102,7 @@ fn is_dashboard(path: &str) -> bool {
 /// routes after it.
 fn operations(doc: &Value) -> Vec<Operation> {
     let mut found = vec![];
-    for route in herald::api::route_table().into_iter().filter(|r| !is_dashboard(&r.path)) {
+    for route in herald::web::route_table().into_iter().filter(|r| !is_dashboard(&r.path)) {
         let op = &doc["paths"][&route.path][route.method.as_str().to_lowercase()];
         let id_queries = op["parameters"]
             .as_array()
@@ -126,7 +126,7 @@ fn operations(doc: &Value) -> Vec<Operation> {
 
 /// The dashboard's routes, as operations (their bodies are forms).
 fn dashboard_operations() -> Vec<Operation> {
-    let routes = herald::api::route_table().into_iter().filter(|r| is_dashboard(&r.path));
+    let routes = herald::web::route_table().into_iter().filter(|r| is_dashboard(&r.path));
     let found = routes
         .map(|r| Operation {
             has_body: r.method == Method::POST,
@@ -157,7 +157,7 @@ async fn the_router_serves_exactly_the_documented_operations() {
             documented.insert(format!("{} {path}", method.to_uppercase()));
         }
     }
-    let served: BTreeSet<String> = herald::api::route_table()
+    let served: BTreeSet<String> = herald::web::route_table()
         .into_iter()
         .filter(|r| !is_dashboard(&r.path))
         .map(|r| format!("{} {}", r.method, r.path))
@@ -635,7 +635,7 @@ async fn a_portal_token_for_one_application_reaches_nothing_of_another() {
     findings.check(still.status == StatusCode::OK, || format!("A's token stopped working: {still}"));
 
     // The matrix covered every route of the router that names an application.
-    let served: BTreeSet<String> = herald::api::route_table()
+    let served: BTreeSet<String> = herald::web::route_table()
         .into_iter()
         .filter(|r| !is_dashboard(&r.path) && r.path.contains("{app_id}"))
         .map(|r| format!("{} {}", r.method, r.path))

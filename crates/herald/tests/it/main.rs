@@ -19,6 +19,7 @@ mod hostile;
 mod hostile_tenant;
 mod import;
 mod isolation;
+mod layers;
 mod lifecycle;
 mod otel;
 mod pages;

@@ -12,7 +12,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use super::db_err;
 use crate::store::{IdempotencyRecord, IngestResult, NewMessage, StoreError, StoreResult, StoredResponse};
 use crate::supervisor::{Liveness, spawn_task};
-use crate::telemetry::format_traceparent;
+use crate::traceparent::format_traceparent;
 
 /// Batches committing at the same time.
 const CONCURRENT_BATCHES: usize = 4;

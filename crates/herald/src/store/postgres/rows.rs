@@ -10,7 +10,7 @@ use crate::store::{
     App, AppProxy, Attempt, DeliveryState, DeliveryView, Endpoint, EventType, Message, MessageFilter, PageQuery,
     SealedAuth, SealedHeaders, SealedSecrets, Trigger,
 };
-use crate::telemetry::parse_traceparent;
+use crate::traceparent::parse_traceparent;
 
 pub const APP_COLUMNS: &str = "id, uid, name, metadata, throttle_rate, max_concurrency, weight, created_at, updated_at, portal_brand, \
      proxy_url, proxy_credentials";

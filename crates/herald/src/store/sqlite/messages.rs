@@ -20,7 +20,7 @@ use crate::store::{
     Attempt, AttemptFilter, DeliveryState, DeliveryStatus, DeliveryView, EndpointStats, IngestResult, Message,
     MessageFilter, MessageStore, NewMessage, PageQuery, StoreResult, StoredResponse, Trigger,
 };
-use crate::telemetry::format_traceparent;
+use crate::traceparent::format_traceparent;
 
 /// The next seq of messages and of attempts: assigned in the writer thread, so in commit
 /// order, and never given twice (not even after the newest rows were deleted).

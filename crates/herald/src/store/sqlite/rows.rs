@@ -13,7 +13,7 @@ use crate::store::{
     App, AppProxy, Attempt, DeliveryState, DeliveryView, Endpoint, EventType, Message, MessageFilter, PageQuery,
     SealedAuth, SealedHeaders, SealedSecrets, Trigger,
 };
-use crate::telemetry::parse_traceparent;
+use crate::traceparent::parse_traceparent;
 
 pub fn to_json<T: Serialize + ?Sized>(value: &T) -> String {
     serde_json::to_string(value).expect("records always serialize")

@@ -40,7 +40,7 @@ async fn every_route_answers_with_and_without_a_trailing_slash() {
     };
     let mut compared = 0;
     for route in
-        herald::api::route_table().into_iter().filter(|r| r.path.starts_with("/api/") && r.method == Method::GET)
+        herald::web::route_table().into_iter().filter(|r| r.path.starts_with("/api/") && r.method == Method::GET)
     {
         let path = fill(&route.path);
         let plain = call(&server, ADMIN, Method::GET, &path, None).await;
@@ -82,7 +82,7 @@ async fn every_write_route_is_routed_with_a_trailing_slash() {
             .replace("{poller_id}", &poller)
             .replace("{consumer_id}", "probe")
     };
-    let mut writes: Vec<_> = herald::api::route_table()
+    let mut writes: Vec<_> = herald::web::route_table()
         .into_iter()
         .filter(|r| r.path.starts_with("/api/") && r.method != Method::GET && r.method != Method::HEAD)
         .collect();

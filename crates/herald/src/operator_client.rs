@@ -1,5 +1,5 @@
 //! The HTTP client for the operator's own destinations (the alerts webhook, the trace
-//! collector): the public roots, and no destination guard, since the operator configured
+//! collector, the servers of an import): the public roots, and no destination guard, since the operator configured
 //! the URL, not a tenant.
 
 use std::sync::Arc;
