@@ -77,7 +77,7 @@ impl RawHttp {
         let trusted_proxies = self
             .trusted_proxies
             .iter()
-            .map(|net| super::parse_network(net))
+            .map(|net| super::raw::parse_network(net))
             .collect::<anyhow::Result<Vec<_>>>()
             .map_err(|e| anyhow::anyhow!("http.trusted_proxies: {e:#}"))?;
         let header = self.client_address_header.trim().to_ascii_lowercase();

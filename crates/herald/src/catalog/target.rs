@@ -1,11 +1,7 @@
-//! The in-memory view of applications and endpoints that ingest and delivery read on every
-//! message: routing (which endpoints a message goes to) and ready-to-use delivery targets
-//! (parsed URL, decoded signing keys, resolved settings). Nothing on the hot path reads
-//! endpoint settings from the database; API writes invalidate what they change.
+//! An endpoint prepared for delivery (parsed URL, decoded signing keys, resolved settings,
+//! credentials and proxy), the limits of its application, and the routing rule.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use http::{HeaderName, HeaderValue};
 use url::Url;
@@ -15,16 +11,13 @@ use crate::delivery_auth::{Credentials, EndpointTls, OAuth2Grant};
 use crate::egress::EgressProxy;
 use crate::endpoint_settings::{Defaults, EffectiveSettings};
 use crate::headers::{is_reserved_header, is_sensitive_header};
-use crate::ids::{AppId, EndpointId};
 use crate::outcome::Failure;
 use crate::postback::{PostbackMethod, Template};
 use crate::scripts::{self, EvalError, Rewrite, Sandbox, Verdict};
 use crate::sealing::Keyring;
 use crate::signing::EndpointKey;
-use tokio::sync::broadcast;
-use tokio_util::sync::CancellationToken;
 
-use crate::store::{App, AppProxy, CatalogChange, CatalogStore, Endpoint, Headers, Message, PageQuery, StoreResult};
+use crate::store::{App, Endpoint, Headers, Message};
 
 /// The settings of an application the dispatcher enforces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -264,261 +257,10 @@ pub fn routes_to(endpoint: &Endpoint, event_type: &str, channels: Option<&[Strin
     type_ok && channel_ok
 }
 
-pub struct Catalog {
-    store: Arc<dyn CatalogStore>,
-    defaults: Defaults,
-    keyring: Arc<Keyring>,
-    /// Bumped by every invalidation, so a load that raced with a change is not cached.
-    generation: AtomicU64,
-    apps: RwLock<HashMap<String, Arc<App>>>,
-    routes: RwLock<HashMap<AppId, Arc<[Arc<Target>]>>>,
-    targets: RwLock<HashMap<EndpointId, Arc<Target>>>,
-}
-
-impl Catalog {
-    pub fn new(store: Arc<dyn CatalogStore>, defaults: Defaults, keyring: Arc<Keyring>) -> Self {
-        Self {
-            store,
-            defaults,
-            keyring,
-            generation: AtomicU64::new(0),
-            apps: RwLock::default(),
-            routes: RwLock::default(),
-            targets: RwLock::default(),
-        }
-    }
-
-    pub fn defaults(&self) -> &Defaults {
-        &self.defaults
-    }
-
-    /// The server key that seals endpoint secrets.
-    pub fn keyring(&self) -> &Keyring {
-        &self.keyring
-    }
-
-    /// Seals again, under the current server key, every endpoint secret and header set
-    /// sealed under a previous one (so the old key can be dropped from the configuration),
-    /// and seals headers written before they were sealed at all. Returns how many endpoints
-    /// were rewritten.
-    pub async fn reseal_stale(&self) -> StoreResult<usize> {
-        let mut page = PageQuery { limit: 100, iterator: None, descending: false };
-        let mut resealed = 0;
-        loop {
-            let apps = self.store.list_apps(&page).await?;
-            // A row written meanwhile was sealed under the current key by its writer: a
-            // lost race leaves nothing to do.
-            for app in &apps {
-                if let Some(mut fresh) = self.resealed_app(app) {
-                    fresh.updated_at = app.updated_at + 1;
-                    if self.store.update_app(&fresh, app.updated_at).await? {
-                        self.invalidate_app(&fresh);
-                        resealed += 1;
-                    }
-                }
-                for endpoint in self.store.app_endpoints(&app.id).await? {
-                    let read_at = endpoint.updated_at;
-                    if let Some(mut fresh) = self.resealed(endpoint) {
-                        fresh.updated_at = read_at + 1;
-                        if self.store.update_endpoint(&fresh, read_at).await? {
-                            self.invalidate_endpoint(&fresh.app_id, &fresh.id);
-                            resealed += 1;
-                        }
-                    }
-                }
-            }
-            match apps.last() {
-                Some(last) if apps.len() == page.limit => page.iterator = Some(last.id.to_string()),
-                _ => return Ok(resealed),
-            }
-        }
-    }
-
-    /// The application with its proxy's credentials sealed under the current key, if they
-    /// were not (and open).
-    fn resealed_app(&self, app: &App) -> Option<App> {
-        let proxy = app.proxy.as_ref().filter(|p| !p.credentials.0.is_empty())?;
-        if !self.keyring.is_stale(&proxy.credentials.0) {
-            return None;
-        }
-        match self.keyring.open_proxy_credentials(&proxy.credentials, app.id.as_str()) {
-            Ok(credentials) => {
-                let credentials = self.keyring.seal_proxy_credentials(&credentials, app.id.as_str());
-                Some(App { proxy: Some(AppProxy { credentials, ..proxy.clone() }), ..app.clone() })
-            }
-            Err(e) => {
-                tracing::error!(app = %app.id, error = %e, "cannot seal an application's proxy credentials again");
-                None
-            }
-        }
-    }
-
-    /// The endpoint with its secrets and headers sealed under the current key, if either
-    /// was not (and opens).
-    fn resealed(&self, mut endpoint: Endpoint) -> Option<Endpoint> {
-        let keyring = &self.keyring;
-        let stale_headers = endpoint.headers.is_plaintext()
-            || (!endpoint.headers.0.is_empty() && keyring.is_stale(&endpoint.headers.0));
-        let stale_auth = !endpoint.auth.0.is_empty() && keyring.is_stale(&endpoint.auth.0);
-        if !keyring.is_stale(&endpoint.secrets.0) && !stale_headers && !stale_auth {
-            return None;
-        }
-        let opened = keyring.open_secrets(&endpoint.secrets, &endpoint.id).and_then(|secrets| {
-            let headers = keyring.open_headers(&endpoint.headers, &endpoint.id)?;
-            let credentials = keyring.open_credentials(&endpoint.auth, &endpoint.id)?;
-            Ok((secrets, headers, credentials))
-        });
-        match opened {
-            Ok((secrets, headers, credentials)) => {
-                endpoint.secrets = keyring.seal_secrets(&secrets, &endpoint.id);
-                endpoint.headers = keyring.seal_headers(&headers, &endpoint.id);
-                endpoint.auth = keyring.seal_credentials(&credentials, &endpoint.id);
-                Some(endpoint)
-            }
-            Err(e) => {
-                tracing::error!(endpoint = %endpoint.id, error = %e, "cannot seal an endpoint's secrets again");
-                None
-            }
-        }
-    }
-
-    /// An application by id or uid.
-    pub async fn app(&self, id_or_uid: &str) -> StoreResult<Option<Arc<App>>> {
-        if let Some(app) = read(&self.apps).get(id_or_uid) {
-            return Ok(Some(app.clone()));
-        }
-        let generation = self.generation.load(Ordering::Acquire);
-        let Some(app) = self.store.app(id_or_uid).await? else {
-            return Ok(None);
-        };
-        let app = Arc::new(app);
-        if self.generation.load(Ordering::Acquire) == generation {
-            let mut apps = write(&self.apps);
-            apps.insert(app.id.to_string(), app.clone());
-            if let Some(uid) = &app.uid {
-                apps.insert(uid.clone(), app.clone());
-            }
-        }
-        Ok(Some(app))
-    }
-
-    /// Every endpoint of an application, prepared for delivery.
-    pub async fn targets_of(&self, app: &AppId) -> StoreResult<Arc<[Arc<Target>]>> {
-        if let Some(found) = read(&self.routes).get(app) {
-            return Ok(found.clone());
-        }
-        let generation = self.generation.load(Ordering::Acquire);
-        let (limits, proxy) = self.limits(app).await?;
-        let endpoints = self.store.app_endpoints(app).await?;
-        let prepare = |e| Arc::new(Target::new(e, limits, &self.defaults, &self.keyring).with_proxy(proxy.clone()));
-        let targets: Arc<[Arc<Target>]> = endpoints.into_iter().map(prepare).collect();
-        if self.generation.load(Ordering::Acquire) == generation {
-            write(&self.routes).insert(app.clone(), targets.clone());
-            let mut by_id = write(&self.targets);
-            for target in targets.iter() {
-                by_id.insert(target.endpoint.id.clone(), target.clone());
-            }
-        }
-        Ok(targets)
-    }
-
-    /// One endpoint, prepared for delivery.
-    pub async fn target(&self, id: &EndpointId) -> StoreResult<Option<Arc<Target>>> {
-        if let Some(found) = read(&self.targets).get(id) {
-            return Ok(Some(found.clone()));
-        }
-        let generation = self.generation.load(Ordering::Acquire);
-        let Some(endpoint) = self.store.endpoint_by_id(id).await? else {
-            return Ok(None);
-        };
-        let (limits, proxy) = self.limits(&endpoint.app_id).await?;
-        let target = Arc::new(Target::new(endpoint, limits, &self.defaults, &self.keyring).with_proxy(proxy));
-        if self.generation.load(Ordering::Acquire) == generation {
-            write(&self.targets).insert(id.clone(), target.clone());
-        }
-        Ok(Some(target))
-    }
-
-    /// What the dispatcher needs of an application: its limits, and its own egress proxy
-    /// (its credentials opened; `None`: the server's).
-    async fn limits(&self, app: &AppId) -> StoreResult<(AppLimits, Option<EgressProxy>)> {
-        let Some(app) = self.app(app.as_str()).await? else { return Ok(Default::default()) };
-        let proxy = app.proxy.as_ref().and_then(|p| {
-            let opened = self.keyring.open_proxy_credentials(&p.credentials, app.id.as_str());
-            let opened = opened.inspect_err(|e| {
-                tracing::error!(app = %app.id, error = %e, "the application's proxy credentials do not open");
-            });
-            EgressProxy::from_parts(&p.url, opened.ok().filter(|c| !c.is_empty()))
-        });
-        Ok((AppLimits::of(&app), proxy))
-    }
-
-    /// Forgets an application (and its routing) after it changed.
-    pub fn invalidate_app(&self, app: &App) {
-        self.invalidate_app_id(&app.id);
-    }
-
-    fn invalidate_app_id(&self, app: &AppId) {
-        self.generation.fetch_add(1, Ordering::AcqRel);
-        write(&self.apps).retain(|_, cached| cached.id != *app);
-        self.invalidate_routes(app);
-    }
-
-    /// Forgets everything (announcements may have been missed).
-    fn clear(&self) {
-        self.generation.fetch_add(1, Ordering::AcqRel);
-        write(&self.apps).clear();
-        write(&self.routes).clear();
-        write(&self.targets).clear();
-    }
-
-    /// Applies changes other processes announce until `stop` (shared stores only; a
-    /// single-process store never announces anything).
-    pub async fn follow(self: Arc<Self>, mut changes: broadcast::Receiver<CatalogChange>, stop: CancellationToken) {
-        loop {
-            let change = tokio::select! {
-                change = changes.recv() => change,
-                _ = stop.cancelled() => return,
-            };
-            match change {
-                Ok(CatalogChange::App(app)) => self.invalidate_app_id(&app),
-                Ok(CatalogChange::Endpoint(app, endpoint)) => self.invalidate_endpoint(&app, &endpoint),
-                Ok(CatalogChange::All) | Err(broadcast::error::RecvError::Lagged(_)) => self.clear(),
-                Ok(CatalogChange::RetryNow(..) | CatalogChange::Resend(..)) => {}
-                Err(broadcast::error::RecvError::Closed) => return,
-            }
-        }
-    }
-
-    /// Forgets an endpoint after it changed.
-    pub fn invalidate_endpoint(&self, app: &AppId, endpoint: &EndpointId) {
-        self.generation.fetch_add(1, Ordering::AcqRel);
-        write(&self.targets).remove(endpoint);
-        self.invalidate_routes(app);
-    }
-
-    fn invalidate_routes(&self, app: &AppId) {
-        self.generation.fetch_add(1, Ordering::AcqRel);
-        if let Some(targets) = write(&self.routes).remove(app) {
-            let mut by_id = write(&self.targets);
-            for target in targets.iter() {
-                by_id.remove(&target.endpoint.id);
-            }
-        }
-    }
-}
-
-fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    lock.read().unwrap_or_else(|p| p.into_inner())
-}
-
-fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    lock.write().unwrap_or_else(|p| p.into_inner())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::{AppId, EndpointId};
     use crate::sealing::generate_key;
     use crate::signing::SigningKey;
     use crate::store::{PreviousSecret, SealedSecrets, Secrets};
