@@ -5,7 +5,8 @@
 //!
 //! Properties, for every string the default guard accepts:
 //! - its host is neither a forbidden IP literal (`ssrf::forbidden`) nor a denied name
-//!   (`ssrf::name_denied`), judged both on the `url` crate's `Host` and on the string the
+//!   (`localhost`, `*.localhost`, the metadata name: `Guard::special_name` with no address
+//!   the default guard allows), judged both on the `url` crate's `Host` and on the string the
 //!   connector sees;
 //! - `url.as_str()` parses as an `http::Uri` with the same scheme;
 //! - the `Uri`'s host (brackets of an IPv6 literal removed) and port are the `url` crate's
@@ -22,10 +23,16 @@
 use std::net::IpAddr;
 use std::sync::LazyLock;
 
-use herald::ssrf::{Guard, forbidden, name_denied};
+use herald::ssrf::{Guard, forbidden};
 use libfuzzer_sys::fuzz_target;
 
 static GUARD: LazyLock<Guard> = LazyLock::new(Guard::default);
+
+/// A name the default guard stands for fixed addresses it refuses (`localhost`, the
+/// metadata name).
+fn name_denied(name: &str) -> bool {
+    GUARD.special_name(name).is_some_and(|allowed| allowed.is_empty())
+}
 
 fn unbracketed(host: &str) -> &str {
     host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host)
