@@ -35,5 +35,6 @@ mod scripts;
 mod sdk;
 mod sessions;
 mod ssrf;
+mod statements;
 mod support;
 mod tenancy;

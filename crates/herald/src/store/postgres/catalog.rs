@@ -8,6 +8,7 @@ use super::rows::{self, APP_COLUMNS, ENDPOINT_COLUMNS, EVENT_TYPE_COLUMNS, KEPT_
 use super::{PgStore, db_err, pg_err};
 use crate::clock::Millis;
 use crate::ids::{AppId, EndpointId};
+use crate::store::sql;
 use crate::store::{App, CatalogStore, DeliveryState, Endpoint, EventType, PageQuery, StoreResult, contains_pattern};
 
 const APP_CONFLICT: &str = "an application with this uid already exists";
@@ -101,9 +102,7 @@ fn refs(params: &[Box<dyn ToSql + Sync + Send>]) -> Vec<&(dyn ToSql + Sync)> {
 #[async_trait]
 impl CatalogStore for PgStore {
     async fn insert_app(&self, app: &App) -> StoreResult<()> {
-        let sql = format!(
-            "INSERT INTO herald.app ({APP_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
-        );
+        let sql = sql::INSERT_APP.as_str();
         let (rate, cap, weight) = app_limits(app);
         let brand = app.portal_brand.as_ref().map(Json);
         let (proxy_url, proxy_credentials) = proxy_columns(app);
@@ -121,7 +120,7 @@ impl CatalogStore for PgStore {
             &proxy_url,
             &proxy_credentials,
         ];
-        self.change(&sql, &params, app_change(&app.id), NEW_APP_CONFLICT).await.map(drop)
+        self.change(sql, &params, app_change(&app.id), NEW_APP_CONFLICT).await.map(drop)
     }
 
     async fn app(&self, id_or_uid: &str) -> StoreResult<Option<App>> {
@@ -136,7 +135,7 @@ impl CatalogStore for PgStore {
         let client = self.client().await?;
         let mut q = Query::default();
         let tail = q.page("id", page);
-        let sql = format!("SELECT {APP_COLUMNS} FROM herald.app{}{tail}", q.where_clause());
+        let sql = format!("{}{}{tail}", sql::list_head(APP_COLUMNS, "app"), q.where_clause());
         let found = client.query(&sql, &q.params()).await.map_err(db_err)?;
         Ok(found.iter().map(rows::app).collect())
     }
@@ -168,18 +167,11 @@ impl CatalogStore for PgStore {
     async fn delete_app(&self, id: &AppId) -> StoreResult<()> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db_err)?;
-        tx.execute(
-            "DELETE FROM herald.poller_consumer WHERE poller_id IN (SELECT id FROM herald.poller WHERE app_id = $1)",
-            &[&id.as_str()],
-        )
-        .await
-        .map_err(db_err)?;
+        tx.execute(sql::DELETE_APP_CONSUMERS, &[&id.as_str()]).await.map_err(db_err)?;
         for table in ["attempt", "delivery", "message", "endpoint", "deleted_endpoint", "portal_token", "poller"] {
-            tx.execute(&format!("DELETE FROM herald.{table} WHERE app_id = $1"), &[&id.as_str()])
-                .await
-                .map_err(db_err)?;
+            tx.execute(&sql::delete_app_rows(table), &[&id.as_str()]).await.map_err(db_err)?;
         }
-        tx.execute("DELETE FROM herald.app WHERE id = $1", &[&id.as_str()]).await.map_err(db_err)?;
+        tx.execute(sql::DELETE_APP, &[&id.as_str()]).await.map_err(db_err)?;
         tx.execute(NOTIFY, &[&app_change(id)]).await.map_err(db_err)?;
         tx.commit().await.map_err(db_err)
     }
@@ -211,21 +203,19 @@ impl CatalogStore for PgStore {
 
     async fn endpoint_by_id(&self, id: &EndpointId) -> StoreResult<Option<Endpoint>> {
         let client = self.client().await?;
-        let sql = format!("SELECT {ENDPOINT_COLUMNS} FROM herald.endpoint WHERE id = $1");
-        let row = client.query_opt(&sql, &[&id.as_str()]).await.map_err(db_err)?;
+        let row = client.query_opt(sql::ENDPOINT_BY_ID.as_str(), &[&id.as_str()]).await.map_err(db_err)?;
         Ok(row.as_ref().map(rows::endpoint))
     }
 
     async fn deleted_endpoint(&self, id: &EndpointId) -> StoreResult<Option<Endpoint>> {
         let client = self.client().await?;
-        let sql = format!("SELECT {ENDPOINT_COLUMNS} FROM herald.deleted_endpoint WHERE id = $1");
-        let row = client.query_opt(&sql, &[&id.as_str()]).await.map_err(db_err)?;
+        let row = client.query_opt(sql::DELETED_ENDPOINT.as_str(), &[&id.as_str()]).await.map_err(db_err)?;
         Ok(row.as_ref().map(rows::endpoint))
     }
 
     async fn list_endpoints(&self, app: &AppId, page: &PageQuery) -> StoreResult<Vec<Endpoint>> {
         let client = self.client().await?;
-        let (sql, q) = rows::app_page(ENDPOINT_COLUMNS, "herald.endpoint", app, page);
+        let (sql, q) = rows::app_page(ENDPOINT_COLUMNS, "endpoint", app, page);
         let found = client.query(&sql, &q.params()).await.map_err(db_err)?;
         Ok(found.iter().map(rows::endpoint).collect())
     }
@@ -246,8 +236,7 @@ impl CatalogStore for PgStore {
 
     async fn app_endpoints(&self, app: &AppId) -> StoreResult<Vec<Endpoint>> {
         let client = self.client().await?;
-        let sql = format!("SELECT {ENDPOINT_COLUMNS} FROM herald.endpoint WHERE app_id = $1 ORDER BY id");
-        let found = client.query(&sql, &[&app.as_str()]).await.map_err(db_err)?;
+        let found = client.query(sql::APP_ENDPOINTS.as_str(), &[&app.as_str()]).await.map_err(db_err)?;
         Ok(found.iter().map(rows::endpoint).collect())
     }
 
@@ -282,7 +271,7 @@ impl CatalogStore for PgStore {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db_err)?;
         tx.execute(
-            "UPDATE herald.delivery SET state = $1, owner = NULL WHERE endpoint_id = $2 AND state = $3",
+            sql::CANCEL_PENDING,
             &[&(DeliveryState::Canceled.code() as i16), &id.as_str(), &(DeliveryState::Pending.code() as i16)],
         )
         .await
@@ -292,9 +281,7 @@ impl CatalogStore for PgStore {
              FROM herald.endpoint WHERE app_id = $1 AND id = $2 ON CONFLICT (id) DO NOTHING"
         );
         tx.execute(&keep, &[&app.as_str(), &id.as_str()]).await.map_err(db_err)?;
-        tx.execute("DELETE FROM herald.endpoint WHERE app_id = $1 AND id = $2", &[&app.as_str(), &id.as_str()])
-            .await
-            .map_err(db_err)?;
+        tx.execute(sql::DELETE_ENDPOINT, &[&app.as_str(), &id.as_str()]).await.map_err(db_err)?;
         tx.execute(NOTIFY, &[&endpoint_change(app, id)]).await.map_err(db_err)?;
         tx.commit().await.map_err(db_err)
     }
@@ -325,9 +312,7 @@ impl CatalogStore for PgStore {
 
     async fn update_event_type(&self, et: &EventType, read_at: Millis) -> StoreResult<bool> {
         let client = self.client().await?;
-        let sql = "UPDATE herald.event_type SET description = $2, archived = $3, deprecated = $4, schemas = $5,
-                       feature_flag = $6, updated_at = $7
-                   WHERE name = $1 AND updated_at = $8";
+        let sql = sql::UPDATE_EVENT_TYPE;
         let schemas = et.schemas.as_ref().map(Json);
         let params: [&(dyn ToSql + Sync); 8] = [
             &et.name,
@@ -344,8 +329,7 @@ impl CatalogStore for PgStore {
 
     async fn insert_event_type(&self, et: &EventType) -> StoreResult<()> {
         let client = self.client().await?;
-        let sql =
-            format!("INSERT INTO herald.event_type ({EVENT_TYPE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)");
+        let sql = sql::INSERT_EVENT_TYPE.as_str();
         let schemas = et.schemas.as_ref().map(Json);
         let params: [&(dyn ToSql + Sync); 8] = [
             &et.name,
@@ -357,14 +341,13 @@ impl CatalogStore for PgStore {
             &et.created_at,
             &et.updated_at,
         ];
-        client.execute(&sql, &params).await.map_err(pg_err("an event type with this name already exists"))?;
+        client.execute(sql, &params).await.map_err(pg_err("an event type with this name already exists"))?;
         Ok(())
     }
 
     async fn event_type(&self, name: &str) -> StoreResult<Option<EventType>> {
         let client = self.client().await?;
-        let sql = format!("SELECT {EVENT_TYPE_COLUMNS} FROM herald.event_type WHERE name = $1");
-        let row = client.query_opt(&sql, &[&name]).await.map_err(db_err)?;
+        let row = client.query_opt(sql::EVENT_TYPE.as_str(), &[&name]).await.map_err(db_err)?;
         Ok(row.as_ref().map(rows::event_type))
     }
 
@@ -375,7 +358,7 @@ impl CatalogStore for PgStore {
             q.and("NOT archived");
         }
         let tail = q.page("name", page);
-        let sql = format!("SELECT {EVENT_TYPE_COLUMNS} FROM herald.event_type{}{tail}", q.where_clause());
+        let sql = format!("{}{}{tail}", sql::list_head(EVENT_TYPE_COLUMNS, "event_type"), q.where_clause());
         let found = client.query(&sql, &q.params()).await.map_err(db_err)?;
         Ok(found.iter().map(rows::event_type).collect())
     }
@@ -383,7 +366,7 @@ impl CatalogStore for PgStore {
     async fn delete_event_type(&self, name: &str, expunge: bool) -> StoreResult<bool> {
         let client = self.client().await?;
         let changed = if expunge {
-            client.execute("DELETE FROM herald.event_type WHERE name = $1", &[&name]).await
+            client.execute(sql::DELETE_EVENT_TYPE, &[&name]).await
         } else {
             let now = crate::clock::now_ms();
             client

@@ -7,6 +7,7 @@ use super::rows::{self, ATTEMPT_COLUMNS, MESSAGE_COLUMN_COUNT, MESSAGE_COLUMNS, 
 use super::{PgStore, db_err};
 use crate::clock::Millis;
 use crate::ids::{AppId, EndpointId, MessageId};
+use crate::store::sql;
 use crate::store::{
     Attempt, AttemptFilter, DeliveryState, DeliveryStatus, DeliveryView, EndpointStats, IngestResult, Message,
     MessageFilter, MessageStore, NewMessage, PageQuery, StoreResult,
@@ -34,11 +35,8 @@ impl MessageStore for PgStore {
 
     async fn message(&self, app: &AppId, id_or_event_id: &str) -> StoreResult<Option<Message>> {
         let client = self.client().await?;
-        let sql = format!(
-            "SELECT {MESSAGE_COLUMNS} FROM herald.message m
-             WHERE m.app_id = $1 AND (m.id = $2 OR m.event_id = $2) ORDER BY m.id = $2 DESC LIMIT 1"
-        );
-        let row = client.query_opt(&sql, &[&app.as_str(), &id_or_event_id]).await.map_err(db_err)?;
+        let sql = sql::MESSAGE.as_str();
+        let row = client.query_opt(sql, &[&app.as_str(), &id_or_event_id]).await.map_err(db_err)?;
         Ok(row.map(|r| rows::message(&r, true)))
     }
 
@@ -71,7 +69,7 @@ impl MessageStore for PgStore {
 
     async fn expunge_message(&self, app: &AppId, id: &MessageId) -> StoreResult<bool> {
         let client = self.client().await?;
-        let sql = "UPDATE herald.message SET payload = NULL WHERE id = $1 AND app_id = $2";
+        let sql = sql::EXPUNGE_MESSAGE;
         Ok(client.execute(sql, &[&id.as_str(), &app.as_str()]).await.map_err(db_err)? > 0)
     }
 
@@ -119,23 +117,21 @@ impl MessageStore for PgStore {
             q.and(format!("a.created_at >= {p}"));
         }
         let tail = q.page("a.id", page);
-        let sql = format!("SELECT {ATTEMPT_COLUMNS} FROM herald.attempt a{join}{}{tail}", q.where_clause());
+        let sql = format!("{}{join}{}{tail}", sql::list_head(ATTEMPT_COLUMNS, "attempt a"), q.where_clause());
         let found = client.query(&sql, &q.params()).await.map_err(db_err)?;
         Ok(found.iter().map(|r| rows::attempt(r, filter.with_content)).collect())
     }
 
     async fn attempt(&self, app: &AppId, msg: &MessageId, id: &str) -> StoreResult<Option<Attempt>> {
         let client = self.client().await?;
-        let sql = format!(
-            "SELECT {ATTEMPT_COLUMNS} FROM herald.attempt a WHERE a.id = $1 AND a.msg_id = $2 AND a.app_id = $3"
-        );
-        let row = client.query_opt(&sql, &[&id, &msg.as_str(), &app.as_str()]).await.map_err(db_err)?;
+        let sql = sql::ATTEMPT.as_str();
+        let row = client.query_opt(sql, &[&id, &msg.as_str(), &app.as_str()]).await.map_err(db_err)?;
         Ok(row.map(|r| rows::attempt(&r, true)))
     }
 
     async fn expunge_attempt(&self, app: &AppId, msg: &MessageId, id: &str) -> StoreResult<bool> {
         let client = self.client().await?;
-        let sql = "UPDATE herald.attempt SET response = 'EXPUNGED' WHERE id = $1 AND msg_id = $2 AND app_id = $3";
+        let sql = sql::EXPUNGE_ATTEMPT;
         Ok(client.execute(sql, &[&id, &msg.as_str(), &app.as_str()]).await.map_err(db_err)? > 0)
     }
 

@@ -12,10 +12,9 @@ use super::rows::{self, MESSAGE_COLUMNS};
 use super::{PgStore, db_err, pg_err};
 use crate::clock::{Millis, now_ms};
 use crate::ids::{AppId, MessageId, PollerId, first_body_at};
+use crate::store::sql::{self, POLLER_COLUMNS};
 use crate::store::{ConsumerState, LogPosition, Message, Move, PageQuery, PollStore, Poller, StoreResult};
 
-const POLLER_COLUMNS: &str =
-    "id, app_id, uid, description, event_types, channels, filter, metadata, created_at, updated_at";
 const UID_TAKEN: &str = "a poller with this uid already exists";
 /// Messages no running transaction can still join, in commit order.
 const SETTLED: &str = "m.tx < pg_snapshot_xmin(pg_current_snapshot())";
@@ -83,7 +82,7 @@ impl PollStore for PgStore {
 
     async fn list_pollers(&self, app: &AppId, page: &PageQuery) -> StoreResult<Vec<Poller>> {
         let client = self.client().await?;
-        let (sql, q) = rows::app_page(POLLER_COLUMNS, "herald.poller", app, page);
+        let (sql, q) = rows::app_page(POLLER_COLUMNS, "poller", app, page);
         let found = client.query(&sql, &q.params()).await.map_err(db_err)?;
         Ok(found.iter().map(poller).collect())
     }
@@ -94,19 +93,15 @@ impl PollStore for PgStore {
         params.remove(8); // created_at does not change
         params.push(Box::new(read_at));
         let params: Vec<&(dyn ToSql + Sync)> = params.iter().map(|b| b.as_ref() as &(dyn ToSql + Sync)).collect();
-        let sql = "UPDATE herald.poller SET uid = $3, description = $4, event_types = $5, channels = $6, filter = $7,
-                       metadata = $8, updated_at = $9
-                   WHERE id = $1 AND app_id = $2 AND updated_at = $10";
+        let sql = sql::UPDATE_POLLER;
         Ok(client.execute(sql, &params).await.map_err(pg_err(UID_TAKEN))? == 1)
     }
 
     async fn delete_poller(&self, app: &AppId, id: &PollerId) -> StoreResult<()> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db_err)?;
-        tx.execute("DELETE FROM herald.poller_consumer WHERE poller_id = $1", &[&id.as_str()]).await.map_err(db_err)?;
-        tx.execute("DELETE FROM herald.poller WHERE app_id = $1 AND id = $2", &[&app.as_str(), &id.as_str()])
-            .await
-            .map_err(db_err)?;
+        tx.execute(sql::DELETE_CONSUMERS, &[&id.as_str()]).await.map_err(db_err)?;
+        tx.execute(sql::DELETE_POLLER, &[&app.as_str(), &id.as_str()]).await.map_err(db_err)?;
         tx.commit().await.map_err(db_err)
     }
 
@@ -132,8 +127,7 @@ impl PollStore for PgStore {
             // A new consumer: counted under a lock on the poller, so two cannot both pass.
             let lock = format!("consumer:{poller}");
             tx.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", &[&lock]).await.map_err(db_err)?;
-            let count = "SELECT count(*) FROM herald.poller_consumer WHERE poller_id = $1";
-            let count: i64 = tx.query_one(count, &[&poller.as_str()]).await.map_err(db_err)?.get(0);
+            let count: i64 = tx.query_one(sql::COUNT_CONSUMERS, &[&poller.as_str()]).await.map_err(db_err)?.get(0);
             if count >= cap as i64 {
                 return Ok(false);
             }
@@ -156,9 +150,7 @@ impl PollStore for PgStore {
 
     async fn consumers(&self, poller: &PollerId, limit: usize) -> StoreResult<Vec<ConsumerState>> {
         let client = self.client().await?;
-        let sql = "SELECT name, updated_at FROM herald.poller_consumer WHERE poller_id = $1
-                   ORDER BY updated_at DESC, name LIMIT $2";
-        let rows = client.query(sql, &[&poller.as_str(), &(limit as i64)]).await.map_err(db_err)?;
+        let rows = client.query(sql::CONSUMERS, &[&poller.as_str(), &(limit as i64)]).await.map_err(db_err)?;
         Ok(rows.iter().map(|r| ConsumerState { name: r.get(0), moved_at: r.get(1) }).collect())
     }
 

@@ -11,6 +11,7 @@ use super::rows::{self, MESSAGE_COLUMNS};
 use super::{PgStore, db_err};
 use crate::clock::{Millis, now_ms};
 use crate::ids::{AppId, EndpointId, MessageId};
+use crate::store::sql;
 use crate::store::{
     ClaimedDelivery, DeadLetter, DeadLetterFilter, DeliveryState, NextState, OutcomeRecord, QueueStore, Recorded,
     Requeue, StoreResult, Trigger, keep_trying,
@@ -362,14 +363,9 @@ impl QueueStore for PgStore {
                         .map_err(db_err)?
                 }
             }
-            Requeue::Recover { endpoint, since, until } => client
-                .execute(
-                    "UPDATE herald.delivery SET state = 0, attempts = 0, next_at = $1, trigger = 1, owner = NULL
-                     WHERE endpoint_id = $2 AND state = 2 AND created_at >= $3 AND created_at < $4",
-                    &[&now, &endpoint.as_str(), since, until],
-                )
-                .await
-                .map_err(db_err)?,
+            Requeue::Recover { endpoint, since, until } => {
+                client.execute(sql::RECOVER, &[&now, &endpoint.as_str(), since, until]).await.map_err(db_err)?
+            }
             Requeue::DeadLetters { ids } => client
                 .execute(
                     "UPDATE herald.delivery SET state = 0, attempts = 0, next_at = $1, trigger = 1, owner = NULL

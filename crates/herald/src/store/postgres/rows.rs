@@ -6,14 +6,15 @@ use tokio_postgres::Row;
 use tokio_postgres::types::{Json, ToSql};
 
 use crate::ids::{AppId, AttemptId, EndpointId, MessageId};
+use crate::store::sql;
+pub use crate::store::sql::{
+    APP_COLUMNS, ATTEMPT_COLUMNS, ENDPOINT_COLUMNS, EVENT_TYPE_COLUMNS, KEPT_ENDPOINT_COLUMNS, MESSAGE_COLUMNS,
+};
 use crate::store::{
     App, AppProxy, Attempt, DeliveryState, DeliveryView, Endpoint, EventType, Message, MessageFilter, PageQuery,
     SealedAuth, SealedHeaders, SealedSecrets, Trigger,
 };
 use crate::traceparent::parse_traceparent;
-
-pub const APP_COLUMNS: &str = "id, uid, name, metadata, throttle_rate, max_concurrency, weight, created_at, updated_at, portal_brand, \
-     proxy_url, proxy_credentials";
 
 pub fn app(row: &Row) -> App {
     App {
@@ -32,14 +33,6 @@ pub fn app(row: &Row) -> App {
             .map(|url| AppProxy { url, credentials: SealedAuth(row.get::<_, Option<String>>(11).unwrap_or_default()) }),
     }
 }
-
-pub const ENDPOINT_COLUMNS: &str = "id, app_id, uid, url, description, disabled, event_types, channels, metadata, \
-     throttle_rate, headers, secrets, delivery, request, created_at, updated_at, scripts, auth, version";
-
-/// `ENDPOINT_COLUMNS` of a row being deleted, as its tombstone keeps them: no headers, no
-/// secrets.
-pub const KEPT_ENDPOINT_COLUMNS: &str = "id, app_id, uid, url, description, disabled, event_types, channels, \
-     metadata, throttle_rate, '', '', delivery, request, created_at, updated_at, scripts, '', version";
 
 pub fn endpoint(row: &Row) -> Endpoint {
     Endpoint {
@@ -65,9 +58,6 @@ pub fn endpoint(row: &Row) -> Endpoint {
     }
 }
 
-pub const EVENT_TYPE_COLUMNS: &str =
-    "name, description, archived, deprecated, schemas, feature_flag, created_at, updated_at";
-
 pub fn event_type(row: &Row) -> EventType {
     EventType {
         name: row.get(0),
@@ -81,8 +71,6 @@ pub fn event_type(row: &Row) -> EventType {
     }
 }
 
-pub const MESSAGE_COLUMNS: &str =
-    "m.id, m.app_id, m.event_type, m.event_id, m.channels, m.payload, m.created_at, m.trace";
 /// How many columns [`MESSAGE_COLUMNS`] names.
 pub const MESSAGE_COLUMN_COUNT: usize = 8;
 
@@ -103,9 +91,6 @@ pub fn message_at(row: &Row, at: usize, with_payload: bool) -> Message {
         trace: row.get::<_, Option<&str>>(at + 7).and_then(parse_traceparent),
     }
 }
-
-pub const ATTEMPT_COLUMNS: &str = "a.id, a.msg_id, a.endpoint_id, a.app_id, a.created_at, a.url, a.status_code, \
-     a.duration_ms, a.delivered, a.error_class, a.error, a.response, a.trigger, a.attempt_no, a.delivery_id";
 
 pub fn attempt(row: &Row, with_content: bool) -> Attempt {
     Attempt {
@@ -146,7 +131,7 @@ pub fn app_page(columns: &str, table: &str, app: &AppId, page: &PageQuery) -> (S
     let p = q.bind(app.to_string());
     q.and(format!("app_id = {p}"));
     let tail = q.page("id", page);
-    (format!("SELECT {columns} FROM {table}{}{tail}", q.where_clause()), q)
+    (format!("{}{}{tail}", sql::list_head(columns, table), q.where_clause()), q)
 }
 
 /// A WHERE clause with `$n` parameters.

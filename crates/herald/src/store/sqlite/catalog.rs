@@ -10,6 +10,7 @@ use super::rows::{
 use super::{SqliteStore, is_unique_violation};
 use crate::clock::Millis;
 use crate::ids::{AppId, EndpointId};
+use crate::store::sql::{self, sqlite};
 use crate::store::{
     App, CatalogStore, DeliveryState, Endpoint, EventType, PageQuery, StoreError, StoreResult, contains_pattern,
 };
@@ -26,24 +27,22 @@ impl CatalogStore for SqliteStore {
         let app = app.clone();
         self.writer
             .write(move |conn| {
-                conn.prepare_cached(&format!(
-                    "INSERT INTO app ({APP_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                ))?
-                .execute(params![
-                    app.id.as_str(),
-                    app.uid,
-                    app.name,
-                    to_json(&app.metadata),
-                    app.throttle_rate,
-                    app.max_concurrency,
-                    app.weight,
-                    app.created_at,
-                    app.updated_at,
-                    opt_json_value(&app.portal_brand),
-                    app.proxy.as_ref().map(|p| p.url.as_str()),
-                    app.proxy.as_ref().map(|p| p.credentials.0.as_str()),
-                ])
-                .map_err(conflict("an application with this id or uid already exists"))?;
+                conn.prepare_cached(sqlite(sql::INSERT_APP.as_str()))?
+                    .execute(params![
+                        app.id.as_str(),
+                        app.uid,
+                        app.name,
+                        to_json(&app.metadata),
+                        app.throttle_rate,
+                        app.max_concurrency,
+                        app.weight,
+                        app.created_at,
+                        app.updated_at,
+                        opt_json_value(&app.portal_brand),
+                        app.proxy.as_ref().map(|p| p.url.as_str()),
+                        app.proxy.as_ref().map(|p| p.credentials.0.as_str()),
+                    ])
+                    .map_err(conflict("an application with this id or uid already exists"))?;
                 Ok(())
             })
             .await
@@ -74,7 +73,7 @@ impl CatalogStore for SqliteStore {
             .read(move |conn| {
                 let mut q = Query::default();
                 let tail = q.page("id", &page);
-                let sql = format!("SELECT {APP_COLUMNS} FROM app{}{tail}", q.where_clause());
+                let sql = format!("{}{}{tail}", sql::to_sqlite(&sql::list_head(APP_COLUMNS, "app")), q.where_clause());
                 let mut stmt = conn.prepare_cached(&sql)?;
                 let apps = stmt.query_map(params_from_iter(q.params), rows::app)?.collect::<Result<_, _>>()?;
                 Ok(apps)
@@ -131,7 +130,7 @@ impl CatalogStore for SqliteStore {
                     "DELETE FROM held WHERE id / 65536 IN (SELECT seq FROM message WHERE app_id = ?1)",
                     "DELETE FROM message_by_app WHERE app_id = ?1",
                     "DELETE FROM message_seq_by_app WHERE app_id = ?1",
-                    "DELETE FROM poller_consumer WHERE poller_id IN (SELECT id FROM poller WHERE app_id = ?1)",
+                    sqlite(sql::DELETE_APP_CONSUMERS),
                     "DELETE FROM poller WHERE app_id = ?1",
                 ] {
                     let uses_app = sql.contains("?1");
@@ -143,9 +142,9 @@ impl CatalogStore for SqliteStore {
                 }
                 conn.execute("DELETE FROM gone_endpoint", [])?;
                 for table in ["attempt", "delivery", "message", "endpoint", "deleted_endpoint", "portal_token"] {
-                    conn.execute(&format!("DELETE FROM {table} WHERE app_id = ?"), [id.as_str()])?;
+                    conn.execute(&sql::to_sqlite(&sql::delete_app_rows(table)), [id.as_str()])?;
                 }
-                conn.execute("DELETE FROM app WHERE id = ?", [id.as_str()])?;
+                conn.execute(sqlite(sql::DELETE_APP), [id.as_str()])?;
                 Ok(())
             })
             .await
@@ -192,7 +191,7 @@ impl CatalogStore for SqliteStore {
         self.readers
             .read(move |conn| {
                 Ok(conn
-                    .prepare_cached(&format!("SELECT {ENDPOINT_COLUMNS} FROM endpoint WHERE id = ?"))?
+                    .prepare_cached(sqlite(sql::ENDPOINT_BY_ID.as_str()))?
                     .query_row([id.as_str()], rows::endpoint)
                     .optional()?)
             })
@@ -204,7 +203,7 @@ impl CatalogStore for SqliteStore {
         self.readers
             .read(move |conn| {
                 Ok(conn
-                    .prepare_cached(&format!("SELECT {ENDPOINT_COLUMNS} FROM deleted_endpoint WHERE id = ?"))?
+                    .prepare_cached(sqlite(sql::DELETED_ENDPOINT.as_str()))?
                     .query_row([id.as_str()], rows::endpoint)
                     .optional()?)
             })
@@ -250,8 +249,7 @@ impl CatalogStore for SqliteStore {
         let app = app.clone();
         self.readers
             .read(move |conn| {
-                let sql = format!("SELECT {ENDPOINT_COLUMNS} FROM endpoint WHERE app_id = ? ORDER BY id");
-                let mut stmt = conn.prepare_cached(&sql)?;
+                let mut stmt = conn.prepare_cached(sqlite(sql::APP_ENDPOINTS.as_str()))?;
                 let found = stmt.query_map([app.as_str()], rows::endpoint)?.collect::<Result<_, _>>()?;
                 Ok(found)
             })
@@ -298,7 +296,7 @@ impl CatalogStore for SqliteStore {
         self.writer
             .write(move |conn| {
                 conn.execute(
-                    "UPDATE delivery SET state = ?, owner = NULL WHERE endpoint_id = ? AND state = ?",
+                    sqlite(sql::CANCEL_PENDING),
                     params![DeliveryState::Canceled.code(), id.as_str(), DeliveryState::Pending.code()],
                 )?;
                 let keep = format!(
@@ -306,7 +304,7 @@ impl CatalogStore for SqliteStore {
                      SELECT {KEPT_ENDPOINT_COLUMNS} FROM endpoint WHERE app_id = ? AND id = ?"
                 );
                 conn.execute(&keep, [app.as_str(), id.as_str()])?;
-                conn.execute("DELETE FROM endpoint WHERE app_id = ? AND id = ?", [app.as_str(), id.as_str()])?;
+                conn.execute(sqlite(sql::DELETE_ENDPOINT), [app.as_str(), id.as_str()])?;
                 Ok(())
             })
             .await
@@ -328,7 +326,7 @@ impl CatalogStore for SqliteStore {
                         schemas = excluded.schemas, feature_flag = excluded.feature_flag,
                         updated_at = excluded.updated_at"
                 ))?
-                .execute(event_type_params(&et, None))?;
+                .execute(params_from_iter(event_type_values(&et)))?;
                 Ok(!existed)
             })
             .await
@@ -338,11 +336,9 @@ impl CatalogStore for SqliteStore {
         let et = et.clone();
         self.writer
             .write(move |conn| {
-                conn.prepare_cached(&format!(
-                    "INSERT INTO event_type ({EVENT_TYPE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-                ))?
-                .execute(event_type_params(&et, None))
-                .map_err(conflict("an event type with this name already exists"))?;
+                conn.prepare_cached(sqlite(sql::INSERT_EVENT_TYPE.as_str()))?
+                    .execute(params_from_iter(event_type_values(&et)))
+                    .map_err(conflict("an event type with this name already exists"))?;
                 Ok(())
             })
             .await
@@ -352,13 +348,11 @@ impl CatalogStore for SqliteStore {
         let et = et.clone();
         self.writer
             .write(move |conn| {
-                // ?7, the creation time, does not change.
-                let changed = conn
-                    .prepare_cached(
-                        "UPDATE event_type SET description = ?2, archived = ?3, deprecated = ?4, schemas = ?5,
-                            feature_flag = ?6, updated_at = ?8 WHERE name = ?1 AND updated_at = ?9",
-                    )?
-                    .execute(event_type_params(&et, Some(read_at)))?;
+                // The creation time does not change.
+                let mut values = event_type_values(&et);
+                values.remove(6);
+                values.push(Value::Integer(read_at));
+                let changed = conn.prepare_cached(sqlite(sql::UPDATE_EVENT_TYPE))?.execute(params_from_iter(values))?;
                 Ok(changed == 1)
             })
             .await
@@ -369,7 +363,7 @@ impl CatalogStore for SqliteStore {
         self.readers
             .read(move |conn| {
                 Ok(conn
-                    .prepare_cached(&format!("SELECT {EVENT_TYPE_COLUMNS} FROM event_type WHERE name = ?"))?
+                    .prepare_cached(sqlite(sql::EVENT_TYPE.as_str()))?
                     .query_row([&name], rows::event_type)
                     .optional()?)
             })
@@ -385,7 +379,8 @@ impl CatalogStore for SqliteStore {
                     q.and("archived = 0", []);
                 }
                 let tail = q.page("name", &page);
-                let sql = format!("SELECT {EVENT_TYPE_COLUMNS} FROM event_type{}{tail}", q.where_clause());
+                let head = sql::to_sqlite(&sql::list_head(EVENT_TYPE_COLUMNS, "event_type"));
+                let sql = format!("{head}{}{tail}", q.where_clause());
                 let mut stmt = conn.prepare_cached(&sql)?;
                 let found = stmt.query_map(params_from_iter(q.params), rows::event_type)?.collect::<Result<_, _>>()?;
                 Ok(found)
@@ -398,7 +393,7 @@ impl CatalogStore for SqliteStore {
         self.writer
             .write(move |conn| {
                 let changed = if expunge {
-                    conn.execute("DELETE FROM event_type WHERE name = ?", [&name])?
+                    conn.execute(sqlite(sql::DELETE_EVENT_TYPE), [&name])?
                 } else {
                     conn.execute(
                         "UPDATE event_type SET archived = 1, updated_at = ? WHERE name = ?",
@@ -412,8 +407,9 @@ impl CatalogStore for SqliteStore {
 }
 
 /// An event type's columns in `EVENT_TYPE_COLUMNS` order, then the version read, if given.
-fn event_type_params(et: &EventType, read_at: Option<Millis>) -> rusqlite::ParamsFromIter<Vec<Value>> {
-    let mut values = vec![
+/// An event type's columns, in `EVENT_TYPE_COLUMNS` order.
+fn event_type_values(et: &EventType) -> Vec<Value> {
+    vec![
         Value::Text(et.name.clone()),
         Value::Text(et.description.clone()),
         Value::Integer(et.archived.into()),
@@ -422,7 +418,5 @@ fn event_type_params(et: &EventType, read_at: Option<Millis>) -> rusqlite::Param
         et.feature_flag.clone().map_or(Value::Null, Value::Text),
         Value::Integer(et.created_at),
         Value::Integer(et.updated_at),
-    ];
-    values.extend(read_at.map(Value::Integer));
-    params_from_iter(values)
+    ]
 }

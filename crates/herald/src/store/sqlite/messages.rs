@@ -73,10 +73,7 @@ impl MessageStore for SqliteStore {
         self.readers
             .read(move |conn| {
                 Ok(conn
-                    .prepare_cached(&format!(
-                        "SELECT {MESSAGE_COLUMNS} FROM message m
-                         WHERE m.app_id = ?1 AND (m.id = ?2 OR m.event_id = ?2) ORDER BY m.id = ?2 DESC LIMIT 1"
-                    ))?
+                    .prepare_cached(sqlite(sql::MESSAGE.as_str()))?
                     .query_row([app.as_str(), id.as_str()], |row| rows::message(row, true))
                     .optional()?)
             })
@@ -135,10 +132,7 @@ impl MessageStore for SqliteStore {
         let (app, id) = (app.clone(), id.clone());
         self.writer
             .write(move |conn| {
-                let changed = conn.execute(
-                    "UPDATE message SET payload = NULL WHERE id = ? AND app_id = ?",
-                    [id.as_str(), app.as_str()],
-                )?;
+                let changed = conn.execute(sqlite(sql::EXPUNGE_MESSAGE), [id.as_str(), app.as_str()])?;
                 Ok(changed > 0)
             })
             .await
@@ -153,10 +147,8 @@ impl MessageStore for SqliteStore {
         let (app, msg, id) = (app.clone(), msg.clone(), id.to_owned());
         self.readers
             .read(move |conn| {
-                let sql =
-                    format!("SELECT {ATTEMPT_COLUMNS} FROM attempt a WHERE a.id = ? AND a.msg_id = ? AND a.app_id = ?");
                 Ok(conn
-                    .prepare_cached(&sql)?
+                    .prepare_cached(sqlite(sql::ATTEMPT.as_str()))?
                     .query_row([id.as_str(), msg.as_str(), app.as_str()], |row| rows::attempt(row, true))
                     .optional()?)
             })
@@ -167,10 +159,7 @@ impl MessageStore for SqliteStore {
         let (app, msg, id) = (app.clone(), msg.clone(), id.to_owned());
         self.writer
             .write(move |conn| {
-                let changed = conn.execute(
-                    "UPDATE attempt SET response = 'EXPUNGED' WHERE id = ? AND msg_id = ? AND app_id = ?",
-                    [id.as_str(), msg.as_str(), app.as_str()],
-                )?;
+                let changed = conn.execute(sqlite(sql::EXPUNGE_ATTEMPT), [id.as_str(), msg.as_str(), app.as_str()])?;
                 Ok(changed > 0)
             })
             .await
@@ -342,7 +331,8 @@ fn list_attempts(conn: &Connection, filter: &AttemptFilter, page: &PageQuery) ->
         }
         None => {
             let tail = q.page("a.id", page);
-            (format!("SELECT {ATTEMPT_COLUMNS} FROM attempt a{join}{}{tail}", q.where_clause()), q.params)
+            let head = sql::to_sqlite(&sql::list_head(ATTEMPT_COLUMNS, "attempt a"));
+            (format!("{head}{join}{}{tail}", q.where_clause()), q.params)
         }
     };
     let mut stmt = conn.prepare_cached(&sql)?;

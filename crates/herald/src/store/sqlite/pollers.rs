@@ -10,10 +10,8 @@ use super::SqliteStore;
 use super::rows::{self, MESSAGE_COLUMNS};
 use crate::clock::{Millis, now_ms};
 use crate::ids::{AppId, MessageId, PollerId};
+use crate::store::sql::{self, POLLER_COLUMNS, sqlite};
 use crate::store::{ConsumerState, LogPosition, Message, Move, PageQuery, PollStore, Poller, StoreError, StoreResult};
-
-const POLLER_COLUMNS: &str =
-    "id, app_id, uid, description, event_types, channels, filter, metadata, created_at, updated_at";
 
 fn poller(row: &Row<'_>) -> rusqlite::Result<Poller> {
     Ok(Poller {
@@ -103,15 +101,13 @@ impl PollStore for SqliteStore {
 
     async fn update_poller(&self, poller: &Poller, read_at: Millis) -> StoreResult<bool> {
         let mut values = poller_values(poller);
+        // The creation time does not change.
+        values.remove(8);
         values.push(Value::Integer(read_at));
         self.writer
             .write(move |conn| {
-                // ?9, the creation time, does not change.
                 let changed = conn
-                    .prepare_cached(
-                        "UPDATE poller SET uid = ?3, description = ?4, event_types = ?5, channels = ?6, filter = ?7,
-                         metadata = ?8, updated_at = ?10 WHERE id = ?1 AND app_id = ?2 AND updated_at = ?11",
-                    )?
+                    .prepare_cached(sqlite(sql::UPDATE_POLLER))?
                     .execute(params_from_iter(values))
                     .map_err(uid_taken)?;
                 Ok(changed == 1)
@@ -123,8 +119,8 @@ impl PollStore for SqliteStore {
         let (app, id) = (app.clone(), id.clone());
         self.writer
             .write(move |conn| {
-                conn.execute("DELETE FROM poller_consumer WHERE poller_id = ?", [id.as_str()])?;
-                conn.execute("DELETE FROM poller WHERE app_id = ? AND id = ?", [app.as_str(), id.as_str()])?;
+                conn.execute(sqlite(sql::DELETE_CONSUMERS), [id.as_str()])?;
+                conn.execute(sqlite(sql::DELETE_POLLER), [app.as_str(), id.as_str()])?;
                 Ok(())
             })
             .await
@@ -164,7 +160,7 @@ impl PollStore for SqliteStore {
                     Some(_) => {}
                     None => {
                         let count: i64 = conn
-                            .prepare_cached("SELECT count(*) FROM poller_consumer WHERE poller_id = ?")?
+                            .prepare_cached(sqlite(sql::COUNT_CONSUMERS))?
                             .query_row([poller.as_str()], |row| row.get(0))?;
                         if count >= cap as i64 {
                             return Ok(false);
@@ -186,10 +182,7 @@ impl PollStore for SqliteStore {
         let poller = poller.clone();
         self.readers
             .read(move |conn| {
-                let mut stmt = conn.prepare_cached(
-                    "SELECT name, updated_at FROM poller_consumer WHERE poller_id = ?
-                     ORDER BY updated_at DESC, name LIMIT ?",
-                )?;
+                let mut stmt = conn.prepare_cached(sqlite(sql::CONSUMERS))?;
                 let found = stmt
                     .query_map(params![poller.as_str(), limit as i64], |r| {
                         Ok(ConsumerState { name: r.get(0)?, moved_at: r.get(1)? })

@@ -15,6 +15,7 @@ use super::messages::{Seqs, insert_attempt};
 use super::rows::{self, MESSAGE_COLUMNS};
 use crate::clock::{Millis, now_ms};
 use crate::ids::{AppId, EndpointId, MessageId};
+use crate::store::sql::{self, sqlite};
 use crate::store::{
     ClaimedDelivery, DeadLetter, DeadLetterFilter, DeliveryState, HourCounts, Message, MinuteCounts, NextState,
     OutcomeRecord, QueueStore, Recorded, Requeue, StoreResult, Trigger,
@@ -324,11 +325,9 @@ fn requeue(conn: &Connection, request: &Requeue) -> StoreResult<u64> {
     let now = now_ms();
     match request {
         Requeue::Resend { app, msg, endpoint } => resend(conn, app, msg, endpoint, now),
-        Requeue::Recover { endpoint, since, until } => Ok(conn.execute(
-            "UPDATE delivery SET state = 0, attempts = 0, next_at = ?, trigger = 1, owner = NULL
-             WHERE endpoint_id = ? AND state = 2 AND created_at >= ? AND created_at < ?",
-            params![now, endpoint.as_str(), since, until],
-        )? as u64),
+        Requeue::Recover { endpoint, since, until } => {
+            Ok(conn.execute(sqlite(sql::RECOVER), params![now, endpoint.as_str(), since, until])? as u64)
+        }
         Requeue::DeadLetters { ids } => {
             let mut stmt = conn.prepare_cached(
                 "UPDATE delivery SET state = 0, attempts = 0, next_at = ?, trigger = 1, owner = NULL

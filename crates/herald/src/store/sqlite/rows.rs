@@ -9,6 +9,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::ids::{AppId, AttemptId, EndpointId, MessageId};
+use crate::store::sql;
+pub use crate::store::sql::{
+    APP_COLUMNS, ATTEMPT_COLUMNS, ENDPOINT_COLUMNS, EVENT_TYPE_COLUMNS, KEPT_ENDPOINT_COLUMNS, MESSAGE_COLUMNS,
+};
 use crate::store::{
     App, AppProxy, Attempt, DeliveryState, DeliveryView, Endpoint, EventType, Message, MessageFilter, PageQuery,
     SealedAuth, SealedHeaders, SealedSecrets, Trigger,
@@ -38,9 +42,6 @@ pub fn opt_json_value<T: Serialize>(value: &Option<T>) -> Option<String> {
     value.as_ref().map(|v| to_json(v))
 }
 
-pub const APP_COLUMNS: &str = "id, uid, name, metadata, throttle_rate, max_concurrency, weight, created_at, updated_at, portal_brand, \
-     proxy_url, proxy_credentials";
-
 pub fn app(row: &Row<'_>) -> rusqlite::Result<App> {
     Ok(App {
         id: AppId::from_trusted(row.get(0)?),
@@ -58,14 +59,6 @@ pub fn app(row: &Row<'_>) -> rusqlite::Result<App> {
             .map(|url| AppProxy { url, credentials: SealedAuth(row.get(11).unwrap_or_default()) }),
     })
 }
-
-pub const ENDPOINT_COLUMNS: &str = "id, app_id, uid, url, description, disabled, event_types, channels, metadata, \
-     throttle_rate, headers, secrets, delivery, request, created_at, updated_at, scripts, auth, version";
-
-/// `ENDPOINT_COLUMNS` of a row being deleted, as its tombstone keeps them: no headers, no
-/// secrets.
-pub const KEPT_ENDPOINT_COLUMNS: &str = "id, app_id, uid, url, description, disabled, event_types, channels, \
-     metadata, throttle_rate, '', '', delivery, request, created_at, updated_at, scripts, '', version";
 
 pub fn endpoint(row: &Row<'_>) -> rusqlite::Result<Endpoint> {
     Ok(Endpoint {
@@ -116,9 +109,6 @@ pub fn endpoint_values(e: &Endpoint) -> Vec<Value> {
     ]
 }
 
-pub const EVENT_TYPE_COLUMNS: &str =
-    "name, description, archived, deprecated, schemas, feature_flag, created_at, updated_at";
-
 pub fn event_type(row: &Row<'_>) -> rusqlite::Result<EventType> {
     Ok(EventType {
         name: row.get(0)?,
@@ -132,8 +122,6 @@ pub fn event_type(row: &Row<'_>) -> rusqlite::Result<EventType> {
     })
 }
 
-pub const MESSAGE_COLUMNS: &str =
-    "m.id, m.app_id, m.event_type, m.event_id, m.channels, m.payload, m.created_at, m.trace";
 /// How many columns [`MESSAGE_COLUMNS`] names.
 pub const MESSAGE_COLUMN_COUNT: usize = 8;
 
@@ -156,9 +144,6 @@ pub fn message_at(row: &Row<'_>, at: usize, with_payload: bool) -> rusqlite::Res
         trace: row.get::<_, Option<String>>(at + 7)?.as_deref().and_then(parse_traceparent),
     })
 }
-
-pub const ATTEMPT_COLUMNS: &str = "a.id, a.msg_id, a.endpoint_id, a.app_id, a.created_at, a.url, a.status_code, \
-     a.duration_ms, a.delivered, a.error_class, a.error, a.response, a.trigger, a.attempt_no, a.delivery_id";
 
 pub fn attempt(row: &Row<'_>, with_content: bool) -> rusqlite::Result<Attempt> {
     Ok(Attempt {
@@ -244,7 +229,7 @@ pub fn app_page(columns: &str, table: &str, app: &AppId, page: &PageQuery) -> (S
     let mut q = Query::default();
     q.and("app_id = ?", [Value::Text(app.to_string())]);
     let tail = q.page("id", page);
-    (format!("SELECT {columns} FROM {table}{}{tail}", q.where_clause()), q.params)
+    (format!("{}{}{tail}", sql::to_sqlite(&sql::list_head(columns, table)), q.where_clause()), q.params)
 }
 
 /// A source of one page: `FROM {from}` with its conditions, in the order of `key` (an
