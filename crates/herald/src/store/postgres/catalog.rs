@@ -296,16 +296,7 @@ impl CatalogStore for PgStore {
              RETURNING (xmax = 0)"
         );
         let schemas = et.schemas.as_ref().map(Json);
-        let params: [&(dyn ToSql + Sync); 8] = [
-            &et.name,
-            &et.description,
-            &et.archived,
-            &et.deprecated,
-            &schemas,
-            &et.feature_flag,
-            &et.created_at,
-            &et.updated_at,
-        ];
+        let params = event_type_params(et, &schemas);
         let row = client.query_one(&sql, &params).await.map_err(db_err)?;
         Ok(row.get(0))
     }
@@ -314,16 +305,8 @@ impl CatalogStore for PgStore {
         let client = self.client().await?;
         let sql = sql::UPDATE_EVENT_TYPE;
         let schemas = et.schemas.as_ref().map(Json);
-        let params: [&(dyn ToSql + Sync); 8] = [
-            &et.name,
-            &et.description,
-            &et.archived,
-            &et.deprecated,
-            &schemas,
-            &et.feature_flag,
-            &et.updated_at,
-            &read_at,
-        ];
+        let [name, description, archived, deprecated, schemas, flag, _, updated_at] = event_type_params(et, &schemas);
+        let params = [name, description, archived, deprecated, schemas, flag, updated_at, &read_at];
         Ok(client.execute(sql, &params).await.map_err(db_err)? == 1)
     }
 
@@ -331,17 +314,10 @@ impl CatalogStore for PgStore {
         let client = self.client().await?;
         let sql = sql::INSERT_EVENT_TYPE.as_str();
         let schemas = et.schemas.as_ref().map(Json);
-        let params: [&(dyn ToSql + Sync); 8] = [
-            &et.name,
-            &et.description,
-            &et.archived,
-            &et.deprecated,
-            &schemas,
-            &et.feature_flag,
-            &et.created_at,
-            &et.updated_at,
-        ];
-        client.execute(sql, &params).await.map_err(pg_err("an event type with this name already exists"))?;
+        client
+            .execute(sql, &event_type_params(et, &schemas))
+            .await
+            .map_err(pg_err("an event type with this name already exists"))?;
         Ok(())
     }
 
@@ -379,4 +355,12 @@ impl CatalogStore for PgStore {
         .map_err(db_err)?;
         Ok(changed > 0)
     }
+}
+
+/// An event type's columns, in `EVENT_TYPE_COLUMNS` order (`schemas` as JSON).
+fn event_type_params<'a>(
+    et: &'a EventType,
+    schemas: &'a Option<Json<&'a serde_json::Value>>,
+) -> [&'a (dyn ToSql + Sync); 8] {
+    [&et.name, &et.description, &et.archived, &et.deprecated, schemas, &et.feature_flag, &et.created_at, &et.updated_at]
 }

@@ -187,27 +187,11 @@ impl CatalogStore for SqliteStore {
     }
 
     async fn endpoint_by_id(&self, id: &EndpointId) -> StoreResult<Option<Endpoint>> {
-        let id = id.clone();
-        self.readers
-            .read(move |conn| {
-                Ok(conn
-                    .prepare_cached(sqlite(sql::ENDPOINT_BY_ID.as_str()))?
-                    .query_row([id.as_str()], rows::endpoint)
-                    .optional()?)
-            })
-            .await
+        self.endpoint_row(sql::ENDPOINT_BY_ID.as_str(), id).await
     }
 
     async fn deleted_endpoint(&self, id: &EndpointId) -> StoreResult<Option<Endpoint>> {
-        let id = id.clone();
-        self.readers
-            .read(move |conn| {
-                Ok(conn
-                    .prepare_cached(sqlite(sql::DELETED_ENDPOINT.as_str()))?
-                    .query_row([id.as_str()], rows::endpoint)
-                    .optional()?)
-            })
-            .await
+        self.endpoint_row(sql::DELETED_ENDPOINT.as_str(), id).await
     }
 
     async fn list_endpoints(&self, app: &AppId, page: &PageQuery) -> StoreResult<Vec<Endpoint>> {
@@ -419,4 +403,16 @@ fn event_type_values(et: &EventType) -> Vec<Value> {
         Value::Integer(et.created_at),
         Value::Integer(et.updated_at),
     ]
+}
+
+impl SqliteStore {
+    /// The endpoint row `statement` (PostgreSQL's form, one `id` parameter) finds.
+    async fn endpoint_row(&self, statement: &'static str, id: &EndpointId) -> StoreResult<Option<Endpoint>> {
+        let id = id.clone();
+        self.readers
+            .read(move |conn| {
+                Ok(conn.prepare_cached(sqlite(statement))?.query_row([id.as_str()], rows::endpoint).optional()?)
+            })
+            .await
+    }
 }
