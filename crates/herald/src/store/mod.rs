@@ -1,11 +1,17 @@
 //! Storage: one interface, implemented once per database. Everything durable goes through
 //! the [`Store`] trait; nothing else in Herald speaks SQL.
 //!
-//! The interface is split by domain: [`CatalogStore`] (applications, endpoints, event
-//! types), [`MessageStore`] (ingest and the history of messages and attempts),
-//! [`QueueStore`] (claiming work, recording outcomes), [`AccessStore`] (tokens and
-//! idempotency records) and [`HealthStore`] (breakers, latency, summary counts).
-//! Backends live in submodules (`sqlite`, `postgres`).
+//! The interface is split by domain into seven sub-traits: [`CatalogStore`] (applications,
+//! endpoints, event types), [`MessageStore`] (ingest and the history of messages and
+//! attempts), [`QueueStore`] (claiming work, recording outcomes), [`AccessStore`] (tokens,
+//! sessions, idempotency records and retention), [`HealthStore`] (breakers, latency,
+//! summary counts), [`HistoryStore`] (the charts' per-minute and per-hour totals) and
+//! [`PollStore`] (pollers and their consumers). They mean something: a part of Herald that
+//! works in one domain takes only that sub-trait (the catalog a `CatalogStore`, the latency
+//! tracker and the health reads a `HealthStore`, bulk replay a `QueueStore`, retention an
+//! `AccessStore`, the history recorder a `HistoryStore`); only those that work across
+//! several (the API's state, the dispatcher, ingest, alerts, the server's wiring) hold the
+//! whole [`Store`]. Backends live in submodules (`sqlite`, `postgres`).
 
 #[cfg(test)]
 pub mod conformance;
