@@ -56,10 +56,6 @@ impl Refusal {
         };
         Self::new(Some(status.as_u16()), reason)
     }
-
-    pub fn is_not_found(&self) -> bool {
-        self.status == Some(404)
-    }
 }
 
 fn validation_item(item: &Value) -> String {

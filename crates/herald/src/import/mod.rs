@@ -20,7 +20,8 @@ use serde_json::Value;
 
 pub use client::{Api, Refusal};
 use plan::{Headers, Secrets, Step};
-pub use report::{Kind, Outcome, Report};
+pub use report::Report;
+use report::{Kind, Outcome};
 
 /// Applications imported at once (each one's endpoints one after another).
 const APPS_AT_ONCE: usize = 8;
