@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::support::process::herald_exit;
 use crate::support::server::ADMIN_TOKEN;
-use crate::support::{Receiver, TestServer, verifies};
+use crate::support::{Receiver, Reply, TestServer, verifies};
 
 /// Applications in the source: more than one page of 250, so both sides are paged.
 const APPS: usize = 260;
@@ -336,6 +336,15 @@ async fn the_admin_token_may_keep_an_id_from_elsewhere_and_only_the_admin_token(
         )
         .await;
     assert_eq!(put.0, StatusCode::UNPROCESSABLE_ENTITY, "{}", put.1);
+    let same = json!({"id": ep_id, "url": "http://127.0.0.1:9/hook"});
+    let put = server.call(Method::PUT, &format!("/api/v1/app/{foreign}/endpoint/{ep_id}"), Some(same)).await;
+    assert_eq!(put.0, StatusCode::OK, "a PUT may repeat the id: {}", put.1);
+    // A portal token creating an endpoint by PUT may not choose its id either.
+    let by_put = server.request_as(&portal, Method::PUT, &format!("/api/v1/app/{foreign}/endpoint/new-hook"));
+    let by_put = by_put.json(&json!({"id": "ep_2VbUtkDqdJdq8Vq1xkLvXmjYfSL", "url": "http://127.0.0.1:9/n"}));
+    assert_eq!(by_put.send().await.unwrap().status(), StatusCode::FORBIDDEN);
+    let (status, _) = server.get(&format!("/api/v1/app/{foreign}/endpoint/new-hook")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "the refused PUT created nothing");
 
     // The earlier secrets still signing are shown to the admin token only.
     let secret = format!("/api/v1/app/{foreign}/endpoint/{ep_id}/secret");
@@ -345,4 +354,49 @@ async fn the_admin_token_may_keep_an_id_from_elsewhere_and_only_the_admin_token(
     let as_portal =
         server.request_as(&portal, Method::GET, &secret).send().await.unwrap().json::<Value>().await.unwrap();
     assert!(as_portal.get("previousKeys").is_none() && as_portal["key"].is_string(), "{as_portal}");
+}
+
+#[tokio::test]
+async fn the_importer_waits_out_rate_limits_and_brief_outages_and_no_more() {
+    // 429 then 200: one wait, as Retry-After says, then the answer.
+    let limited = Receiver::start(|_, n| match n {
+        0 => Reply::status(429).header("retry-after", "0"),
+        _ => Reply::ok().body(r#"{"ok": true}"#),
+    })
+    .await;
+    let api = herald::import::Api::new(&limited.url(""), "t").unwrap();
+    assert_eq!(api.get("/x").await.unwrap(), json!({"ok": true}));
+    assert_eq!(limited.requests().len(), 2);
+    // A 503 that never ends: five tries, then the refusal with the server's reason.
+    let down =
+        Receiver::start(|_, _| Reply::status(503).header("retry-after", "0").body(r#"{"detail": "busy"}"#)).await;
+    let api = herald::import::Api::new(&down.url(""), "t").unwrap();
+    let refused = api.get("/x").await.unwrap_err();
+    assert_eq!((refused.status, refused.reason.as_str()), (Some(503), "busy"));
+    assert_eq!(down.requests().len(), 5);
+    // A 422 is an answer, not an outage: one try.
+    let refusing =
+        Receiver::start(|_, _| Reply::status(422).body(r#"{"detail": [{"loc": ["body", "url"], "msg": "bad"}]}"#))
+            .await;
+    let api = herald::import::Api::new(&refusing.url(""), "t").unwrap();
+    assert_eq!(api.get("/x").await.unwrap_err().to_string(), "422: url: bad");
+    assert_eq!(refusing.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn the_importer_tries_a_dropped_connection_five_times_in_all() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = accepted.clone();
+    tokio::spawn(async move {
+        // Every connection is closed before any answer.
+        while let Ok((stream, _)) = listener.accept().await {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(stream);
+        }
+    });
+    let refused = herald::import::Api::new(&url, "t").unwrap().get("/x").await.unwrap_err();
+    assert_eq!(refused.status, None, "{refused}");
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 5);
 }
