@@ -227,8 +227,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Openapi => {
-            use utoipa::OpenApi;
-            println!("{}", herald::api::openapi::ApiDoc::openapi().to_pretty_json()?);
+            println!("{}", herald::api::openapi::document().to_pretty_json()?);
             Ok(())
         }
     }

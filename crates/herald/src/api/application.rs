@@ -19,6 +19,7 @@ use crate::clock::{now_ms, to_rfc3339};
 use crate::egress::EgressProxy;
 use crate::ids::AppId;
 use crate::store::{App, AppProxy, Metadata};
+use utoipa_axum::routes;
 
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -120,12 +121,8 @@ impl From<&App> for ApplicationOut {
 
 pub fn routes() -> Routes {
     Routes::new()
-        .get("/api/v1/app", list_apps)
-        .post("/api/v1/app", create_app)
-        .get("/api/v1/app/{app_id}", get_app)
-        .put("/api/v1/app/{app_id}", upsert_app)
-        .patch("/api/v1/app/{app_id}", patch_app)
-        .delete("/api/v1/app/{app_id}", delete_app)
+        .operations(routes!(list_apps, create_app))
+        .operations(routes!(get_app, upsert_app, patch_app, delete_app))
 }
 
 /// Why a portal token may not change its application.

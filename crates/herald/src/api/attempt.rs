@@ -17,6 +17,7 @@ use super::{AppState, visible_app, visible_endpoint, visible_message};
 use crate::clock::to_rfc3339;
 use crate::ids::{AttemptId, EndpointId, MessageId};
 use crate::store::{Attempt, AttemptFilter, DeliveryStatus, DeliveryView, Endpoint, Message, Requeue};
+use utoipa_axum::routes;
 
 #[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -93,13 +94,13 @@ fn status_fields(d: &DeliveryView) -> (u8, String, Option<String>) {
 
 pub fn routes() -> Routes {
     Routes::new()
-        .get("/api/v1/app/{app_id}/attempt/endpoint/{endpoint_id}", list_by_endpoint)
-        .get("/api/v1/app/{app_id}/attempt/msg/{msg_id}", list_by_msg)
-        .get("/api/v1/app/{app_id}/endpoint/{endpoint_id}/msg", list_attempted_messages)
-        .get("/api/v1/app/{app_id}/msg/{msg_id}/endpoint", list_attempted_destinations)
-        .get("/api/v1/app/{app_id}/msg/{msg_id}/attempt/{attempt_id}", get_attempt)
-        .delete("/api/v1/app/{app_id}/msg/{msg_id}/attempt/{attempt_id}/content", expunge_attempt_content)
-        .post("/api/v1/app/{app_id}/msg/{msg_id}/endpoint/{endpoint_id}/resend", resend)
+        .operations(routes!(list_by_endpoint))
+        .operations(routes!(list_by_msg))
+        .operations(routes!(list_attempted_messages))
+        .operations(routes!(list_attempted_destinations))
+        .operations(routes!(get_attempt))
+        .operations(routes!(expunge_attempt_content))
+        .operations(routes!(resend))
 }
 
 /// Reads the `status` query parameter (0 success, 1 pending, 2 fail, 3 sending).

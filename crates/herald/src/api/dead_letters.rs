@@ -17,15 +17,16 @@ use crate::dead_letters::{EndpointDeadLetters, analyse};
 use crate::ids::AppId;
 use crate::replay::ReplayTask;
 use crate::store::DeadLetterFilter;
+use utoipa_axum::routes;
 
 /// Dead letters read at most for one analysis or replay.
 const MAX_ROWS: usize = 100_000;
 
 pub fn routes() -> Routes {
     Routes::new()
-        .get("/api/v1/stats/dead-letters", dead_letter_stats)
-        .post("/api/v1/app/{app_id}/dead-letters/replay", replay)
-        .get("/api/v1/app/{app_id}/dead-letters/replay/{task_id}", replay_progress)
+        .operations(routes!(dead_letter_stats))
+        .operations(routes!(replay))
+        .operations(routes!(replay_progress))
 }
 
 #[derive(Serialize, utoipa::ToSchema)]

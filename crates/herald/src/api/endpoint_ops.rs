@@ -24,17 +24,16 @@ use crate::ids::{MessageId, TaskId};
 use crate::ingest::Route;
 use crate::signing::EndpointKey;
 use crate::store::{Endpoint, EndpointStats, IngestResult, Message, PreviousSecret, Requeue, Secrets};
+use utoipa_axum::routes;
 
 pub fn routes() -> Routes {
     Routes::new()
-        .get("/api/v1/app/{app_id}/endpoint/{endpoint_id}/secret", get_secret)
-        .post("/api/v1/app/{app_id}/endpoint/{endpoint_id}/secret/rotate", rotate_secret)
-        .get("/api/v1/app/{app_id}/endpoint/{endpoint_id}/headers", get_headers)
-        .put("/api/v1/app/{app_id}/endpoint/{endpoint_id}/headers", update_headers)
-        .patch("/api/v1/app/{app_id}/endpoint/{endpoint_id}/headers", patch_headers)
-        .get("/api/v1/app/{app_id}/endpoint/{endpoint_id}/stats", get_stats)
-        .post("/api/v1/app/{app_id}/endpoint/{endpoint_id}/recover", recover)
-        .post("/api/v1/app/{app_id}/endpoint/{endpoint_id}/send-example", send_example)
+        .operations(routes!(get_secret))
+        .operations(routes!(rotate_secret))
+        .operations(routes!(get_headers, update_headers, patch_headers))
+        .operations(routes!(get_stats))
+        .operations(routes!(recover))
+        .operations(routes!(send_example))
 }
 
 #[derive(Serialize, utoipa::ToSchema)]

@@ -14,6 +14,7 @@ use super::validate::{Problems, double_option};
 use super::{AppState, optimistic};
 use crate::clock::{Millis, now_ms, to_rfc3339};
 use crate::store::EventType;
+use utoipa_axum::routes;
 
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -94,13 +95,12 @@ impl EventTypeOut {
 }
 
 pub fn routes() -> Routes {
-    Routes::new()
-        .get("/api/v1/event-type", list_event_types)
-        .post("/api/v1/event-type", create_event_type)
-        .get("/api/v1/event-type/{event_type_name}", get_event_type)
-        .put("/api/v1/event-type/{event_type_name}", upsert_event_type)
-        .patch("/api/v1/event-type/{event_type_name}", patch_event_type)
-        .delete("/api/v1/event-type/{event_type_name}", delete_event_type)
+    Routes::new().operations(routes!(list_event_types, create_event_type)).operations(routes!(
+        get_event_type,
+        upsert_event_type,
+        patch_event_type,
+        delete_event_type
+    ))
 }
 
 fn check(et: &EventType) -> ApiResult<()> {

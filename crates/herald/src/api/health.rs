@@ -11,13 +11,10 @@ use super::error::HttpErrorOut;
 
 use super::AppState;
 use super::routes::Routes;
+use utoipa_axum::routes;
 
 pub fn routes() -> Routes {
-    Routes::new()
-        .get("/api/v1/health", health)
-        .head("/api/v1/health", health_head)
-        .get("/api/v1/health/ping", ping)
-        .head("/api/v1/health/ping", ping_head)
+    Routes::new().operations(routes!(health, health_head)).operations(routes!(ping, ping_head))
 }
 
 /// 204 when the API and its store work, 503 otherwise.

@@ -24,6 +24,7 @@ use crate::ids::MessageId;
 use crate::ingest::Route;
 use crate::redaction::Redactor;
 use crate::store::{IngestResult, Message, MessageFilter};
+use utoipa_axum::routes;
 
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -120,10 +121,9 @@ impl MessageOut {
 
 pub fn routes() -> Routes {
     Routes::new()
-        .get("/api/v1/app/{app_id}/msg", list_messages)
-        .post("/api/v1/app/{app_id}/msg", create_message)
-        .get("/api/v1/app/{app_id}/msg/{msg_id}", get_message)
-        .delete("/api/v1/app/{app_id}/msg/{msg_id}/content", expunge_content)
+        .operations(routes!(list_messages, create_message))
+        .operations(routes!(get_message))
+        .operations(routes!(expunge_content))
 }
 
 fn check(state: &AppState, input: &MessageIn) -> ApiResult<()> {

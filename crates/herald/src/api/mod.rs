@@ -52,6 +52,7 @@ pub use consumer::WaitingPolls;
 use idempotency::KeyLocks;
 pub use rate_limit::RateLimiter;
 pub use routes::{Route, Routes};
+use utoipa_axum::routes;
 
 /// Size limits of requests.
 #[derive(Debug, Clone, Copy)]
@@ -147,11 +148,11 @@ pub fn routes() -> Routes {
         .merge(dead_letters::routes())
         .merge(poller::routes())
         .merge(session::routes())
-        .post("/api/v1/auth/app-portal-access/{app_id}", portal_access::app_portal_access)
-        .post("/api/v1/auth/dashboard-access/{app_id}", portal_access::dashboard_access)
-        .post("/api/v1/auth/app/{app_id}/expire-all", portal_access::expire_all)
-        .post("/api/v1/auth/logout", auth::logout)
-        .get("/api/v1/openapi.json", openapi::serve)
+        .operations(routes!(portal_access::app_portal_access))
+        .operations(routes!(portal_access::dashboard_access))
+        .operations(routes!(portal_access::expire_all))
+        .operations(routes!(auth::logout))
+        .operations(routes!(openapi::serve))
 }
 
 /// The API's routes as served: its POSTs under the `idempotency-key` layer.

@@ -20,6 +20,7 @@ use super::{AppState, optimistic, visible_app};
 use crate::clock::{now_ms, to_rfc3339};
 use crate::ids::PollerId;
 use crate::store::{App, Metadata, Poller};
+use utoipa_axum::routes;
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -87,13 +88,10 @@ impl From<&Poller> for PollerOut {
 
 pub fn routes() -> Routes {
     Routes::new()
-        .get("/api/v1/app/{app_id}/poller", list_pollers)
-        .post("/api/v1/app/{app_id}/poller", create_poller)
-        .get("/api/v1/app/{app_id}/poller/{poller_id}", get_poller)
-        .patch("/api/v1/app/{app_id}/poller/{poller_id}", patch_poller)
-        .delete("/api/v1/app/{app_id}/poller/{poller_id}", delete_poller)
-        .get("/api/v1/app/{app_id}/poller/{poller_id}/consumer/{consumer_id}", consumer::consume)
-        .post("/api/v1/app/{app_id}/poller/{poller_id}/consumer/{consumer_id}/seek", consumer::seek)
+        .operations(routes!(list_pollers, create_poller))
+        .operations(routes!(get_poller, patch_poller, delete_poller))
+        .operations(routes!(consumer::consume))
+        .operations(routes!(consumer::seek))
 }
 
 /// A poller of a visible application (404 otherwise, as for every other id).

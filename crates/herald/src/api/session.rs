@@ -15,6 +15,7 @@ use super::routes::Routes;
 use super::{AppState, visible_app};
 use crate::clock::to_rfc3339;
 use crate::store::{EndSessions, Session};
+use utoipa_axum::routes;
 
 #[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -48,10 +49,7 @@ pub struct SessionsEndedOut {
 }
 
 pub fn routes() -> Routes {
-    Routes::new()
-        .get("/api/v1/auth/session", list_sessions)
-        .delete("/api/v1/auth/session", end_sessions)
-        .delete("/api/v1/auth/session/{session_id}", end_session)
+    Routes::new().operations(routes!(list_sessions, end_sessions)).operations(routes!(end_session))
 }
 
 /// Why only the admin token manages sessions.

@@ -22,14 +22,15 @@ use crate::health;
 use crate::ids::EndpointId;
 use crate::latency::{Histogram, LatencySummary, MIN_SAMPLES};
 use crate::metrics::Gauges;
+use utoipa_axum::routes;
 
 pub fn routes() -> Routes {
     Routes::new()
-        .get("/api/v1/app/{app_id}/endpoint/{endpoint_id}/health", endpoint_health)
-        .post("/api/v1/app/{app_id}/endpoint/{endpoint_id}/health/retry", retry_now)
-        .get("/api/v1/stats/slow-endpoints", slow_endpoints)
-        .get("/api/v1/stats/summary", summary)
-        .get("/metrics", metrics)
+        .operations(routes!(endpoint_health))
+        .operations(routes!(retry_now))
+        .operations(routes!(slow_endpoints))
+        .operations(routes!(summary))
+        .operations(routes!(metrics))
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -208,6 +209,9 @@ pub async fn summary(State(state): State<AppState>, principal: Principal) -> Api
 }
 
 /// Prometheus metrics in the text exposition format (admin token).
+#[utoipa::path(get, path = "/metrics", operation_id = "herald.metrics", tag = "Health",
+    responses((status = 200, content_type = "text/plain; version=0.0.4", body = String),
+        (status = 401, body = super::error::HttpErrorOut), (status = 403, body = super::error::HttpErrorOut)))]
 pub async fn metrics(State(state): State<AppState>, principal: Principal) -> ApiResult<impl IntoResponse> {
     principal.require_admin()?;
     let now = now_ms();

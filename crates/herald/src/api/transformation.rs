@@ -23,11 +23,10 @@ use crate::headers::is_sensitive_header;
 use crate::ids::{AppId, MessageId};
 use crate::scripts::{CheckError, Verdict};
 use crate::store::{Message, PageQuery};
+use utoipa_axum::routes;
 
 pub fn routes() -> Routes {
-    Routes::new()
-        .post("/api/v1/app/{app_id}/endpoint/{endpoint_id}/transformation/simulate", simulate)
-        .get("/api/v1/app/{app_id}/msg/{msg_id}/filtered", filtered)
+    Routes::new().operations(routes!(simulate)).operations(routes!(filtered))
 }
 
 /// Checks tenant expressions about to be set, as (field, code): within their bounds and

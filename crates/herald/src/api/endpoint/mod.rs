@@ -25,15 +25,15 @@ use super::validate::same_id;
 use super::{AppState, visible_app, visible_endpoint};
 use crate::ids::EndpointId;
 use crate::store::Endpoint;
+use utoipa_axum::routes;
 
 pub fn routes() -> Routes {
-    Routes::new()
-        .get("/api/v1/app/{app_id}/endpoint", list_endpoints)
-        .post("/api/v1/app/{app_id}/endpoint", create_endpoint)
-        .get("/api/v1/app/{app_id}/endpoint/{endpoint_id}", get_endpoint)
-        .put("/api/v1/app/{app_id}/endpoint/{endpoint_id}", upsert_endpoint)
-        .patch("/api/v1/app/{app_id}/endpoint/{endpoint_id}", patch_endpoint)
-        .delete("/api/v1/app/{app_id}/endpoint/{endpoint_id}", delete_endpoint)
+    Routes::new().operations(routes!(list_endpoints, create_endpoint)).operations(routes!(
+        get_endpoint,
+        upsert_endpoint,
+        patch_endpoint,
+        delete_endpoint
+    ))
 }
 
 #[utoipa::path(get, path = "/api/v1/app/{app_id}/endpoint", operation_id = "v1.endpoint.list", tag = "Endpoint",
