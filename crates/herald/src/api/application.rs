@@ -13,7 +13,7 @@ use super::extract::{JsonBody, QueryMap};
 use super::list::{Cursor, ListResponse, Order, Page};
 use super::routes::Routes;
 use super::validate::{Problems, chosen_id, double_option, same_id};
-use super::{AppState, optimistic, require_admin_for, visible_app};
+use super::{AppState, VisibleApp, optimistic, require_admin_for};
 use crate::brand::Brand;
 use crate::clock::{now_ms, to_rfc3339};
 use crate::egress::EgressProxy;
@@ -234,13 +234,8 @@ pub async fn create_app(
 
 #[utoipa::path(get, path = "/api/v1/app/{app_id}", operation_id = "v1.application.get", tag = "Application",
     params(("app_id" = String, Path)), responses((status = 200, body = ApplicationOut), (status = 404, body = super::error::HttpErrorOut)))]
-pub async fn get_app(
-    State(state): State<AppState>,
-    principal: Principal,
-    Path(app_id): Path<String>,
-) -> ApiResult<Json<ApplicationOut>> {
-    let app = visible_app(&state, &principal, &app_id).await?;
-    Ok(Json(ApplicationOut::from(app.as_ref())))
+pub async fn get_app(app: VisibleApp) -> ApiResult<Json<ApplicationOut>> {
+    Ok(Json(ApplicationOut::from(&*app)))
 }
 
 /// Updates an application, or creates it (with the path as its uid) when it does not exist.
@@ -331,13 +326,8 @@ pub async fn patch_app(
 
 #[utoipa::path(delete, path = "/api/v1/app/{app_id}", operation_id = "v1.application.delete", tag = "Application",
     params(("app_id" = String, Path)), responses((status = 204)))]
-pub async fn delete_app(
-    State(state): State<AppState>,
-    principal: Principal,
-    Path(app_id): Path<String>,
-) -> ApiResult<StatusCode> {
-    require_admin_for(&state, &principal, &app_id, OPERATOR_OWNS_APPS).await?;
-    let app = visible_app(&state, &principal, &app_id).await?;
+pub async fn delete_app(State(state): State<AppState>, principal: Principal, app: VisibleApp) -> ApiResult<StatusCode> {
+    principal.require_admin_because(OPERATOR_OWNS_APPS)?;
     state.store.delete_app(&app.id).await?;
     state.catalog.invalidate_app(&app);
     state.dispatcher.app_changed(&app.id).await;

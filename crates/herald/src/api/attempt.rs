@@ -13,7 +13,7 @@ use super::extract::QueryMap;
 use super::list::{Cursor, ListResponse, Order, Page};
 use super::message::{MessageOut, message_filter};
 use super::routes::Routes;
-use super::{AppState, visible_app, visible_endpoint, visible_message};
+use super::{AppState, VisibleEndpoint, VisibleMessage};
 use crate::clock::to_rfc3339;
 use crate::ids::{AttemptId, EndpointId, MessageId};
 use crate::store::{Attempt, AttemptFilter, DeliveryStatus, DeliveryView, Endpoint, Message, Requeue};
@@ -144,11 +144,10 @@ type Attempts = Json<ListResponse<MessageAttemptOut>>;
     responses((status = 200, body = ListResponse<MessageAttemptOut>)))]
 pub async fn list_by_endpoint(
     State(state): State<AppState>,
-    principal: Principal,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    endpoint: VisibleEndpoint,
     query: QueryMap,
 ) -> ApiResult<Attempts> {
-    let (app, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
+    let (app, endpoint) = endpoint.into_parts();
     let page = Page::from_query(&query, Order::AlwaysDescending, Cursor::Id(AttemptId::PREFIX))?;
     let filter = AttemptFilter { endpoint: Some(endpoint.id), ..attempt_filter(&query, &app.id)? };
     let found = state.store.list_attempts(&filter, &page.query()).await?;
@@ -164,13 +163,15 @@ pub async fn list_by_endpoint(
 pub async fn list_by_msg(
     State(state): State<AppState>,
     principal: Principal,
-    Path((app_id, msg_id)): Path<(String, String)>,
+    message: VisibleMessage,
     query: QueryMap,
 ) -> ApiResult<Attempts> {
-    let (app, message) = visible_message(&state, &principal, &app_id, &msg_id).await?;
+    let (app, message) = message.into_parts();
     let page = Page::from_query(&query, Order::AlwaysDescending, Cursor::Id(AttemptId::PREFIX))?;
     let endpoint = match query.get::<String>("endpoint_id")? {
-        Some(id) => Some(visible_endpoint(&state, &principal, app.id.as_str(), &id).await?.1.id),
+        Some(id) => {
+            Some(VisibleEndpoint::resolve(&state, &principal, app.id.as_str(), &id).await?.endpoint().id.clone())
+        }
         None => None,
     };
     let filter = AttemptFilter { msg: Some(message.id), endpoint, ..attempt_filter(&query, &app.id)? };
@@ -187,10 +188,10 @@ pub async fn list_by_msg(
 pub async fn list_attempted_messages(
     State(state): State<AppState>,
     principal: Principal,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    endpoint: VisibleEndpoint,
     query: QueryMap,
 ) -> ApiResult<Json<ListResponse<EndpointMessageOut>>> {
-    let (_, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
+    let (_, endpoint) = endpoint.into_parts();
     let page = Page::from_query(&query, Order::AlwaysDescending, Cursor::Id(MessageId::PREFIX))?;
     let with_content = query.flag("with_content", true)?;
     let found = state
@@ -211,11 +212,10 @@ pub async fn list_attempted_messages(
     responses((status = 200, body = ListResponse<MessageEndpointOut>)))]
 pub async fn list_attempted_destinations(
     State(state): State<AppState>,
-    principal: Principal,
-    Path((app_id, msg_id)): Path<(String, String)>,
+    message: VisibleMessage,
     query: QueryMap,
 ) -> ApiResult<Json<ListResponse<MessageEndpointOut>>> {
-    let (_, message) = visible_message(&state, &principal, &app_id, &msg_id).await?;
+    let (_, message) = message.into_parts();
     let page = Page::from_query(&query, Order::AlwaysAscending, Cursor::Id(EndpointId::PREFIX))?;
     let deliveries = state.store.message_deliveries(&message.id, &page.query()).await?;
     let mut rows = Vec::with_capacity(deliveries.len());
@@ -242,10 +242,10 @@ pub async fn list_attempted_destinations(
     responses((status = 200, body = MessageAttemptOut)))]
 pub async fn get_attempt(
     State(state): State<AppState>,
-    principal: Principal,
-    Path((app_id, msg_id, attempt_id)): Path<(String, String, String)>,
+    message: VisibleMessage,
+    Path((_, _, attempt_id)): Path<(String, String, String)>,
 ) -> ApiResult<Json<MessageAttemptOut>> {
-    let (app, message) = visible_message(&state, &principal, &app_id, &msg_id).await?;
+    let (app, message) = message.into_parts();
     let attempt = state.store.attempt(&app.id, &message.id, &attempt_id).await?.ok_or(ApiError::NotFound("attempt"))?;
     Ok(Json(attempt.into()))
 }
@@ -255,10 +255,10 @@ pub async fn get_attempt(
     params(("app_id" = String, Path), ("msg_id" = String, Path), ("attempt_id" = String, Path)), responses((status = 204)))]
 pub async fn expunge_attempt_content(
     State(state): State<AppState>,
-    principal: Principal,
-    Path((app_id, msg_id, attempt_id)): Path<(String, String, String)>,
+    message: VisibleMessage,
+    Path((_, _, attempt_id)): Path<(String, String, String)>,
 ) -> ApiResult<StatusCode> {
-    let (app, message) = visible_message(&state, &principal, &app_id, &msg_id).await?;
+    let (app, message) = message.into_parts();
     if state.store.expunge_attempt(&app.id, &message.id, &attempt_id).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
@@ -277,17 +277,16 @@ pub struct EmptyResponse {}
     responses((status = 202, body = EmptyResponse)))]
 pub async fn resend(
     State(state): State<AppState>,
-    principal: Principal,
-    Path((app_id, msg_id, endpoint_id)): Path<(String, String, String)>,
+    message: VisibleMessage,
+    endpoint: VisibleEndpoint,
 ) -> ApiResult<(StatusCode, Json<EmptyResponse>)> {
-    let app = visible_app(&state, &principal, &app_id).await?;
-    let (_, message) = visible_message(&state, &principal, app.id.as_str(), &msg_id).await?;
-    let (_, endpoint) = visible_endpoint(&state, &principal, app.id.as_str(), &endpoint_id).await?;
+    let (app, message) = message.into_parts();
+    let endpoint = endpoint.endpoint();
     if message.payload.is_none() {
         let why = "Unable to resend message. Payload is missing (probably expired).";
         return Err(ApiError::Refused("missing_payload", why.into()));
     }
-    let (msg, endpoint) = (message.id, endpoint.id);
+    let (msg, endpoint) = (message.id, endpoint.id.clone());
     state.store.requeue(Requeue::Resend { app: app.id.clone(), msg: msg.clone(), endpoint: endpoint.clone() }).await?;
     state.dispatcher.resend_requested(&msg, &endpoint).await;
     state.dispatcher.poke();

@@ -107,7 +107,11 @@ impl FromRequestParts<AppState> for Principal {
             return Ok(known.clone());
         }
         let token = bearer_token(&parts.headers)?.ok_or(ApiError::Unauthorized)?;
-        Self::from_token(state, token, client_address(parts)).await
+        let principal = Self::from_token(state, token, client_address(parts)).await?;
+        // Later extractors of the same request (the `scope` ones) find it here, so the
+        // request is charged to its token's budget once.
+        parts.extensions.insert(principal.clone());
+        Ok(principal)
     }
 }
 

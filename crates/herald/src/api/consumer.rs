@@ -26,7 +26,7 @@ use super::AppState;
 use super::auth::Principal;
 use super::error::{ApiError, ApiResult, ValidationItem};
 use super::extract::JsonBody;
-use super::poller::visible_poller;
+use super::scope::VisiblePoller;
 use super::validate::Problems;
 use crate::clock::to_rfc3339;
 use crate::config::TenantLimits;
@@ -199,10 +199,11 @@ fn too_many_consumers(cap: usize) -> ApiError {
 pub async fn consume(
     State(state): State<AppState>,
     principal: Principal,
-    Path((app_id, poller_id, consumer)): Path<(String, String, String)>,
+    poller: VisiblePoller,
+    Path((_, _, consumer)): Path<(String, String, String)>,
     Query(query): Query<ConsumerQuery>,
 ) -> ApiResult<Json<PolledPage>> {
-    let (app, poller) = visible_poller(&state, &principal, &app_id, &poller_id).await?;
+    let (app, poller) = poller.into_parts();
     // Everything is checked before anything moves: a refused request leaves the consumer.
     check_consumer(&consumer)?;
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
@@ -383,11 +384,11 @@ async fn expired(state: &AppState, app: &App, first_gone: &LogPosition) -> ApiEr
     responses((status = 200, body = SeekOut)))]
 pub async fn seek(
     State(state): State<AppState>,
-    principal: Principal,
-    Path((app_id, poller_id, consumer)): Path<(String, String, String)>,
+    poller: VisiblePoller,
+    Path((_, _, consumer)): Path<(String, String, String)>,
     body: JsonBody<SeekIn>,
 ) -> ApiResult<Json<SeekOut>> {
-    let (app, poller) = visible_poller(&state, &principal, &app_id, &poller_id).await?;
+    let (app, poller) = poller.into_parts();
     check_consumer(&consumer)?;
     let after = body.value.after;
     let at = if let Ok(time) = DateTime::parse_from_rfc3339(&after) {

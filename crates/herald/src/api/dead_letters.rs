@@ -11,7 +11,7 @@ use super::auth::Principal;
 use super::error::{ApiError, ApiResult};
 use super::extract::{JsonBody, QueryMap, body_time};
 use super::routes::Routes;
-use super::{AppState, visible_app};
+use super::{AppState, VisibleApp, VisibleEndpoint};
 use crate::clock::{Millis, now_ms, to_rfc3339};
 use crate::dead_letters::{EndpointDeadLetters, analyse};
 use crate::ids::AppId;
@@ -52,7 +52,7 @@ pub async fn dead_letter_stats(
     }
     let app = match (&principal, query.get::<String>("appId")?) {
         (Principal::App { app_id, .. }, _) => Some(app_id.clone()),
-        (Principal::Admin, Some(id)) => Some(visible_app(&state, &principal, &id).await?.id.clone()),
+        (Principal::Admin, Some(id)) => Some(VisibleApp::resolve(&state, &principal, &id).await?.id.clone()),
         (Principal::Admin, None) => None,
     };
     let filter = DeadLetterFilter {
@@ -120,10 +120,9 @@ impl ReplayOut {
 pub async fn replay(
     State(state): State<AppState>,
     principal: Principal,
-    Path(app_id): Path<String>,
+    app: VisibleApp,
     body: JsonBody<ReplayIn>,
 ) -> ApiResult<(StatusCode, Json<ReplayOut>)> {
-    let app = visible_app(&state, &principal, &app_id).await?;
     let filter = replay_filter(&state, &principal, &app.id, &body.value).await?;
     let ids: Vec<i64> = state.store.dead_letters(&filter).await?.iter().map(|d| d.delivery_id).collect();
     if body.value.dry_run {
@@ -148,7 +147,7 @@ async fn replay_filter(
     input: &ReplayIn,
 ) -> ApiResult<DeadLetterFilter> {
     let endpoint = match &input.endpoint_id {
-        Some(id) => Some(super::visible_endpoint(state, principal, app.as_str(), id).await?.1.id),
+        Some(id) => Some(VisibleEndpoint::resolve(state, principal, app.as_str(), id).await?.endpoint().id.clone()),
         None => None,
     };
     Ok(DeadLetterFilter {
@@ -169,10 +168,9 @@ async fn replay_filter(
     params(("app_id" = String, Path), ("task_id" = String, Path)), responses((status = 200, body = ReplayOut)))]
 pub async fn replay_progress(
     State(state): State<AppState>,
-    principal: Principal,
-    Path((app_id, task_id)): Path<(String, String)>,
+    app: VisibleApp,
+    Path((_, task_id)): Path<(String, String)>,
 ) -> ApiResult<Json<ReplayOut>> {
-    let app = visible_app(&state, &principal, &app_id).await?;
     let task = state.replays.get(&app.id, &task_id).ok_or(ApiError::NotFound("task"))?;
     Ok(Json(ReplayOut::of(&task)))
 }

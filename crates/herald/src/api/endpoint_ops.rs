@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 
@@ -17,7 +17,7 @@ use super::extract::{JsonBody, QueryMap, body_time};
 use super::message::MessageOut;
 use super::routes::Routes;
 use super::validate::Problems;
-use super::{AppState, visible_endpoint};
+use super::{AppState, VisibleEndpoint};
 use crate::clock::{now_ms, to_rfc3339};
 use crate::headers::is_sensitive_header;
 use crate::ids::{MessageId, TaskId};
@@ -63,8 +63,6 @@ pub struct EndpointSecretRotateIn {
     pub grace_period_seconds: Option<u32>,
 }
 
-type EndpointPath = Path<(String, String)>;
-
 /// Previous secrets still signing at most: the next rotation waits for one to expire.
 const MAX_PREVIOUS_SECRETS: usize = 10;
 
@@ -81,9 +79,9 @@ const SLACK_MS: i64 = 5 * 60 * 1000;
 pub async fn get_secret(
     State(state): State<AppState>,
     principal: Principal,
-    Path((app_id, endpoint_id)): EndpointPath,
+    endpoint: VisibleEndpoint,
 ) -> ApiResult<Json<EndpointSecretOut>> {
-    let (_, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
+    let (_, endpoint) = endpoint.into_parts();
     let previous_keys = match principal {
         Principal::Admin => Some(previous_keys(&state, &endpoint)?),
         Principal::App { .. } => None,
@@ -128,7 +126,7 @@ pub fn header_names(state: &AppState, endpoint: &Endpoint) -> ApiResult<Vec<Stri
 pub async fn rotate_secret(
     State(state): State<AppState>,
     principal: Principal,
-    Path((app_id, endpoint_id)): EndpointPath,
+    endpoint: VisibleEndpoint,
     body: JsonBody<EndpointSecretRotateIn>,
 ) -> ApiResult<StatusCode> {
     let new_secret = parse_secret("key", body.value.key.as_deref())?;
@@ -139,7 +137,7 @@ pub async fn rotate_secret(
             return Err(ApiError::invalid("gracePeriodSeconds", "must be at most 604800"));
         }
     };
-    modify(&state, &principal, (&app_id, &endpoint_id), |endpoint| {
+    modify(&state, &principal, &endpoint, |endpoint| {
         let now = now_ms();
         let mut secrets = open_secrets(&state, endpoint)?;
         secrets.previous.retain(|p| p.expires_at > now);
@@ -198,10 +196,9 @@ pub struct EndpointHeadersPatchIn {
     responses((status = 200, body = EndpointHeadersOut)))]
 pub async fn get_headers(
     State(state): State<AppState>,
-    principal: Principal,
-    Path((app_id, endpoint_id)): EndpointPath,
+    endpoint: VisibleEndpoint,
 ) -> ApiResult<Json<EndpointHeadersOut>> {
-    let (_, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
+    let (_, endpoint) = endpoint.into_parts();
     let (sensitive, headers): (BTreeMap<_, _>, BTreeMap<_, _>) =
         open_headers(&state, &endpoint)?.into_iter().partition(|(name, _)| is_sensitive_header(name));
     Ok(Json(EndpointHeadersOut { headers, sensitive: sensitive.into_keys().collect() }))
@@ -213,10 +210,10 @@ pub async fn get_headers(
 pub async fn update_headers(
     State(state): State<AppState>,
     principal: Principal,
-    Path((app_id, endpoint_id)): EndpointPath,
+    endpoint: VisibleEndpoint,
     body: JsonBody<EndpointHeadersIn>,
 ) -> ApiResult<StatusCode> {
-    modify(&state, &principal, (&app_id, &endpoint_id), |endpoint| {
+    modify(&state, &principal, &endpoint, |endpoint| {
         endpoint.headers = seal_headers(&state, &body.value.headers, &endpoint.id)?;
         Ok(())
     })
@@ -230,10 +227,10 @@ pub async fn update_headers(
 pub async fn patch_headers(
     State(state): State<AppState>,
     principal: Principal,
-    Path((app_id, endpoint_id)): EndpointPath,
+    endpoint: VisibleEndpoint,
     body: JsonBody<EndpointHeadersPatchIn>,
 ) -> ApiResult<StatusCode> {
-    modify(&state, &principal, (&app_id, &endpoint_id), |endpoint| {
+    modify(&state, &principal, &endpoint, |endpoint| {
         let mut headers = open_headers(&state, endpoint)?;
         for (name, value) in &body.value.headers {
             match value {
@@ -254,11 +251,10 @@ pub async fn patch_headers(
     responses((status = 200, body = EndpointStats)))]
 pub async fn get_stats(
     State(state): State<AppState>,
-    principal: Principal,
-    Path((app_id, endpoint_id)): EndpointPath,
+    endpoint: VisibleEndpoint,
     query: QueryMap,
 ) -> ApiResult<Json<EndpointStats>> {
-    let (_, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
+    let (_, endpoint) = endpoint.into_parts();
     let now = now_ms();
     let until = query.time("until")?.unwrap_or(now);
     if until > now + SLACK_MS {
@@ -302,11 +298,10 @@ pub struct RecoverOut {
     responses((status = 202, body = RecoverOut)))]
 pub async fn recover(
     State(state): State<AppState>,
-    principal: Principal,
-    Path((app_id, endpoint_id)): EndpointPath,
+    endpoint: VisibleEndpoint,
     body: JsonBody<RecoverIn>,
 ) -> ApiResult<(StatusCode, Json<RecoverOut>)> {
-    let (_, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
+    let (_, endpoint) = endpoint.into_parts();
     let since = body_time("since", Some(&body.value.since))?.unwrap_or_default();
     if since < now_ms() - RECOVER_WINDOW.as_millis() as i64 - SLACK_MS {
         return Err(ApiError::invalid("since", "Cannot recover messages more than 14 days old."));
@@ -343,11 +338,10 @@ const PING_EVENT_TYPE: &str = "svix.ping";
     responses((status = 200, body = MessageOut)))]
 pub async fn send_example(
     State(state): State<AppState>,
-    principal: Principal,
-    Path((app_id, endpoint_id)): EndpointPath,
+    endpoint: VisibleEndpoint,
     body: JsonBody<EventExampleIn>,
 ) -> ApiResult<Json<MessageOut>> {
-    let (app, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
+    let (app, endpoint) = endpoint.into_parts();
     let event_type = body.value.event_type;
     let mut p = Problems::default();
     p.slug("eventType", &event_type, 256);

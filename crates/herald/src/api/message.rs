@@ -18,7 +18,7 @@ use super::idempotency::Keyed;
 use super::list::{Cursor, ListResponse, Order, Page};
 use super::routes::Routes;
 use super::validate::Problems;
-use super::{AppState, require_admin_for, visible_app, visible_message};
+use super::{AppState, VisibleApp, VisibleMessage, require_admin_for};
 use crate::clock::{now_ms, to_rfc3339};
 use crate::ids::MessageId;
 use crate::ingest::Route;
@@ -241,10 +241,9 @@ async fn accept(
 pub async fn list_messages(
     State(state): State<AppState>,
     principal: Principal,
-    Path(app_id): Path<String>,
+    app: VisibleApp,
     query: QueryMap,
 ) -> ApiResult<Json<ListResponse<MessageOut>>> {
-    let app = visible_app(&state, &principal, &app_id).await?;
     let page = Page::from_query(&query, Order::AlwaysDescending, Cursor::Id(MessageId::PREFIX))?;
     let filter = message_filter(&query)?;
     let with_content = query.flag("with_content", true)?;
@@ -269,21 +268,17 @@ pub fn message_filter(query: &QueryMap) -> ApiResult<MessageFilter> {
 pub async fn get_message(
     State(state): State<AppState>,
     principal: Principal,
-    Path((app_id, msg_id)): Path<(String, String)>,
+    message: VisibleMessage,
     query: QueryMap,
 ) -> ApiResult<Json<MessageOut>> {
-    let (_, message) = visible_message(&state, &principal, &app_id, &msg_id).await?;
+    let (_, message) = message.into_parts();
     Ok(Json(MessageOut::shown(&message, query.flag("with_content", true)?, state.mask_for(&principal))))
 }
 
 #[utoipa::path(delete, path = "/api/v1/app/{app_id}/msg/{msg_id}/content", operation_id = "v1.message.expunge-content",
     tag = "Message", params(("app_id" = String, Path), ("msg_id" = String, Path)), responses((status = 204)))]
-pub async fn expunge_content(
-    State(state): State<AppState>,
-    principal: Principal,
-    Path((app_id, msg_id)): Path<(String, String)>,
-) -> ApiResult<StatusCode> {
-    let (app, message) = visible_message(&state, &principal, &app_id, &msg_id).await?;
+pub async fn expunge_content(State(state): State<AppState>, message: VisibleMessage) -> ApiResult<StatusCode> {
+    let (app, message) = message.into_parts();
     state.store.expunge_message(&app.id, &message.id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -1,7 +1,7 @@
 //! The HTTP API: the Svix v1 API plus Herald's extensions. One router per resource file;
-//! the caller's identity is an extractor ([`auth::Principal`]) and every lookup of an
-//! application, endpoint or message goes through the `visible_*` helpers here, which scope
-//! it to what the caller may see (other applications' ids answer 404).
+//! the caller's identity is an extractor ([`auth::Principal`]), and so is every
+//! application, endpoint, message and poller a path names ([`scope`]): a handler receives
+//! only rows the caller may see (other applications' ids answer 404).
 
 mod application;
 mod attempt;
@@ -23,6 +23,7 @@ pub(crate) mod poller;
 pub(crate) mod portal_access;
 mod rate_limit;
 mod routes;
+pub(crate) mod scope;
 mod session;
 pub(crate) mod stats;
 pub(crate) mod transformation;
@@ -46,12 +47,13 @@ use crate::redaction::Redactor;
 use crate::replay::ReplayTasks;
 use crate::sealing::Keyring;
 use crate::ssrf::Guard;
-use crate::store::{App, Endpoint, Message, Store};
+use crate::store::Store;
 use crate::supervisor::Liveness;
 pub use consumer::WaitingPolls;
 use idempotency::KeyLocks;
 pub use rate_limit::RateLimiter;
 pub use routes::{Route, Routes};
+pub use scope::{VisibleApp, VisibleEndpoint, VisibleMessage, VisiblePoller};
 use utoipa_axum::routes;
 
 /// Size limits of requests.
@@ -171,14 +173,6 @@ pub fn health_router(state: AppState) -> Router {
     health::routes().into_router().fallback(|| async { ApiError::NotFound("route") }).with_state(state)
 }
 
-/// The application `id_or_uid`, if the caller may see it (404 otherwise).
-pub(crate) async fn visible_app(state: &AppState, principal: &Principal, id_or_uid: &str) -> ApiResult<Arc<App>> {
-    match state.catalog.app(id_or_uid).await? {
-        Some(app) if principal.can_see(&app.id) => Ok(app),
-        _ => Err(ApiError::NotFound("application")),
-    }
-}
-
 /// For admin-only operations on one application: a portal token gets the same 404 for
 /// another application's ids as everywhere else, and 403 (saying `why`) only on its own
 /// application, so it learns nothing about anyone else's.
@@ -186,30 +180,6 @@ async fn require_admin_for(state: &AppState, principal: &Principal, app_id: &str
     if *principal == Principal::Admin {
         return Ok(());
     }
-    visible_app(state, principal, app_id).await?;
+    VisibleApp::resolve(state, principal, app_id).await?;
     Err(ApiError::Forbidden(why))
-}
-
-/// An endpoint (fresh from the store) of a visible application.
-pub(crate) async fn visible_endpoint(
-    state: &AppState,
-    principal: &Principal,
-    app_id: &str,
-    endpoint_id: &str,
-) -> ApiResult<(Arc<App>, Endpoint)> {
-    let app = visible_app(state, principal, app_id).await?;
-    let endpoint = state.store.endpoint(&app.id, endpoint_id).await?.ok_or(ApiError::NotFound("endpoint"))?;
-    Ok((app, endpoint))
-}
-
-/// A message (by id or eventId) of a visible application.
-pub(crate) async fn visible_message(
-    state: &AppState,
-    principal: &Principal,
-    app_id: &str,
-    msg_id: &str,
-) -> ApiResult<(Arc<App>, Message)> {
-    let app = visible_app(state, principal, app_id).await?;
-    let message = state.store.message(&app.id, msg_id).await?.ok_or(ApiError::NotFound("message"))?;
-    Ok((app, message))
 }

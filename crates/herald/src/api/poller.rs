@@ -5,21 +5,20 @@
 //! given (at-least-once), or seeks: those routes are in `consumer`.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 
-use super::auth::Principal;
 use super::consumer;
 use super::error::{ApiError, ApiResult};
 use super::extract::{JsonBody, QueryMap};
 use super::list::{Cursor, ListResponse, Order, Page};
 use super::routes::Routes;
 use super::validate::{Problems, double_option};
-use super::{AppState, optimistic, visible_app};
+use super::{AppState, VisibleApp, VisiblePoller, optimistic};
 use crate::clock::{now_ms, to_rfc3339};
 use crate::ids::PollerId;
-use crate::store::{App, Metadata, Poller};
+use crate::store::{Metadata, Poller};
 use utoipa_axum::routes;
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -94,20 +93,6 @@ pub fn routes() -> Routes {
         .operations(routes!(consumer::seek))
 }
 
-/// A poller of a visible application (404 otherwise, as for every other id).
-pub(super) async fn visible_poller(
-    state: &AppState,
-    principal: &Principal,
-    app_id: &str,
-    poller_id: &str,
-) -> ApiResult<(std::sync::Arc<App>, Poller)> {
-    let app = visible_app(state, principal, app_id).await?;
-    match state.store.poller(&app.id, poller_id).await? {
-        Some(poller) => Ok((app, poller)),
-        None => Err(ApiError::NotFound("poller")),
-    }
-}
-
 /// Checks every field of a poller about to be stored; its filter only if it differs from
 /// the stored one (`before`), in the sandbox.
 async fn check_poller(state: &AppState, before: Option<&Poller>, p: &Poller) -> ApiResult<()> {
@@ -136,11 +121,9 @@ async fn check_poller(state: &AppState, before: Option<&Poller>, p: &Poller) -> 
     params(("app_id" = String, Path)), responses((status = 200, body = ListResponse<PollerOut>)))]
 pub async fn list_pollers(
     State(state): State<AppState>,
-    principal: Principal,
-    Path(app_id): Path<String>,
+    app: VisibleApp,
     query: QueryMap,
 ) -> ApiResult<Json<ListResponse<PollerOut>>> {
-    let app = visible_app(&state, &principal, &app_id).await?;
     let page = Page::from_query(&query, Order::Descending, Cursor::Id(PollerId::PREFIX))?;
     let found = state.store.list_pollers(&app.id, &page.query()).await?;
     Ok(Json(page.finish(found, |p| p.id.to_string(), |p| PollerOut::from(&p))))
@@ -151,11 +134,9 @@ pub async fn list_pollers(
     responses((status = 201, body = PollerOut), (status = 422, body = super::error::HttpValidationError)))]
 pub async fn create_poller(
     State(state): State<AppState>,
-    principal: Principal,
-    Path(app_id): Path<String>,
+    app: VisibleApp,
     body: JsonBody<PollerIn>,
 ) -> ApiResult<(StatusCode, Json<PollerOut>)> {
-    let app = visible_app(&state, &principal, &app_id).await?;
     let input = body.value;
     let now = now_ms();
     let poller = Poller {
@@ -183,12 +164,8 @@ pub async fn create_poller(
 
 #[utoipa::path(get, path = "/api/v1/app/{app_id}/poller/{poller_id}", operation_id = "herald.poller.get", tag = "Poller",
     params(("app_id" = String, Path), ("poller_id" = String, Path)), responses((status = 200, body = PollerOut)))]
-pub async fn get_poller(
-    State(state): State<AppState>,
-    principal: Principal,
-    Path((app_id, poller_id)): Path<(String, String)>,
-) -> ApiResult<Json<PollerOut>> {
-    let (_, poller) = visible_poller(&state, &principal, &app_id, &poller_id).await?;
+pub async fn get_poller(poller: VisiblePoller) -> ApiResult<Json<PollerOut>> {
+    let (_, poller) = poller.into_parts();
     Ok(Json(PollerOut::from(&poller)))
 }
 
@@ -197,13 +174,12 @@ pub async fn get_poller(
     responses((status = 200, body = PollerOut), (status = 422, body = super::error::HttpValidationError)))]
 pub async fn patch_poller(
     State(state): State<AppState>,
-    principal: Principal,
-    Path((app_id, poller_id)): Path<(String, String)>,
+    scoped: VisiblePoller,
     body: JsonBody<PollerPatch>,
 ) -> ApiResult<Json<PollerOut>> {
     let patch = body.value;
     let poller = optimistic::retry_stale! {
-        let (_, before) = visible_poller(&state, &principal, &app_id, &poller_id).await?;
+        let before = scoped.reread(&state).await?.into_parts().1;
         let mut poller = before.clone();
         let patch = patch.clone();
         if let Some(uid) = patch.uid {
@@ -234,12 +210,8 @@ pub async fn patch_poller(
 
 #[utoipa::path(delete, path = "/api/v1/app/{app_id}/poller/{poller_id}", operation_id = "herald.poller.delete", tag = "Poller",
     params(("app_id" = String, Path), ("poller_id" = String, Path)), responses((status = 204)))]
-pub async fn delete_poller(
-    State(state): State<AppState>,
-    principal: Principal,
-    Path((app_id, poller_id)): Path<(String, String)>,
-) -> ApiResult<StatusCode> {
-    let (app, poller) = visible_poller(&state, &principal, &app_id, &poller_id).await?;
+pub async fn delete_poller(State(state): State<AppState>, poller: VisiblePoller) -> ApiResult<StatusCode> {
+    let (app, poller) = poller.into_parts();
     state.store.delete_poller(&app.id, &poller.id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

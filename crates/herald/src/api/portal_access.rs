@@ -12,11 +12,11 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 
-use super::AppState;
 use super::application::{ApplicationIn, app_for_inline};
 use super::auth::{PORTAL_TOKEN_PREFIX, Principal, token_hash};
 use super::error::{ApiError, ApiResult};
 use super::extract::{JsonBody, parse_json};
+use super::{AppState, VisibleApp};
 use crate::clock::now_ms;
 use crate::ids::random_token;
 use crate::store::{App, PortalToken};
@@ -132,11 +132,10 @@ pub struct ApplicationTokenExpireIn {
 pub async fn expire_all(
     State(state): State<AppState>,
     principal: Principal,
-    Path(app_id): Path<String>,
+    app: VisibleApp,
     body: Bytes,
 ) -> ApiResult<StatusCode> {
-    super::require_admin_for(&state, &principal, &app_id, OPERATOR_ISSUES).await?;
-    let app = super::visible_app(&state, &principal, &app_id).await?;
+    principal.require_admin_because(OPERATOR_ISSUES)?;
     let input: ApplicationTokenExpireIn =
         if body.iter().all(u8::is_ascii_whitespace) { Default::default() } else { parse_json(&body)? };
     let secs = input.expiry.unwrap_or(0);

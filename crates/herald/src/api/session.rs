@@ -12,7 +12,7 @@ use super::auth::Principal;
 use super::error::{ApiError, ApiResult};
 use super::extract::QueryMap;
 use super::routes::Routes;
-use super::{AppState, visible_app};
+use super::{AppState, VisibleApp};
 use crate::clock::to_rfc3339;
 use crate::store::{EndSessions, Session};
 use utoipa_axum::routes;
@@ -66,7 +66,7 @@ pub async fn list_sessions(
 ) -> ApiResult<Json<SessionListOut>> {
     principal.require_admin_because(OPERATOR_ONLY)?;
     let app = match query.get::<String>("app_id")? {
-        Some(app) => Some(visible_app(&state, &principal, &app).await?.id.clone()),
+        Some(app) => Some(VisibleApp::resolve(&state, &principal, &app).await?.id.clone()),
         None => None,
     };
     let sessions = state.store.list_sessions(app.as_ref()).await?;
@@ -84,7 +84,7 @@ pub async fn end_sessions(
 ) -> ApiResult<Json<SessionsEndedOut>> {
     principal.require_admin_because(OPERATOR_ONLY)?;
     let which = match query.get::<String>("app_id")? {
-        Some(app) => EndSessions::App(visible_app(&state, &principal, &app).await?.id.clone()),
+        Some(app) => EndSessions::App(VisibleApp::resolve(&state, &principal, &app).await?.id.clone()),
         None => EndSessions::All,
     };
     Ok(Json(SessionsEndedOut { ended: state.store.end_sessions(which).await? }))

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
@@ -15,7 +15,7 @@ use super::auth::Principal;
 use super::error::ApiResult;
 use super::extract::QueryMap;
 use super::routes::Routes;
-use super::{AppState, visible_endpoint};
+use super::{AppState, VisibleEndpoint};
 use crate::breaker::{Breaker, BreakerState};
 use crate::clock::{Millis, now_ms, to_rfc3339};
 use crate::health;
@@ -59,10 +59,9 @@ pub struct EndpointHealthOut {
     responses((status = 200, body = EndpointHealthOut), (status = 404, body = super::error::HttpErrorOut)))]
 pub async fn endpoint_health(
     State(state): State<AppState>,
-    principal: Principal,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    endpoint: VisibleEndpoint,
 ) -> ApiResult<Json<EndpointHealthOut>> {
-    let (_, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
+    let (_, endpoint) = endpoint.into_parts();
     Ok(Json(health_of(&state, &endpoint).await?))
 }
 
@@ -74,10 +73,9 @@ pub async fn endpoint_health(
     responses((status = 202, body = EndpointHealthOut), (status = 404, body = super::error::HttpErrorOut)))]
 pub async fn retry_now(
     State(state): State<AppState>,
-    principal: Principal,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    endpoint: VisibleEndpoint,
 ) -> ApiResult<(StatusCode, Json<EndpointHealthOut>)> {
-    let (app, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
+    let (app, endpoint) = endpoint.into_parts();
     state.dispatcher.retry_now(&app.id, &endpoint.id).await;
     state.store.announce_retry_now(&app.id, &endpoint.id).await?;
     Ok((StatusCode::ACCEPTED, Json(health_of(&state, &endpoint).await?)))

@@ -8,15 +8,14 @@
 use std::collections::BTreeMap;
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use serde::{Deserialize, Serialize};
 
-use super::auth::Principal;
 use super::error::{ApiError, ApiResult};
 use super::extract::JsonBody;
 use super::routes::Routes;
 use super::validate::Problems;
-use super::{AppState, visible_endpoint, visible_message};
+use super::{AppState, VisibleEndpoint, VisibleMessage};
 use crate::clock::now_ms;
 use crate::deliver::Outgoing;
 use crate::headers::is_sensitive_header;
@@ -65,12 +64,8 @@ pub struct FilteredList {
 #[utoipa::path(get, path = "/api/v1/app/{app_id}/msg/{msg_id}/filtered", operation_id = "herald.message.filtered",
     tag = "Message", params(("app_id" = String, Path), ("msg_id" = String, Path)),
     responses((status = 200, body = FilteredList)))]
-pub async fn filtered(
-    State(state): State<AppState>,
-    principal: Principal,
-    Path((app_id, msg_id)): Path<(String, String)>,
-) -> ApiResult<Json<FilteredList>> {
-    let (app, message) = visible_message(&state, &principal, &app_id, &msg_id).await?;
+pub async fn filtered(State(state): State<AppState>, message: VisibleMessage) -> ApiResult<Json<FilteredList>> {
+    let (app, message) = message.into_parts();
     let everything = PageQuery { limit: 100_000, iterator: None, descending: false };
     let destinations = state.store.message_deliveries(&message.id, &everything).await?;
     let mut data = Vec::new();
@@ -138,11 +133,10 @@ impl SimulateOut {
     responses((status = 200, body = SimulateOut), (status = 422, body = super::error::HttpValidationError)))]
 pub async fn simulate(
     State(state): State<AppState>,
-    principal: Principal,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    endpoint: VisibleEndpoint,
     body: JsonBody<SimulateIn>,
 ) -> ApiResult<Json<SimulateOut>> {
-    let (app, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
+    let (app, endpoint) = endpoint.into_parts();
     let input = body.value;
     let mut p = Problems::default();
     p.slug("eventType", &input.event_type, 256);

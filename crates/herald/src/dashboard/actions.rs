@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use super::view::csrf;
 use super::{Page, Viewer};
-use crate::api::{ApiError, AppState, portal_access, visible_app, visible_endpoint, visible_message};
+use crate::api::{ApiError, AppState, VisibleApp, VisibleEndpoint, VisibleMessage, portal_access};
 use crate::clock::Millis;
 use crate::store::{DeadLetterFilter, Requeue};
 
@@ -27,8 +27,9 @@ pub async fn resend(
     Form(form): Form<CsrfOnly>,
 ) -> Result<Response, Page> {
     viewer.check_csrf(&form.csrf)?;
-    let (app, message) = visible_message(&state, &viewer.principal, &app_id, &msg_id).await?;
-    let (_, endpoint) = visible_endpoint(&state, &viewer.principal, app.id.as_str(), &endpoint_id).await?;
+    let (app, message) = VisibleMessage::resolve(&state, &viewer.principal, &app_id, &msg_id).await?.into_parts();
+    let (_, endpoint) =
+        VisibleEndpoint::resolve(&state, &viewer.principal, app.id.as_str(), &endpoint_id).await?.into_parts();
     let request = Requeue::Resend { app: app.id.clone(), msg: message.id.clone(), endpoint: endpoint.id };
     state.store.requeue(request).await.map_err(ApiError::from)?;
     state.dispatcher.poke();
@@ -50,7 +51,8 @@ pub async fn recover(
     Form(form): Form<RecoverForm>,
 ) -> Result<Response, Page> {
     viewer.check_csrf(&form.csrf)?;
-    let (app, endpoint) = visible_endpoint(&state, &viewer.principal, &app_id, &endpoint_id).await?;
+    let (app, endpoint) =
+        VisibleEndpoint::resolve(&state, &viewer.principal, &app_id, &endpoint_id).await?.into_parts();
     let since = time("since", Some(&form.since))?.unwrap_or(0);
     let until = time("until", form.until.as_deref())?.unwrap_or(i64::MAX);
     let request = Requeue::Recover { endpoint: endpoint.id, since, until };
@@ -79,7 +81,7 @@ pub async fn bulk_replay(
     Form(form): Form<BulkForm>,
 ) -> Result<Response, Page> {
     viewer.check_csrf(&form.csrf)?;
-    let app = visible_app(&state, &viewer.principal, &app_id).await?;
+    let app = VisibleApp::resolve(&state, &viewer.principal, &app_id).await?;
     let given = |v: &Option<String>| v.clone().filter(|s| !s.trim().is_empty());
     let status_code = match given(&form.status_code) {
         Some(code) => {
@@ -129,9 +131,8 @@ pub async fn revoke_portal_links(
     Form(form): Form<CsrfOnly>,
 ) -> Result<Response, Page> {
     viewer.check_csrf(&form.csrf)?;
-    let app = visible_app(&state, &viewer.principal, &app_id).await?;
-    let path = Path(app_id.clone());
-    portal_access::expire_all(State(state), viewer.principal.clone(), path, Default::default()).await?;
+    let app = VisibleApp::resolve(&state, &viewer.principal, &app_id).await?;
+    portal_access::expire_all(State(state), viewer.principal.clone(), app.clone(), Default::default()).await?;
     Ok(Redirect::to(&format!("/app/{}", app.id)).into_response())
 }
 

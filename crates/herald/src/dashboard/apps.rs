@@ -11,7 +11,7 @@ use super::pollers;
 use super::trends::{self, Window};
 use super::view::{circuit_label, csrf, ms, when};
 use super::{Page, Viewer};
-use crate::api::{ApiError, AppState, Principal, visible_app};
+use crate::api::{ApiError, AppState, Principal, VisibleApp};
 use crate::breaker::BreakerState;
 use crate::clock::now_ms;
 use crate::health;
@@ -66,7 +66,7 @@ pub async fn page(
     Path(app_id): Path<String>,
     Query(q): Query<AppQuery>,
 ) -> Result<Page, Page> {
-    let app = visible_app(&state, &viewer.principal, &app_id).await?;
+    let app = VisibleApp::resolve(&state, &viewer.principal, &app_id).await?;
     let ids: Vec<EndpointId> = state
         .catalog
         .targets_of(&app.id)

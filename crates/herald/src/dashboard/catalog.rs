@@ -7,7 +7,7 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::{Page, Viewer};
-use crate::api::{ApiError, AppState, Principal, visible_app};
+use crate::api::{ApiError, AppState, Principal, VisibleApp};
 use crate::store::PageQuery;
 
 /// The most event types a catalog shows.
@@ -101,7 +101,7 @@ pub async fn page(
     Path(app_id): Path<String>,
     Query(query): Query<CatalogQuery>,
 ) -> Result<Page, Page> {
-    let app = visible_app(&state, &viewer.principal, &app_id).await?;
+    let app = VisibleApp::resolve(&state, &viewer.principal, &app_id).await?;
     let types = load(&state, &viewer.principal).await?;
     let q = query.q.trim();
     let shown: Vec<&Catalogued> = types.iter().filter(|t| q.is_empty() || t.matches(q)).collect();

@@ -14,7 +14,7 @@ use super::endpoints::{Draft, endpoint_page, new_page};
 use super::form::{Fields, body, problems};
 use super::{Page, Viewer, view};
 use super::{catalog, credentials};
-use crate::api::{ApiError, AppState, endpoint, endpoint_ops, stats, visible_app, visible_endpoint};
+use crate::api::{ApiError, AppState, VisibleApp, VisibleEndpoint, endpoint, endpoint_ops, stats};
 
 type EndpointPath = Path<(String, String)>;
 
@@ -67,10 +67,10 @@ pub async fn create(
     form: Bytes,
 ) -> Result<Response, Page> {
     let fields = Fields::checked(&viewer, &form)?;
-    let app = visible_app(&state, &viewer.principal, &app_id).await?;
+    let app = VisibleApp::resolve(&state, &viewer.principal, &app_id).await?;
     let call = async {
         let input = body(settings_json(&fields)?)?;
-        endpoint::create_endpoint(State(state.clone()), viewer.principal.clone(), Path(app_id.clone()), input).await
+        endpoint::create_endpoint(State(state.clone()), viewer.principal.clone(), app.clone(), input).await
     };
     match call.await {
         Ok((_, created)) => Ok(to_endpoint(app.id.as_str(), &created.0.id)),
@@ -91,11 +91,11 @@ pub async fn update(
     form: Bytes,
 ) -> Result<Response, Page> {
     let fields = Fields::checked(&viewer, &form)?;
-    let (app, existing) = visible_endpoint(&state, &viewer.principal, &app_id, &endpoint_id).await?;
+    let scoped = VisibleEndpoint::resolve(&state, &viewer.principal, &app_id, &endpoint_id).await?;
+    let (app, existing) = scoped.clone().into_parts();
     let call = async {
         let input = body(settings_json(&fields)?)?;
-        let path = Path((app_id.clone(), endpoint_id.clone()));
-        endpoint::patch_endpoint(State(state.clone()), viewer.principal.clone(), path, input).await
+        endpoint::patch_endpoint(State(state.clone()), viewer.principal.clone(), scoped, input).await
     };
     match call.await {
         Ok(_) => Ok(to_endpoint(app.id.as_str(), existing.id.as_str())),
@@ -120,9 +120,9 @@ pub async fn enabled(
 ) -> Result<Response, Page> {
     let fields = Fields::checked(&viewer, &form)?;
     let disabled = fields.get("enabled") != Some("true");
-    let path = Path((app_id.clone(), endpoint_id.clone()));
+    let scoped = VisibleEndpoint::resolve(&state, &viewer.principal, &app_id, &endpoint_id).await?;
     let input = body(json!({ "disabled": disabled }))?;
-    let done = endpoint::patch_endpoint(State(state), viewer.principal.clone(), path, input).await?;
+    let done = endpoint::patch_endpoint(State(state), viewer.principal.clone(), scoped, input).await?;
     Ok(to_endpoint(&app_id, &done.0.id))
 }
 
@@ -134,7 +134,8 @@ pub async fn delete(
     form: Bytes,
 ) -> Result<Response, Page> {
     let fields = Fields::checked(&viewer, &form)?;
-    let (app, existing) = visible_endpoint(&state, &viewer.principal, &app_id, &endpoint_id).await?;
+    let scoped = VisibleEndpoint::resolve(&state, &viewer.principal, &app_id, &endpoint_id).await?;
+    let (app, existing) = (scoped.app().clone(), scoped.endpoint());
     if fields.get("confirmed") != Some("true") {
         let body = html! {
             p #confirm-delete { "Delete the endpoint " code { (existing.url) } "? Messages not yet delivered to it "
@@ -148,8 +149,7 @@ pub async fn delete(
         };
         return Ok(Page::of(&viewer, "Delete the endpoint?", body).into_response());
     }
-    let path = Path((app_id, endpoint_id));
-    endpoint::delete_endpoint(State(state), viewer.principal.clone(), path).await?;
+    endpoint::delete_endpoint(State(state), scoped).await?;
     Ok(Redirect::to(&format!("/app/{}", app.id)).into_response())
 }
 
@@ -161,15 +161,14 @@ pub async fn headers(
     form: Bytes,
 ) -> Result<Response, Page> {
     let fields = Fields::checked(&viewer, &form)?;
-    visible_endpoint(&state, &viewer.principal, &app_id, &endpoint_id).await?;
+    let scoped = VisibleEndpoint::resolve(&state, &viewer.principal, &app_id, &endpoint_id).await?;
     let name = fields.given("name").ok_or_else(|| ApiError::invalid("headers", "a header needs a name"))?;
     let value = match fields.get("remove") {
         Some("true") => Value::Null,
         _ => Value::String(fields.get("value").unwrap_or_default().to_owned()),
     };
     let input = body(json!({ "headers": { name: value } }))?;
-    let path = Path((app_id.clone(), endpoint_id.clone()));
-    endpoint_ops::patch_headers(State(state), viewer.principal.clone(), path, input).await?;
+    endpoint_ops::patch_headers(State(state), viewer.principal.clone(), scoped, input).await?;
     Ok(to_endpoint(&app_id, &endpoint_id))
 }
 
@@ -182,8 +181,8 @@ pub async fn rotate(
     form: Bytes,
 ) -> Result<Response, Page> {
     Fields::checked(&viewer, &form)?;
-    let path = Path((app_id.clone(), endpoint_id.clone()));
-    endpoint_ops::rotate_secret(State(state), viewer.principal.clone(), path, body(json!({}))?).await?;
+    let scoped = VisibleEndpoint::resolve(&state, &viewer.principal, &app_id, &endpoint_id).await?;
+    endpoint_ops::rotate_secret(State(state), viewer.principal.clone(), scoped, body(json!({}))?).await?;
     Ok(to_endpoint(&app_id, &endpoint_id))
 }
 
@@ -196,9 +195,9 @@ pub async fn test_event(
 ) -> Result<Response, Page> {
     let fields = Fields::checked(&viewer, &form)?;
     let event_type = fields.given("event_type").unwrap_or("svix.ping");
-    let path = Path((app_id.clone(), endpoint_id.clone()));
+    let scoped = VisibleEndpoint::resolve(&state, &viewer.principal, &app_id, &endpoint_id).await?;
     let input = body(json!({ "eventType": event_type }))?;
-    let sent = endpoint_ops::send_example(State(state), viewer.principal.clone(), path, input).await?;
+    let sent = endpoint_ops::send_example(State(state), scoped, input).await?;
     Ok(Redirect::to(&format!("/app/{app_id}/endpoint/{endpoint_id}?test={}", sent.0.id)).into_response())
 }
 
@@ -210,7 +209,7 @@ pub async fn retry(
     form: Bytes,
 ) -> Result<Response, Page> {
     Fields::checked(&viewer, &form)?;
-    let path = Path((app_id.clone(), endpoint_id.clone()));
-    let _health = stats::retry_now(State(state), viewer.principal.clone(), path).await?;
+    let scoped = VisibleEndpoint::resolve(&state, &viewer.principal, &app_id, &endpoint_id).await?;
+    let _health = stats::retry_now(State(state), scoped).await?;
     Ok(to_endpoint(&app_id, &endpoint_id))
 }

@@ -17,7 +17,7 @@ use super::scripts::{self, Trial};
 use super::trends::{self, Window};
 use super::view::{circuit_label, csrf, live, ms, when};
 use super::{Page, Viewer};
-use crate::api::{ApiError, AppState, endpoint, endpoint_ops, stats, visible_app, visible_endpoint};
+use crate::api::{ApiError, AppState, VisibleApp, VisibleEndpoint, endpoint, endpoint_ops, stats};
 use crate::breaker::BreakerState;
 use crate::clock::now_ms;
 use crate::delivery_auth::CredentialsSummary;
@@ -112,7 +112,7 @@ pub fn settings_form(app: &App, endpoint: Option<&str>, draft: &Draft, types: &[
 
 /// The form for a new endpoint.
 pub async fn new_form(State(state): State<AppState>, viewer: Viewer, Path(app_id): Path<String>) -> Result<Page, Page> {
-    let app = visible_app(&state, &viewer.principal, &app_id).await?;
+    let app = VisibleApp::resolve(&state, &viewer.principal, &app_id).await?;
     let types = catalog::load(&state, &viewer.principal).await?;
     Ok(new_page(&viewer, &app, &Draft::default(), &types, StatusCode::OK))
 }
@@ -140,7 +140,8 @@ pub async fn detail(
     Path((app_id, endpoint_id)): Path<(String, String)>,
     Query(q): Query<DetailQuery>,
 ) -> Result<Page, Page> {
-    let (app, endpoint) = visible_endpoint(&state, &viewer.principal, &app_id, &endpoint_id).await?;
+    let (app, endpoint) =
+        VisibleEndpoint::resolve(&state, &viewer.principal, &app_id, &endpoint_id).await?.into_parts();
     let draft = Draft::of(&state, &endpoint);
     let shown = Shown { test: q.test.as_deref(), window: Window::from_query(q.window.as_deref()), trial: None };
     endpoint_page(&state, &viewer, &app, &endpoint, &draft, shown, StatusCode::OK).await

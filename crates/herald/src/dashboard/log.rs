@@ -13,7 +13,7 @@ use super::names::Names;
 use super::pages::{Pager, form_time, page_of};
 use super::view::{csrf, live, when};
 use super::{Page, Viewer};
-use crate::api::{ApiError, AppState, endpoint_ops, visible_app, visible_message};
+use crate::api::{ApiError, AppState, VisibleApp, VisibleMessage, endpoint_ops};
 use crate::deliver::Standard;
 use crate::ids::EndpointId;
 use crate::postback::{BodyFormat, PostbackMethod};
@@ -132,7 +132,7 @@ pub async fn page(
     Path(app_id): Path<String>,
     Query(q): Query<LogQuery>,
 ) -> Result<Page, Page> {
-    let app = visible_app(&state, &viewer.principal, &app_id).await?;
+    let app = VisibleApp::resolve(&state, &viewer.principal, &app_id).await?;
     let endpoints = state.store.app_endpoints(&app.id).await.map_err(ApiError::from)?;
     let chosen: Vec<&Endpoint> = match q.endpoint.as_deref().filter(|e| !e.is_empty()) {
         Some(wanted) => endpoints.iter().filter(|e| e.id.as_str() == wanted).collect(),
@@ -227,7 +227,7 @@ pub async fn message(
     viewer: Viewer,
     Path((app_id, msg_id)): Path<(String, String)>,
 ) -> Result<Page, Page> {
-    let (app, message) = visible_message(&state, &viewer.principal, &app_id, &msg_id).await?;
+    let (app, message) = VisibleMessage::resolve(&state, &viewer.principal, &app_id, &msg_id).await?.into_parts();
     let err = ApiError::from;
     let payload = message.payload.as_deref().map(|p| {
         let masked = state.mask_for(&viewer.principal).and_then(|r| r.mask(&message.event_type, p));
@@ -277,7 +277,7 @@ pub async fn replay_progress(
     viewer: Viewer,
     Path((app_id, task_id)): Path<(String, String)>,
 ) -> Result<Page, Page> {
-    let app = visible_app(&state, &viewer.principal, &app_id).await?;
+    let app = VisibleApp::resolve(&state, &viewer.principal, &app_id).await?;
     let task = state.replays.get(&app.id, &task_id).ok_or(ApiError::NotFound("replay"))?;
     let body = html! {
         @if task.status() == "running" { (live(3)) }

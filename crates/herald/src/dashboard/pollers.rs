@@ -14,7 +14,7 @@ use super::form::{Fields, body, problems};
 use super::names::small_id;
 use super::view::{csrf, when};
 use super::{Page, Viewer};
-use crate::api::{ApiError, AppState, poller, visible_app};
+use crate::api::{ApiError, AppState, VisibleApp, VisiblePoller, poller};
 use crate::store::{App, ConsumerState, PageQuery, Poller};
 
 /// Pollers listed on the application's page at most.
@@ -108,7 +108,7 @@ pub async fn create(
     form: Bytes,
 ) -> Result<Response, Page> {
     let fields = Fields::checked(&viewer, &form)?;
-    let app = visible_app(&state, &viewer.principal, &app_id).await?;
+    let app = VisibleApp::resolve(&state, &viewer.principal, &app_id).await?;
     let input = json!({
         "description": fields.get("description").unwrap_or_default(),
         "uid": fields.given("uid"),
@@ -116,9 +116,7 @@ pub async fn create(
         "channels": fields.list("channels"),
         "filter": fields.given("filter"),
     });
-    let call = async {
-        poller::create_poller(State(state.clone()), viewer.principal.clone(), Path(app_id.clone()), body(input)?).await
-    };
+    let call = async { poller::create_poller(State(state.clone()), app.clone(), body(input)?).await };
     match call.await {
         Ok(_) => Ok(Redirect::to(&format!("/app/{}#pollers", app.id)).into_response()),
         Err(e) if !problems(&e).is_empty() => {
@@ -141,8 +139,8 @@ pub async fn delete(
     form: Bytes,
 ) -> Result<Response, Page> {
     let fields = Fields::checked(&viewer, &form)?;
-    let path = Path((app_id.clone(), poller_id.clone()));
-    let existing = poller::get_poller(State(state.clone()), viewer.principal.clone(), path).await?.0;
+    let scoped = VisiblePoller::resolve(&state, &viewer.principal, &app_id, &poller_id).await?;
+    let existing = poller::get_poller(scoped.clone()).await?.0;
     if fields.get("confirmed") != Some("true") {
         let body = html! {
             p #confirm-delete { "Delete the poller " code { (existing.uid.clone().unwrap_or(existing.id.clone())) }
@@ -156,7 +154,6 @@ pub async fn delete(
         };
         return Ok(Page::of(&viewer, "Delete the poller?", body).into_response());
     }
-    let path = Path((app_id.clone(), poller_id));
-    poller::delete_poller(State(state), viewer.principal.clone(), path).await?;
+    poller::delete_poller(State(state), scoped).await?;
     Ok(Redirect::to(&format!("/app/{app_id}#pollers")).into_response())
 }

@@ -13,7 +13,7 @@ use super::form::{Fields, body};
 use super::view::csrf;
 use super::{Page, Viewer};
 use crate::api::transformation::{SimulateOut, simulate};
-use crate::api::{AppState, visible_endpoint};
+use crate::api::{AppState, VisibleEndpoint};
 
 /// A message tried, as typed, and what the simulation made of it.
 pub struct Trial {
@@ -32,7 +32,8 @@ pub async fn try_it(
     form: Bytes,
 ) -> Result<Page, Page> {
     let fields = Fields::checked(&viewer, &form)?;
-    let (app, endpoint) = visible_endpoint(&state, &viewer.principal, &app_id, &endpoint_id).await?;
+    let scoped = VisibleEndpoint::resolve(&state, &viewer.principal, &app_id, &endpoint_id).await?;
+    let (app, endpoint) = scoped.clone().into_parts();
     let mut trial = Trial {
         event_type: fields.get("event_type").unwrap_or_default().trim().to_owned(),
         channels: fields.get("channels").unwrap_or_default().to_owned(),
@@ -43,9 +44,8 @@ pub async fn try_it(
         Err(e) => Err(format!("The payload is not JSON: {e}")),
         Ok(payload) => {
             let input = json!({"eventType": trial.event_type, "payload": payload, "channels": fields.list("channels")});
-            let path = Path((app_id.clone(), endpoint_id.clone()));
             match body(input) {
-                Ok(input) => simulate(State(state.clone()), viewer.principal.clone(), path, input)
+                Ok(input) => simulate(State(state.clone()), scoped, input)
                     .await
                     .map(|answer| answer.0)
                     .map_err(|e| e.to_string()),

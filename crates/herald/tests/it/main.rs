@@ -31,6 +31,7 @@ mod readme;
 mod redaction;
 mod resume;
 mod retention;
+mod scope;
 mod scripts;
 mod sdk;
 mod sessions;

@@ -22,7 +22,7 @@ use super::extract::{JsonBody, QueryMap};
 use super::list::{Cursor, ListResponse, Order, Page};
 use super::routes::Routes;
 use super::validate::same_id;
-use super::{AppState, visible_app, visible_endpoint};
+use super::{AppState, VisibleApp, VisibleEndpoint};
 use crate::ids::EndpointId;
 use crate::store::Endpoint;
 use utoipa_axum::routes;
@@ -41,11 +41,9 @@ pub fn routes() -> Routes {
     responses((status = 200, body = ListResponse<EndpointOut>)))]
 pub async fn list_endpoints(
     State(state): State<AppState>,
-    principal: Principal,
-    Path(app_id): Path<String>,
+    app: VisibleApp,
     query: QueryMap,
 ) -> ApiResult<Json<ListResponse<EndpointOut>>> {
-    let app = visible_app(&state, &principal, &app_id).await?;
     let page = Page::from_query(&query, Order::Descending, Cursor::Id(EndpointId::PREFIX))?;
     let found = state.store.list_endpoints(&app.id, &page.query()).await?;
     Ok(Json(page.finish(found, |e| e.id.to_string(), |e| EndpointOut::new(&e, &state))))
@@ -57,10 +55,9 @@ pub async fn list_endpoints(
 pub async fn create_endpoint(
     State(state): State<AppState>,
     principal: Principal,
-    Path(app_id): Path<String>,
+    app: VisibleApp,
     body: JsonBody<EndpointIn>,
 ) -> ApiResult<(StatusCode, Json<EndpointOut>)> {
-    let app = visible_app(&state, &principal, &app_id).await?;
     refuse_chosen_id(&principal, &body.value)?;
     check_event_types_exist(&state, body.value.event_types.as_ref()).await?;
     let mut endpoint = new_endpoint(&state, &app, body.value, None)?;
@@ -71,12 +68,8 @@ pub async fn create_endpoint(
 
 #[utoipa::path(get, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}", operation_id = "v1.endpoint.get", tag = "Endpoint",
     params(("app_id" = String, Path), ("endpoint_id" = String, Path)), responses((status = 200, body = EndpointOut)))]
-pub async fn get_endpoint(
-    State(state): State<AppState>,
-    principal: Principal,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
-) -> ApiResult<Json<EndpointOut>> {
-    let (_, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
+pub async fn get_endpoint(State(state): State<AppState>, endpoint: VisibleEndpoint) -> ApiResult<Json<EndpointOut>> {
+    let (_, endpoint) = endpoint.into_parts();
     Ok(Json(EndpointOut::new(&endpoint, &state)))
 }
 
@@ -87,10 +80,10 @@ pub async fn get_endpoint(
 pub async fn upsert_endpoint(
     State(state): State<AppState>,
     principal: Principal,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    app: VisibleApp,
+    Path((_, endpoint_id)): Path<(String, String)>,
     body: JsonBody<EndpointIn>,
 ) -> ApiResult<(StatusCode, Json<EndpointOut>)> {
-    let app = visible_app(&state, &principal, &app_id).await?;
     let input = body.value;
     refuse_chosen_id(&principal, &input)?;
     check_event_types_exist(&state, input.event_types.as_ref()).await?;
@@ -104,7 +97,8 @@ pub async fn upsert_endpoint(
             Err(e) => return Err(e),
         }
     }
-    let endpoint = modify(&state, &principal, (&app_id, &endpoint_id), |e| {
+    let scoped = app.endpoint(&state, &endpoint_id).await?;
+    let endpoint = modify(&state, &principal, &scoped, |e| {
         same_id(input.id.as_deref(), e.id.as_str())?;
         *e = replace_fields(&state, e.clone(), input.clone())?;
         Ok(())
@@ -119,12 +113,12 @@ pub async fn upsert_endpoint(
 pub async fn patch_endpoint(
     State(state): State<AppState>,
     principal: Principal,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
+    endpoint: VisibleEndpoint,
     body: JsonBody<EndpointPatch>,
 ) -> ApiResult<Json<EndpointOut>> {
     let patch = body.value;
     check_event_types_exist(&state, patch.event_types.as_ref().and_then(Option::as_ref)).await?;
-    let e = modify(&state, &principal, (&app_id, &endpoint_id), |e| apply_patch(&state, e, patch.clone())).await?;
+    let e = modify(&state, &principal, &endpoint, |e| apply_patch(&state, e, patch.clone())).await?;
     Ok(Json(EndpointOut::new(&e, &state)))
 }
 
@@ -175,12 +169,8 @@ fn apply_patch(state: &AppState, e: &mut Endpoint, patch: EndpointPatch) -> ApiR
 
 #[utoipa::path(delete, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}", operation_id = "v1.endpoint.delete", tag = "Endpoint",
     params(("app_id" = String, Path), ("endpoint_id" = String, Path)), responses((status = 204)))]
-pub async fn delete_endpoint(
-    State(state): State<AppState>,
-    principal: Principal,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
-) -> ApiResult<StatusCode> {
-    let (app, endpoint) = visible_endpoint(&state, &principal, &app_id, &endpoint_id).await?;
+pub async fn delete_endpoint(State(state): State<AppState>, endpoint: VisibleEndpoint) -> ApiResult<StatusCode> {
+    let (app, endpoint) = endpoint.into_parts();
     state.store.delete_endpoint(&app.id, &endpoint.id).await?;
     state.catalog.invalidate_endpoint(&app.id, &endpoint.id);
     state.dispatcher.endpoint_changed(&endpoint.id).await;

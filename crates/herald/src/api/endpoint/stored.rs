@@ -6,7 +6,7 @@ use super::rules::{apply_owner_rules, check_endpoint, check_headers, check_new_s
 use crate::api::auth::Principal;
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::validate::{Problems, chosen_id};
-use crate::api::{AppState, optimistic, visible_endpoint};
+use crate::api::{AppState, VisibleEndpoint, optimistic};
 use crate::clock::now_ms;
 use crate::delivery_auth::{AuthSummary, ClientTls, Credentials, CredentialsSummary, DeliveryAuth};
 use crate::ids::EndpointId;
@@ -174,11 +174,11 @@ pub(super) async fn insert(state: &AppState, endpoint: &Endpoint) -> ApiResult<(
 pub async fn modify(
     state: &AppState,
     principal: &Principal,
-    (app_id, endpoint_id): (&str, &str),
+    scoped: &VisibleEndpoint,
     mut change: impl FnMut(&mut Endpoint) -> ApiResult<()>,
 ) -> ApiResult<Endpoint> {
     optimistic::retry_stale! {
-        let (app, before) = visible_endpoint(state, principal, app_id, endpoint_id).await?;
+        let (app, before) = scoped.reread(state).await?.into_parts();
         let mut e = before.clone();
         change(&mut e)?;
         e.updated_at = optimistic::next_version(before.updated_at);
