@@ -6,7 +6,6 @@
 mod application;
 mod attempt;
 mod auth;
-mod consumer;
 mod dead_letters;
 pub(crate) mod endpoint;
 pub(crate) mod endpoint_ops;
@@ -49,8 +48,8 @@ use crate::sealing::Keyring;
 use crate::ssrf::Guard;
 use crate::store::Store;
 use crate::supervisor::Liveness;
-pub use consumer::WaitingPolls;
 use idempotency::KeyLocks;
+pub use poller::WaitingPolls;
 pub use rate_limit::RateLimiter;
 pub use routes::{Route, Routes};
 pub use scope::{VisibleApp, VisibleEndpoint, VisibleMessage, VisiblePoller};
@@ -120,7 +119,7 @@ pub struct Services {
     pub rate_limiter: Arc<RateLimiter>,
     pub redactor: Arc<Redactor>,
     /// Long-polls waiting now, within the per-application and per-token caps.
-    pub long_polls: Arc<consumer::WaitingPolls>,
+    pub long_polls: Arc<poller::WaitingPolls>,
     pub replays: Arc<ReplayTasks>,
     /// Whether the process is sound (health checks and ingest read it).
     pub liveness: Arc<Liveness>,

@@ -2,14 +2,15 @@
 //! receive webhooks and pull their messages instead. A poller filters like an endpoint
 //! (event types, channels, a jq filter); each named consumer keeps its own position server
 //! side, which moves only when the consumer asks for the next page with the iterator it was
-//! given (at-least-once), or seeks: those routes are in `consumer`.
+//! given (at-least-once), or seeks. This file holds the pollers' own routes; `consumer`
+//! the consumers' (reading a page, seeking), `scan` the read through the message log and
+//! the long-poll around it, `iterator` the iterator codec, `waiting` the long-poll caps.
 
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 
-use super::consumer;
 use super::error::{ApiError, ApiResult};
 use super::extract::{JsonBody, QueryMap};
 use super::list::{Cursor, ListResponse, Order, Page};
@@ -20,6 +21,13 @@ use crate::clock::{now_ms, to_rfc3339};
 use crate::ids::PollerId;
 use crate::store::{Metadata, Poller};
 use utoipa_axum::routes;
+
+mod consumer;
+mod iterator;
+mod scan;
+mod waiting;
+
+pub use waiting::WaitingPolls;
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
