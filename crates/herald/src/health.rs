@@ -21,11 +21,11 @@ pub async fn breakers(
     let mut all: HashMap<EndpointId, Breaker> = store.breakers().await?.into_iter().collect();
     match only {
         Some(endpoint) => {
-            if let Some(live) = dispatcher.breaker(endpoint) {
+            if let Some(live) = dispatcher.breaker(endpoint).await {
                 all.insert(endpoint.clone(), live);
             }
         }
-        None => all.extend(dispatcher.breakers()),
+        None => all.extend(dispatcher.breakers().await),
     }
     Ok(all)
 }

@@ -202,6 +202,9 @@ impl Server {
         let delivers = self.config.server.role != Role::Api;
         let dispatcher = delivers
             .then(|| spawn_loop(live, "the dispatcher", stop.clone(), self.dispatcher.clone().run(stop.clone())));
+        if !delivers {
+            spawn_loop(live, "the lanes' owner", stop.clone(), self.dispatcher.clone().run_idle(stop.clone()));
+        }
         let follow = self.catalog.clone().follow(self.store.signals().catalog.subscribe(), stop.clone());
         spawn_loop(live, "the catalog follower", stop.clone(), follow);
         if delivers {

@@ -44,6 +44,15 @@ fn attempt_of(job: &Job, url: String) -> Attempt {
 /// A delivery its endpoint's transform dropped, and why.
 struct Skipped(String);
 
+/// What an attempt says of its endpoint, for the circuit breaker.
+enum Verdict {
+    /// The endpoint answered (or failed to): `delivered` or not, `slow` or not.
+    Attempted { delivered: bool, slow: bool, now: crate::clock::Millis },
+    /// Nothing: no attempt was made, or it failed on Herald's side (a half-open probe may
+    /// go again).
+    NotAboutEndpoint,
+}
+
 /// Saves of one breaker transition at most (each later one only if the state moved again).
 const BREAKER_SAVE_TRIES: usize = 3;
 
@@ -58,9 +67,7 @@ impl Dispatcher {
                 Ok(sent) => Some(sent),
                 Err(Skipped(why)) => {
                     drop(permit);
-                    self.lanes().finished(job.app(), &job.endpoint_id);
-                    self.lanes().release_probe(job.app(), &job.endpoint_id);
-                    self.wake_pump.notify_one();
+                    self.settle(&job, Verdict::NotAboutEndpoint).await;
                     let attempt = self.skipped(target, &job, why);
                     self.conclude(job, NextState::Canceled, Some(attempt));
                     return;
@@ -69,13 +76,8 @@ impl Dispatcher {
             _ => None,
         };
         drop(permit);
-        self.lanes().finished(job.app(), &job.endpoint_id);
-        if sent.is_none() {
-            self.lanes().release_probe(job.app(), &job.endpoint_id);
-        }
-        let transition = sent.as_ref().and_then(|sent| self.observe(&job, sent));
-        self.wake_pump.notify_one();
-        if let Some(transition) = transition {
+        let verdict = sent.as_ref().map_or(Verdict::NotAboutEndpoint, |sent| self.observe(&job, sent));
+        if let Some(transition) = self.settle(&job, verdict).await {
             // Saved before the attempt task ends, so a graceful stop never loses it.
             self.breaker_changed(&job.endpoint_id, transition, false).await;
         }
@@ -169,9 +171,9 @@ impl Dispatcher {
         }
     }
 
-    /// Feeds an attempt into the endpoint's latency window, its circuit breaker and the
-    /// metrics; returns the breaker's transition, if any.
-    fn observe(&self, job: &Job, sent: &Sent) -> Option<Transition> {
+    /// Feeds an attempt into the endpoint's latency window and the metrics; returns what
+    /// it says of the endpoint, for its circuit breaker.
+    fn observe(&self, job: &Job, sent: &Sent) -> Verdict {
         let now = now_ms();
         let class = classify(&sent.result);
         self.metrics.attempt(job.app(), &job.endpoint_id, class, sent.duration.as_secs_f64());
@@ -181,12 +183,27 @@ impl Dispatcher {
             AttemptResult::Failed(Failure::Internal | Failure::BlockedDestination | Failure::Transform)
         );
         if !about_endpoint {
-            self.lanes().release_probe(job.app(), &job.endpoint_id);
-            return None;
+            return Verdict::NotAboutEndpoint;
         }
         let slow = self.latency.record(&job.endpoint_id, now, sent.duration.as_secs_f64() * 1000.0);
-        let delivered = class == OutcomeClass::Delivered;
-        self.lanes().record(job.app(), &job.endpoint_id, delivered, slow, now)
+        Verdict::Attempted { delivered: class == OutcomeClass::Delivered, slow, now }
+    }
+
+    /// Tells the lanes' owner the attempt's slot is free and what the attempt said of its
+    /// endpoint (one message per attempt); returns the breaker's transition, if any.
+    async fn settle(&self, job: &Job, verdict: Verdict) -> Option<Transition> {
+        let (app, endpoint) = (job.app().clone(), job.endpoint_id.clone());
+        let settle = move |lanes: &mut super::lanes::Lanes, _: &Dispatcher| {
+            lanes.finished(&app, &endpoint);
+            match verdict {
+                Verdict::Attempted { delivered, slow, now } => lanes.record(&app, &endpoint, delivered, slow, now),
+                Verdict::NotAboutEndpoint => {
+                    lanes.release_probe(&app, &endpoint);
+                    None
+                }
+            }
+        };
+        self.ask(settle).await.flatten()
     }
 
     /// Reports a breaker transition, logs it and saves the breaker's state. Saves of one
@@ -203,7 +220,7 @@ impl Dispatcher {
         self.metrics.circuit_transition(metric);
         let persisted = |b: Option<Breaker>| b.filter(|b| b.state != BreakerState::Closed);
         let key = |b: &Option<Breaker>| b.as_ref().map(|b| (b.state, b.opened_at, b.cooldown_ms));
-        let current = self.breaker(endpoint);
+        let current = self.breaker(endpoint).await;
         self.log_breaker(endpoint, kind, current.as_ref()).await;
         let mut saved = persisted(current);
         tracing::warn!(%endpoint, transition = metric, cooldown_ms = saved.as_ref().map(|b| b.cooldown_ms), "circuit breaker");
@@ -212,7 +229,7 @@ impl Dispatcher {
                 tracing::warn!(error = %e, "saving a circuit breaker failed");
                 return;
             }
-            let now = persisted(self.breaker(endpoint));
+            let now = persisted(self.breaker(endpoint).await);
             if key(&now) == key(&saved) {
                 return;
             }

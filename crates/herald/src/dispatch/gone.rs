@@ -52,7 +52,8 @@ impl Dispatcher {
     /// `endpoint` no longer exists.
     pub(super) async fn endpoint_gone(&self, endpoint: &EndpointId) {
         self.gone.remember(endpoint, now_ms());
-        let waiting = self.lanes().remove_endpoint(endpoint);
+        let gone = endpoint.clone();
+        let waiting = self.ask(move |lanes, _| lanes.remove_endpoint(&gone)).await.unwrap_or_default();
         self.latency.forget(endpoint);
         self.metrics.forget_endpoint(endpoint);
         self.deliverer.forget_endpoint(endpoint);
@@ -65,13 +66,13 @@ impl Dispatcher {
         if let Err(e) = self.store.save_breaker(endpoint, None).await {
             tracing::warn!(error = %e, %endpoint, "forgetting a deleted endpoint's circuit breaker failed");
         }
-        self.wake_pump.notify_one();
     }
 
     /// `app` changed, perhaps deleted with its endpoints: the ones that are gone are
     /// forgotten, and so are the application's own metrics if it is.
     pub async fn app_changed(&self, app: &AppId) {
-        let endpoints = self.lanes().endpoints_of(app);
+        let of = app.clone();
+        let endpoints = self.ask(move |lanes, _| lanes.endpoints_of(&of)).await.unwrap_or_default();
         for endpoint in endpoints {
             self.endpoint_changed(&endpoint).await;
         }

@@ -197,58 +197,31 @@ impl Ord for Timer {
     }
 }
 
+#[derive(Default)]
 pub struct Lanes {
     lanes: HashMap<AppId, Lane>,
     gates: HashMap<EndpointId, Gate>,
     rotation: VecDeque<AppId>,
     timers: BinaryHeap<Timer>,
     seq: u64,
-    /// Jobs in memory (ready, parked, on a timer, in flight) plus reservations.
-    held: usize,
-    limit: usize,
 }
 
 impl Lanes {
-    pub fn new(limit: usize) -> Self {
-        Self {
-            lanes: HashMap::new(),
-            gates: HashMap::new(),
-            rotation: VecDeque::new(),
-            timers: BinaryHeap::new(),
-            seq: 0,
-            held: 0,
-            limit,
-        }
+    pub fn new() -> Self {
+        Self::default()
     }
 
-    /// Reserves room for `n` jobs about to arrive; false when memory is full (the work
-    /// then waits in the database).
-    pub fn try_reserve(&mut self, n: usize) -> bool {
-        if self.held + n <= self.limit {
-            self.held += n;
-            true
-        } else {
-            false
-        }
-    }
-
-    /// Returns reserved room that will not be used, or room of jobs that left memory.
-    pub fn forget(&mut self, n: usize) {
-        self.held = self.held.saturating_sub(n);
-    }
-
-    pub fn free(&self) -> usize {
-        self.limit.saturating_sub(self.held)
-    }
-
+    /// Jobs held: ready, parked, on a timer (in-flight ones are the attempts' own).
     #[cfg(test)]
-    pub fn held(&self) -> usize {
-        self.held
-    }
-
-    /// Attempts in flight across all applications.
-    pub fn in_flight(&self) -> u32 {
-        self.lanes.values().map(|l| l.in_flight).sum()
+    pub fn waiting(&self) -> usize {
+        let timed = self.timers.iter().filter(|t| matches!(t.due, Due::Job(_))).count();
+        timed
+            + self
+                .lanes
+                .values()
+                .flat_map(|l| l.endpoints.values())
+                .map(|q| q.first.len() + q.retries.len())
+                .sum::<usize>()
     }
 
     /// Adds a job (whose room is already reserved) that is due now.
@@ -517,7 +490,7 @@ impl Lanes {
 
     /// Takes the waiting job (ready, parked, or on a timer) of `message` to `endpoint`, if
     /// there is one (a resend wants it now, not at its retry time). Its room stays
-    /// reserved: the caller forgets it once the job is given back.
+    /// reserved: the caller gives it back once the job is given back.
     pub fn take_waiting(&mut self, message: &MessageId, endpoint: &EndpointId) -> Option<Job> {
         let is_it = |job: &Job| job.message.id == *message && job.endpoint_id == *endpoint;
         if let Some(job) = self.take_timed(|job| is_it(job)).pop() {
@@ -567,7 +540,7 @@ impl Lanes {
     }
 
     /// Removes every job that is waiting (ready, parked or on a timer), e.g. to release
-    /// them at shutdown. In-flight jobs stay accounted until they finish.
+    /// them at shutdown (their room is the caller's to give back).
     pub fn drain_waiting(&mut self) -> Vec<Job> {
         let mut jobs: Vec<Job> = std::mem::take(&mut self.timers)
             .into_iter()
@@ -586,7 +559,6 @@ impl Lanes {
             lane.queued = false;
         }
         self.rotation.clear();
-        self.held = self.held.saturating_sub(jobs.len());
         jobs
     }
 
@@ -698,7 +670,6 @@ mod tests {
 
     fn add(lanes: &mut Lanes, fx: &mut Fixture, target: &Arc<Target>, n: usize) {
         for _ in 0..n {
-            assert!(lanes.try_reserve(1));
             let job = fx.job(target, 0);
             lanes.add_ready(job, 0);
         }
@@ -710,7 +681,7 @@ mod tests {
 
     #[test]
     fn applications_take_turns_instead_of_oldest_first() {
-        let (mut lanes, mut fx) = (Lanes::new(100), Fixture::new());
+        let (mut lanes, mut fx) = (Lanes::new(), Fixture::new());
         let a = fx.target("a", "1", limits(100, 1), |_| {});
         let b = fx.target("b", "1", limits(100, 1), |_| {});
         add(&mut lanes, &mut fx, &a, 4);
@@ -720,7 +691,7 @@ mod tests {
 
     #[test]
     fn weights_share_contended_capacity_proportionally() {
-        let (mut lanes, mut fx) = (Lanes::new(100), Fixture::new());
+        let (mut lanes, mut fx) = (Lanes::new(), Fixture::new());
         let heavy = fx.target("h", "1", limits(100, 3), |_| {});
         let light = fx.target("l", "1", limits(100, 1), |_| {});
         add(&mut lanes, &mut fx, &heavy, 30);
@@ -732,7 +703,7 @@ mod tests {
 
     #[test]
     fn an_application_at_its_cap_is_skipped_not_waited_on() {
-        let (mut lanes, mut fx) = (Lanes::new(100), Fixture::new());
+        let (mut lanes, mut fx) = (Lanes::new(), Fixture::new());
         let slow = fx.target("slow", "1", limits(2, 1), |_| {});
         let fast = fx.target("fast", "1", limits(100, 1), |_| {});
         add(&mut lanes, &mut fx, &slow, 10);
@@ -747,7 +718,7 @@ mod tests {
 
     #[test]
     fn a_slow_endpoint_holds_at_most_its_share_of_the_cap_while_a_neighbour_has_work() {
-        let (mut lanes, mut fx) = (Lanes::new(1000), Fixture::new());
+        let (mut lanes, mut fx) = (Lanes::new(), Fixture::new());
         let slow = fx.target("a", "slow", limits(16, 1), |_| {});
         let fast = fx.target("a", "fast", limits(16, 1), |_| {});
         add(&mut lanes, &mut fx, &slow, 100);
@@ -765,7 +736,7 @@ mod tests {
 
     #[test]
     fn a_fast_neighbour_counts_between_its_messages_and_a_quiet_one_does_not() {
-        let (mut lanes, mut fx) = (Lanes::new(1000), Fixture::new());
+        let (mut lanes, mut fx) = (Lanes::new(), Fixture::new());
         let slow = fx.target("a", "slow", limits(16, 1), |_| {});
         let fast = fx.target("a", "fast", limits(16, 1), |_| {});
         add(&mut lanes, &mut fx, &slow, 100);
@@ -783,7 +754,7 @@ mod tests {
 
     #[test]
     fn a_deleted_endpoint_gives_up_every_waiting_job_and_its_gate() {
-        let (mut lanes, mut fx) = (Lanes::new(100), Fixture::new());
+        let (mut lanes, mut fx) = (Lanes::new(), Fixture::new());
         let breaker = BreakerSettings { failure_threshold: 1, cooldown_ms: 300_000, max_cooldown_ms: 300_000 };
         let e = fx.target("a", "1", limits(100, 1), |e| e.delivery.circuit_breaker = Some(breaker));
         let other = fx.target("a", "2", limits(100, 1), |_| {});
@@ -805,7 +776,7 @@ mod tests {
 
     #[test]
     fn a_resend_takes_its_waiting_job_from_a_timer_or_a_queue() {
-        let (mut lanes, mut fx) = (Lanes::new(100), Fixture::new());
+        let (mut lanes, mut fx) = (Lanes::new(), Fixture::new());
         let e = fx.target("a", "1", limits(100, 1), |_| {});
         let (later, now) = (fx.job(&e, 1), fx.job(&e, 0));
         let (later_msg, now_msg) = (later.message.id.clone(), now.message.id.clone());
@@ -821,7 +792,7 @@ mod tests {
 
     #[test]
     fn endpoints_of_one_application_take_turns() {
-        let (mut lanes, mut fx) = (Lanes::new(100), Fixture::new());
+        let (mut lanes, mut fx) = (Lanes::new(), Fixture::new());
         let e1 = fx.target("a", "1", limits(100, 1), |_| {});
         let e2 = fx.target("a", "2", limits(100, 1), |_| {});
         add(&mut lanes, &mut fx, &e1, 3);
@@ -832,10 +803,9 @@ mod tests {
 
     #[test]
     fn first_attempts_and_retries_alternate() {
-        let (mut lanes, mut fx) = (Lanes::new(100), Fixture::new());
+        let (mut lanes, mut fx) = (Lanes::new(), Fixture::new());
         let e = fx.target("a", "1", limits(100, 1), |_| {});
         for attempts in [3, 3, 3, 3, 0, 0] {
-            assert!(lanes.try_reserve(1));
             let job = fx.job(&e, attempts);
             lanes.add_ready(job, 0);
         }
@@ -845,7 +815,7 @@ mod tests {
 
     #[test]
     fn an_endpoint_throttle_parks_it_until_tokens_come_back() {
-        let (mut lanes, mut fx) = (Lanes::new(100), Fixture::new());
+        let (mut lanes, mut fx) = (Lanes::new(), Fixture::new());
         let e = fx.target("a", "1", limits(100, 1), |e| e.throttle_rate = Some(2));
         let other = fx.target("b", "1", limits(100, 1), |_| {});
         add(&mut lanes, &mut fx, &e, 5);
@@ -863,7 +833,7 @@ mod tests {
 
     #[test]
     fn an_application_throttle_covers_all_its_endpoints() {
-        let (mut lanes, mut fx) = (Lanes::new(100), Fixture::new());
+        let (mut lanes, mut fx) = (Lanes::new(), Fixture::new());
         let app = AppLimits { max_concurrency: 100, weight: 1, throttle_rate: Some(3) };
         let e1 = fx.target("a", "1", app, |_| {});
         let e2 = fx.target("a", "2", app, |_| {});
@@ -876,7 +846,7 @@ mod tests {
 
     #[test]
     fn an_open_breaker_parks_the_endpoint_and_a_probe_reopens_the_way() {
-        let (mut lanes, mut fx) = (Lanes::new(100), Fixture::new());
+        let (mut lanes, mut fx) = (Lanes::new(), Fixture::new());
         let breaker = BreakerSettings { failure_threshold: 2, cooldown_ms: 1000, max_cooldown_ms: 4000 };
         let e = fx.target("a", "1", limits(100, 1), |e| e.delivery.circuit_breaker = Some(breaker));
         add(&mut lanes, &mut fx, &e, 5);
@@ -888,7 +858,7 @@ mod tests {
         assert_eq!(lanes.record(&app, &ep, false, false, 10), None);
         assert_eq!(lanes.record(&app, &ep, false, false, 10), Some(Transition::Opened));
         assert!(lanes.pop(10).is_none(), "open: the remaining jobs wait, no attempt is made");
-        assert_eq!(lanes.held(), 5, "parked jobs stay in memory");
+        assert_eq!(lanes.waiting(), 3, "parked jobs stay in memory");
         lanes.promote(1009);
         assert!(lanes.pop(1009).is_none());
         lanes.promote(1010);
@@ -901,14 +871,13 @@ mod tests {
 
     #[test]
     fn a_silent_endpoint_beside_a_fast_one_under_a_steady_stream_holds_its_share() {
-        let (mut lanes, mut fx) = (Lanes::new(100_000), Fixture::new());
+        let (mut lanes, mut fx) = (Lanes::new(), Fixture::new());
         let silent = fx.target("b", "silent", limits(16, 1), |_| {});
         let fast = fx.target("b", "fast", limits(16, 1), |_| {});
         let mut silent_in_flight = 0;
         for n in 0..1000 {
             let now = n as Millis;
             for target in [&silent, &fast] {
-                assert!(lanes.try_reserve(1));
                 let job = fx.job(target, 0);
                 lanes.add_ready(job, now);
             }
@@ -925,7 +894,7 @@ mod tests {
 
     #[test]
     fn an_endpoint_reached_differently_closes_its_breaker_and_its_parked_jobs_flow_at_once() {
-        let (mut lanes, mut fx) = (Lanes::new(100), Fixture::new());
+        let (mut lanes, mut fx) = (Lanes::new(), Fixture::new());
         let breaker = BreakerSettings { failure_threshold: 1, cooldown_ms: 300_000, max_cooldown_ms: 300_000 };
         let e = fx.target("a", "1", limits(100, 1), |e| e.delivery.circuit_breaker = Some(breaker));
         add(&mut lanes, &mut fx, &e, 4);
@@ -953,7 +922,7 @@ mod tests {
 
     #[test]
     fn retry_now_lets_one_probe_of_an_open_breaker_go_at_once() {
-        let (mut lanes, mut fx) = (Lanes::new(100), Fixture::new());
+        let (mut lanes, mut fx) = (Lanes::new(), Fixture::new());
         let breaker = BreakerSettings { failure_threshold: 1, cooldown_ms: 300_000, max_cooldown_ms: 300_000 };
         let e = fx.target("a", "1", limits(100, 1), |e| e.delivery.circuit_breaker = Some(breaker));
         add(&mut lanes, &mut fx, &e, 3);
@@ -969,15 +938,12 @@ mod tests {
     }
 
     #[test]
-    fn timers_release_jobs_only_when_due_and_reservations_bound_memory() {
-        let (mut lanes, mut fx) = (Lanes::new(3), Fixture::new());
+    fn timers_release_jobs_only_when_due() {
+        let (mut lanes, mut fx) = (Lanes::new(), Fixture::new());
         let e = fx.target("a", "1", limits(100, 1), |_| {});
-        assert!(lanes.try_reserve(2));
         let (j1, j2) = (fx.job(&e, 1), fx.job(&e, 1));
         lanes.add_timer(j1, 200);
         lanes.add_timer(j2, 100);
-        assert!(!lanes.try_reserve(2) && lanes.try_reserve(1));
-        lanes.forget(1);
         lanes.promote(99);
         assert!(lanes.pop(99).is_none());
         lanes.promote(150);
@@ -987,18 +953,17 @@ mod tests {
     }
 
     #[test]
-    fn draining_returns_every_waiting_job_and_their_room() {
-        let (mut lanes, mut fx) = (Lanes::new(100), Fixture::new());
+    fn draining_returns_every_waiting_job() {
+        let (mut lanes, mut fx) = (Lanes::new(), Fixture::new());
         let e = fx.target("a", "1", limits(1, 1), |_| {});
         add(&mut lanes, &mut fx, &e, 3);
-        assert!(lanes.try_reserve(1));
         let later = fx.job(&e, 1);
         lanes.add_timer(later, 1_000);
         let in_flight = lanes.pop(0).unwrap();
         let drained = lanes.drain_waiting();
         assert_eq!(drained.len(), 3);
         assert!(drained.iter().all(|j| j.delivery_id != in_flight.delivery_id));
-        assert_eq!(lanes.held(), 1, "the in-flight job is still accounted for");
+        assert_eq!(lanes.waiting(), 0, "only the in-flight job is left, and it is the attempt's");
         assert!(lanes.pop(0).is_none());
     }
 }

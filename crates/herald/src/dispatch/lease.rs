@@ -131,7 +131,7 @@ pub async fn register(dispatcher: &Dispatcher) {
         Ok(()) => {
             lease.renewed(sent, dispatcher.config.lease);
             lease.registered.store(true, Ordering::SeqCst);
-            dispatcher.wake_pump.notify_one();
+            dispatcher.nudge();
         }
         Err(e) => tracing::warn!(error = %e, "registering this process failed; will retry"),
     }
@@ -155,7 +155,12 @@ async fn within<T>(
 /// its lease ended are given back too.
 async fn forfeit(dispatcher: &Dispatcher) {
     let old = dispatcher.lease.rename();
-    let dropped = dispatcher.lanes().drain_waiting().len();
+    let drain = |lanes: &mut super::lanes::Lanes, dispatcher: &Dispatcher| {
+        let dropped = lanes.drain_waiting().len();
+        dispatcher.room.release(dropped);
+        dropped
+    };
+    let dropped = dispatcher.ask(drain).await.unwrap_or_default();
     tracing::warn!(dropped, owner = %dispatcher.lease.owner(), "lease lost; dropped held deliveries and registering anew");
     if let Err(e) = dispatcher.store.release_owner(&old).await {
         tracing::warn!(error = %e, "giving back the old name's claims failed; its lease reaping will");
@@ -192,7 +197,7 @@ pub async fn keep(dispatcher: Arc<Dispatcher>, shutdown: CancellationToken) {
         match within(&dispatcher, dispatcher.store.heartbeat(&dispatcher.lease.owner())).await {
             Ok(true) => {
                 dispatcher.lease.renewed(sent, lease);
-                dispatcher.wake_pump.notify_one();
+                dispatcher.nudge();
             }
             Ok(false) => forfeit(&dispatcher).await,
             Err(e) => {

@@ -42,7 +42,7 @@ async fn load_available(dispatcher: &Dispatcher) -> Result<(), StoreError> {
     dispatcher.work_in_store.store(false, Ordering::Release);
     let mut heads = true;
     loop {
-        let batch = dispatcher.lanes().free().min(CLAIM_BATCH);
+        let batch = dispatcher.room.free().min(CLAIM_BATCH);
         if batch == 0 || !dispatcher.try_reserve(batch) {
             // (`try_reserve` also refuses while this process is not registered.)
             dispatcher.work_in_store.store(true, Ordering::Release);
@@ -58,12 +58,12 @@ async fn load_available(dispatcher: &Dispatcher) -> Result<(), StoreError> {
         let claimed = match claimed {
             Ok(claimed) => claimed,
             Err(e) => {
-                dispatcher.lanes().forget(batch);
+                dispatcher.room.release(batch);
                 return Err(e);
             }
         };
         let got = claimed.len();
-        dispatcher.lanes().forget(batch - got);
+        dispatcher.room.release(batch - got);
         let jobs = with_targets(dispatcher, &owner, claimed).await?;
         dispatcher.hold(jobs.into_iter().map(|c| (c.job, c.due)));
         if got > 0 {
@@ -118,7 +118,7 @@ async fn with_targets(
         let n = cancelled.len();
         let cancel = || dispatcher.store.record_outcomes(owner, cancelled.clone());
         keep_trying("cancelling deliveries of deleted endpoints", cancel).await?;
-        dispatcher.lanes().forget(n);
+        dispatcher.room.release(n);
     }
     Ok(jobs)
 }

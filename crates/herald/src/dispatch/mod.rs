@@ -3,8 +3,11 @@
 //! Freshly ingested deliveries arrive straight from ingest (no polling on the hot path);
 //! the [`loader`] claims everything else from the store: work left by a crashed or
 //! stopped process, retries due later than the in-memory horizon, manual requeues. The
-//! pump takes the next job from the fair [`lanes`] whenever a global slot is free and
-//! spawns its [`attempt`].
+//! fair [`lanes`] have one [`owner`], a task that takes every change to them as a message
+//! and, whenever a global slot is free, takes the next job and spawns its [`attempt`].
+//! Memory is counted apart ([`room`]), so ingest reserves without a message. The loader,
+//! the [`outcomes`] writer and the [`lease`] are tasks of their own, each with its own
+//! small state, that talk to the lanes only through the owner.
 
 mod attempt;
 mod gone;
@@ -13,10 +16,12 @@ pub mod latency;
 mod lease;
 mod loader;
 mod outcomes;
+mod owner;
 mod resume;
+mod room;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore};
@@ -53,7 +58,7 @@ pub struct DispatchConfig {
 }
 
 /// How often a pump waiting for its lease to be renewed looks again.
-const LEASE_RECHECK: Duration = Duration::from_millis(50);
+pub(super) const LEASE_RECHECK: Duration = Duration::from_millis(50);
 
 /// How often the latency histograms are flushed to the store.
 const LATENCY_FLUSH: Duration = Duration::from_secs(5);
@@ -71,9 +76,12 @@ pub struct Dispatcher {
     /// Runs endpoint transforms before each attempt.
     sandbox: Arc<Sandbox>,
     config: DispatchConfig,
-    lanes: Mutex<Lanes>,
+    /// Messages to the lanes' owner (`owner`).
+    mailbox: owner::Mailbox,
+    /// The owner's end, and the lanes it will own, taken by `run`.
+    inbox: Mutex<Option<(owner::Inbox, Lanes)>>,
+    room: room::Room,
     slots: Arc<Semaphore>,
-    wake_pump: Notify,
     wake_loader: Notify,
     /// Whether the store may hold claimable work that did not fit in memory: only then does
     /// freed room wake the loader (otherwise every finished attempt would cost a claim).
@@ -101,15 +109,17 @@ impl Dispatcher {
         liveness: Arc<Liveness>,
     ) -> Arc<Self> {
         let (outcomes, outcomes_rx) = outcomes::channel();
+        let (mailbox, inbox) = owner::mailbox();
         Arc::new(Self {
             lease: lease::Lease::new(config.owner.clone(), store.shared()),
             store,
             catalog,
             deliverer,
             sandbox,
-            lanes: Mutex::new(Lanes::new(config.queue.memory_limit)),
+            mailbox,
+            inbox: Mutex::new(Some((inbox, Lanes::new()))),
+            room: room::Room::new(config.queue.memory_limit),
             slots: Arc::new(Semaphore::new(config.max_in_flight)),
-            wake_pump: Notify::new(),
             wake_loader: Notify::new(),
             work_in_store: AtomicBool::new(true),
             attempts: TaskTracker::new(),
@@ -136,12 +146,12 @@ impl Dispatcher {
     /// Reserves memory for `n` deliveries about to be ingested; when this returns false
     /// they are committed unclaimed and the loader picks them up as room frees.
     pub fn try_reserve(&self, n: usize) -> bool {
-        self.lease.may_claim() && self.lanes().try_reserve(n)
+        self.lease.may_claim() && self.room.try_reserve(n)
     }
 
     /// Returns a reservation that will not be used (the ingest failed).
     pub fn unreserve(&self, n: usize) {
-        self.lanes().forget(n);
+        self.room.release(n);
         self.room_freed();
     }
 
@@ -160,47 +170,51 @@ impl Dispatcher {
     /// Takes jobs into memory (their room already reserved): each ready now or at its time.
     /// A job claimed under an owner name this process no longer holds (its lease was lost
     /// since) is dropped with its room: the claim is the store's to give to someone else.
-    /// Checked under the lanes lock, which the lease's `forfeit` takes after renaming, so
-    /// no job of an old name can slip in after the forfeit emptied the lanes.
+    /// The name is checked when the owner applies the message, in order with the lease's
+    /// `forfeit`, which renames first and then empties the lanes: no job of an old name can
+    /// slip in after the forfeit.
     fn hold(&self, jobs: impl IntoIterator<Item = (Job, Millis)>) {
-        let now = now_ms();
-        let mut lanes = self.lanes();
-        let owner = self.owner();
-        let (mut held, mut dropped) = (0, 0);
-        for (job, due) in jobs {
-            if job.owner != owner {
-                dropped += 1;
-            } else if due <= now {
-                lanes.add_ready(job, now);
-                held += 1;
-            } else {
-                lanes.add_timer(job, due);
-                held += 1;
+        let jobs: Vec<(Job, Millis)> = jobs.into_iter().collect();
+        if jobs.is_empty() {
+            return;
+        }
+        self.tell(move |lanes, dispatcher| {
+            let now = now_ms();
+            let owner = dispatcher.owner();
+            let mut dropped = 0;
+            for (job, due) in jobs {
+                if job.owner != owner {
+                    dropped += 1;
+                } else if due <= now {
+                    lanes.add_ready(job, now);
+                } else {
+                    lanes.add_timer(job, due);
+                }
             }
-        }
-        lanes.forget(dropped);
-        drop(lanes);
-        if dropped > 0 {
-            tracing::info!(dropped, "dropped jobs claimed under a lost lease");
-        }
-        if held > 0 {
-            self.wake_pump.notify_one();
-        }
+            if dropped > 0 {
+                dispatcher.room.release(dropped);
+                tracing::info!(dropped, "dropped jobs claimed under a lost lease");
+            }
+        });
     }
 
     /// This process's circuit breaker of an endpoint, if it has one.
-    pub fn breaker(&self, endpoint: &crate::ids::EndpointId) -> Option<crate::breaker::Breaker> {
-        self.lanes().breaker(endpoint).cloned()
+    pub async fn breaker(&self, endpoint: &crate::ids::EndpointId) -> Option<crate::breaker::Breaker> {
+        let endpoint = endpoint.clone();
+        self.ask(move |lanes, _| lanes.breaker(&endpoint).cloned()).await.flatten()
     }
 
     /// Every circuit breaker this process holds (for metrics).
-    pub fn breakers(&self) -> Vec<(crate::ids::EndpointId, crate::breaker::Breaker)> {
-        self.lanes().breakers().map(|(id, b)| (id.clone(), b.clone())).collect()
+    pub async fn breakers(&self) -> Vec<(crate::ids::EndpointId, crate::breaker::Breaker)> {
+        let read =
+            |lanes: &mut Lanes, _: &Dispatcher| lanes.breakers().map(|(id, b)| (id.clone(), b.clone())).collect();
+        self.ask(read).await.unwrap_or_default()
     }
 
     /// Attempts in flight in this process.
     pub fn in_flight(&self) -> u32 {
-        self.lanes().in_flight()
+        let free = self.slots.available_permits();
+        u32::try_from(self.config.max_in_flight.saturating_sub(free)).unwrap_or(u32::MAX)
     }
 
     pub fn latency(&self) -> &latency::Tracker {
@@ -220,6 +234,7 @@ impl Dispatcher {
     /// (with a shorter grace).
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let rx = self.outcomes_rx.lock().unwrap_or_else(|p| p.into_inner()).take().expect("run is called once");
+        let (inbox, lanes) = self.inbox.lock().unwrap_or_else(|p| p.into_inner()).take().expect("run once");
         self.restore().await;
         let live = &self.liveness;
         let stop_latency = CancellationToken::new();
@@ -235,7 +250,11 @@ impl Dispatcher {
         let stop_lease = CancellationToken::new();
         let leases =
             spawn_loop(live, "the lease renewal", stop_lease.clone(), lease::keep(self.clone(), stop_lease.clone()));
-        let _ = spawn_loop(live, "the pump", shutdown.clone(), self.clone().pump(shutdown.clone())).await;
+        // The owner outlives the pumping: attempts still finishing report to it.
+        let stop_owner = CancellationToken::new();
+        let pumping = owner::run(self.clone(), lanes, inbox, shutdown.clone(), stop_owner.clone());
+        let owner = spawn_loop(live, "the pump", stop_owner.clone(), pumping);
+        shutdown.cancelled().await;
         let _ = loader.await;
         self.attempts.close();
         let grace = match live.failure() {
@@ -253,7 +272,14 @@ impl Dispatcher {
         let _ = writer.await;
         stop_latency.cancel();
         let _ = flusher.await;
-        let waiting = self.lanes().drain_waiting().len();
+        let drain = |lanes: &mut Lanes, dispatcher: &Dispatcher| {
+            let waiting = lanes.drain_waiting().len();
+            dispatcher.room.release(waiting);
+            waiting
+        };
+        let waiting = self.ask(drain).await.unwrap_or_default();
+        stop_owner.cancel();
+        let _ = owner.await;
         // Renewals end first: one racing the release below would find the name gone and
         // register a new one for a process that is stopping.
         stop_lease.cancel();
@@ -262,6 +288,16 @@ impl Dispatcher {
             Ok(released) => tracing::info!(waiting, released, "dispatcher stopped; deliveries released"),
             Err(e) => tracing::error!(error = %e, "releasing deliveries at shutdown failed"),
         }
+    }
+
+    /// Runs the lanes' owner without pumping, until `stop`: in a process that does not
+    /// deliver (`role = "api"`), the API's reads and changes find empty lanes and are
+    /// answered at once.
+    pub async fn run_idle(self: Arc<Self>, stop: CancellationToken) {
+        let (inbox, lanes) = self.inbox.lock().unwrap_or_else(|p| p.into_inner()).take().expect("run once");
+        let pumping = CancellationToken::new();
+        pumping.cancel();
+        owner::run(self, lanes, inbox, pumping, stop).await;
     }
 
     /// Restores what outlives a restart: saved circuit breakers and latency history.
@@ -273,59 +309,15 @@ impl Dispatcher {
                     let reach = self.catalog.target(&endpoint).await.ok().flatten().map(|t| t.reach());
                     restored.push((endpoint, breaker, reach));
                 }
-                let mut lanes = self.lanes();
-                for (endpoint, breaker, reach) in restored {
-                    lanes.restore_breaker(endpoint, breaker, reach);
-                }
+                self.tell(move |lanes, _| {
+                    for (endpoint, breaker, reach) in restored {
+                        lanes.restore_breaker(endpoint, breaker, reach);
+                    }
+                });
             }
             Err(e) => tracing::warn!(error = %e, "loading circuit breakers failed; they start closed"),
         }
         self.latency.load(self.store.as_ref()).await;
-    }
-
-    async fn pump(self: Arc<Self>, shutdown: CancellationToken) {
-        loop {
-            let permit = tokio::select! {
-                permit = self.slots.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
-                _ = shutdown.cancelled() => return,
-            };
-            let job = loop {
-                // Past the lease's sure end (a store outage, a pause), the claims may be
-                // another process's already: start nothing until the lease is renewed.
-                if !self.lease.may_start() {
-                    tokio::select! {
-                        _ = self.wake_pump.notified() => {}
-                        _ = tokio::time::sleep(LEASE_RECHECK) => {}
-                        _ = shutdown.cancelled() => return,
-                    }
-                    continue;
-                }
-                let (job, next_due) = {
-                    let mut lanes = self.lanes();
-                    let now = now_ms();
-                    lanes.promote(now);
-                    (lanes.pop(now), lanes.next_due())
-                };
-                if let Some(job) = job {
-                    #[cfg(feature = "fault-injection")]
-                    if self.config.faults.panic_pump_on_event_type.as_deref() == Some(&*job.message.event_type) {
-                        panic!("injected fault: faults.panic_pump_on_event_type");
-                    }
-                    break job;
-                }
-                tokio::select! {
-                    _ = self.wake_pump.notified() => {}
-                    _ = sleep_until_ms(next_due) => {}
-                    _ = shutdown.cancelled() => return,
-                }
-            };
-            let this = self.clone();
-            self.attempts.spawn(async move { this.process(job, permit).await });
-        }
-    }
-
-    fn lanes(&self) -> MutexGuard<'_, Lanes> {
-        self.lanes.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 

@@ -106,7 +106,7 @@ async fn write(dispatcher: &Dispatcher, batch: &mut Vec<Pending>, stop: &Cancell
             }
         }
     }
-    dispatcher.lanes().forget(released);
+    dispatcher.room.release(released);
     dispatcher.hold(kept);
     if strict_done || resent {
         // A resend waits in the store, as does the next message of a strictly ordered

@@ -29,10 +29,10 @@ impl Dispatcher {
                 return;
             }
         };
-        let transition = self.lanes().reach_changed(&target);
+        let changed = target.clone();
+        let transition = self.ask(move |lanes, _| lanes.reach_changed(&changed)).await.flatten();
         if let Some(transition) = transition {
             tracing::info!(%endpoint, "the endpoint is reached differently now: its circuit breaker closes");
-            self.wake_pump.notify_one();
             self.poke();
             self.breaker_changed(endpoint, transition, true).await;
         }
@@ -41,10 +41,10 @@ impl Dispatcher {
     /// "Retry now": an open breaker of this process lets its probe go at once (and says so
     /// in its log). Returns whether this process had it open.
     pub async fn retry_now(&self, app: &AppId, endpoint: &EndpointId) -> bool {
-        let opened = self.lanes().probe_now(app, endpoint, now_ms());
+        let (of, probed) = (app.clone(), endpoint.clone());
+        let opened = self.ask(move |lanes, _| lanes.probe_now(&of, &probed, now_ms())).await.unwrap_or(false);
         if opened {
-            self.wake_pump.notify_one();
-            self.log_breaker(endpoint, BreakerEventKind::RetryNow, self.breaker(endpoint).as_ref()).await;
+            self.log_breaker(endpoint, BreakerEventKind::RetryNow, self.breaker(endpoint).await.as_ref()).await;
         }
         opened
     }
@@ -54,10 +54,11 @@ impl Dispatcher {
     /// the resend (due at once, with a fresh budget); the loader claims it next. An attempt
     /// already on the wire is left alone: its outcome puts the delivery back for the resend.
     pub async fn resend_requested(&self, msg: &MessageId, endpoint: &EndpointId) {
-        let Some(job) = self.lanes().take_waiting(msg, endpoint) else { return };
+        let (of, to) = (msg.clone(), endpoint.clone());
+        let Some(job) = self.ask(move |lanes, _| lanes.take_waiting(&of, &to)).await.flatten() else { return };
         match self.store.release(&job.owner, vec![job.delivery_id]).await {
             Ok(()) => {
-                self.lanes().forget(1);
+                self.room.release(1);
                 self.poke();
             }
             Err(e) => {
@@ -86,7 +87,7 @@ impl Dispatcher {
                 }
                 Ok(CatalogChange::Resend(_, endpoint, msg)) => self.resend_requested(&msg, &endpoint).await,
                 Ok(CatalogChange::All) | Err(broadcast::error::RecvError::Lagged(_)) => {
-                    let gated = self.lanes().gated_endpoints();
+                    let gated = self.ask(|lanes, _| lanes.gated_endpoints()).await.unwrap_or_default();
                     for endpoint in gated {
                         self.endpoint_changed(&endpoint).await;
                     }
