@@ -7,6 +7,11 @@
 //! or more). Buckets live in memory, per process; a full map forgets the buckets that have
 //! refilled (the same as new ones) first, then the half nearest to refilling
 //! ([`MAX_BUCKETS`]).
+//!
+//! Not governor (weighed in issue 33): its keyed limiter bounds its map only when asked to
+//! forget idle keys, and it keeps time through a clock trait of its own; these buckets are
+//! the same `TokenBucket` the lanes use for `throttleRate` (pure, the time passed in), and
+//! the map's bound holds under a flood of new keys by construction.
 
 use std::borrow::Borrow;
 use std::collections::HashMap;

@@ -1,5 +1,11 @@
 //! Where configuration values come from and how they layer: the embedded defaults, an
 //! optional TOML file, `HERALD_*` variables (and the standard `OTEL_*` ones), then flags.
+//!
+//! Written by hand rather than with figment (weighed in issue 33): the layering is one
+//! TOML merge per source, and an environment value is read as the TOML literal it would be
+//! in the file (a plain string otherwise), so `HERALD_QUEUE__MEMORY_LIMIT=5000` and
+//! `memory_limit = 5000` cannot differ; figment types environment values by its own rules,
+//! and would add several crates to save a few dozen lines.
 
 use std::path::{Path, PathBuf};
 
