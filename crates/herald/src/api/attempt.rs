@@ -288,7 +288,7 @@ pub async fn resend(
     }
     let (msg, endpoint) = (message.id, endpoint.id.clone());
     state.store.requeue(Requeue::Resend { app: app.id.clone(), msg: msg.clone(), endpoint: endpoint.clone() }).await?;
-    state.dispatcher.resend_requested(&msg, &endpoint).await;
+    state.dispatcher.resend_requested(&msg, &endpoint);
     state.dispatcher.poke();
     Ok((StatusCode::ACCEPTED, Json(EmptyResponse {})))
 }

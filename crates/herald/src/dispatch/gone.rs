@@ -53,15 +53,22 @@ impl Dispatcher {
     pub(super) async fn endpoint_gone(&self, endpoint: &EndpointId) {
         self.gone.remember(endpoint, now_ms());
         let gone = endpoint.clone();
-        let waiting = self.ask(move |lanes, _| lanes.remove_endpoint(&gone)).await.unwrap_or_default();
+        // The jobs are concluded by the owner as it takes them: a caller that stops waiting
+        // (a client hanging up on the deletion) cannot leave them neither held nor settled.
+        let cancel = move |lanes: &mut super::lanes::Lanes, dispatcher: &Dispatcher| {
+            let waiting = lanes.remove_endpoint(&gone);
+            let cancelled = waiting.len();
+            for job in waiting {
+                dispatcher.conclude(job, NextState::Canceled, None);
+            }
+            cancelled
+        };
+        let cancelled = self.ask(cancel).await.unwrap_or_default();
         self.latency.forget(endpoint);
         self.metrics.forget_endpoint(endpoint);
         self.deliverer.forget_endpoint(endpoint);
-        if !waiting.is_empty() {
-            tracing::info!(%endpoint, cancelled = waiting.len(), "the endpoint was deleted: its waiting deliveries are cancelled");
-        }
-        for job in waiting {
-            self.conclude(job, NextState::Canceled, None);
+        if cancelled > 0 {
+            tracing::info!(%endpoint, cancelled, "the endpoint was deleted: its waiting deliveries are cancelled");
         }
         if let Err(e) = self.store.save_breaker(endpoint, None).await {
             tracing::warn!(error = %e, %endpoint, "forgetting a deleted endpoint's circuit breaker failed");

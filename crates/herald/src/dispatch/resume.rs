@@ -15,6 +15,7 @@ use super::Dispatcher;
 use crate::clock::now_ms;
 use crate::ids::{AppId, EndpointId, MessageId};
 use crate::store::{BreakerEventKind, CatalogChange};
+use crate::supervisor::spawn_task;
 
 impl Dispatcher {
     /// The endpoint changed: if it is now reached differently from how its breaker judged
@@ -53,7 +54,14 @@ impl Dispatcher {
     /// waiting (for a retry, or parked), it gives the claim back now, and the store makes it
     /// the resend (due at once, with a fresh budget); the loader claims it next. An attempt
     /// already on the wire is left alone: its outcome puts the delivery back for the resend.
-    pub async fn resend_requested(&self, msg: &MessageId, endpoint: &EndpointId) {
+    /// The hand-back runs as a task of its own: a caller that stops waiting (a client
+    /// hanging up) cannot strand a job taken out of the lanes but not given back.
+    pub fn resend_requested(self: &Arc<Self>, msg: &MessageId, endpoint: &EndpointId) {
+        let (this, msg, endpoint) = (self.clone(), msg.clone(), endpoint.clone());
+        spawn_task(&self.liveness, "a resend's hand-back", async move { this.hand_back(&msg, &endpoint).await });
+    }
+
+    async fn hand_back(&self, msg: &MessageId, endpoint: &EndpointId) {
         let (of, to) = (msg.clone(), endpoint.clone());
         let Some(job) = self.ask(move |lanes, _| lanes.take_waiting(&of, &to)).await.flatten() else { return };
         match self.store.release(&job.owner, vec![job.delivery_id]).await {
@@ -85,7 +93,7 @@ impl Dispatcher {
                 Ok(CatalogChange::RetryNow(app, endpoint)) => {
                     self.retry_now(&app, &endpoint).await;
                 }
-                Ok(CatalogChange::Resend(_, endpoint, msg)) => self.resend_requested(&msg, &endpoint).await,
+                Ok(CatalogChange::Resend(_, endpoint, msg)) => self.resend_requested(&msg, &endpoint),
                 Ok(CatalogChange::All) | Err(broadcast::error::RecvError::Lagged(_)) => {
                     let gated = self.ask(|lanes, _| lanes.gated_endpoints()).await.unwrap_or_default();
                     for endpoint in gated {
