@@ -11,7 +11,8 @@
 # binaries on this machine, on free ports, in temporary directories). The dashboard tests
 # drive a headless Chromium: the Debian packages chromium and chromium-driver are installed
 # when missing; every page is checked with the pinned axe-core (tests/browser/package.json);
-# screenshots land in test-artifacts/.
+# screenshots land in test-artifacts/. The event destination tests start their own brokers
+# from the Debian packages (installed when missing).
 # Extra arguments go to the test runner (e.g. a test name filter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,6 +56,19 @@ if ! command -v chromedriver >/dev/null 2>&1 || ! command -v chromium >/dev/null
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium chromium-driver >/dev/null
 fi
 export HERALD_TEST_ARTIFACTS="${HERALD_TEST_ARTIFACTS:-$PWD/test-artifacts}"
+
+# The event destination tests start their own brokers (on free loopback ports, data in
+# temporary directories, killed and restarted mid-run): the Debian packages are installed
+# when missing.
+if ! command -v redis-server >/dev/null 2>&1 && [ ! -x /usr/bin/redis-server ]; then
+    echo "==> installing redis-server (Debian package) for the event destination tests"
+    sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server >/dev/null
+    # The package starts a system-wide server; the tests start their own.
+    ($sudo service redis-server stop || true) >/dev/null 2>&1
+fi
 
 # PostgreSQL refuses to run as root; as root the tests run it as the `postgres` user.
 if [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; then

@@ -1,7 +1,9 @@
 //! What Herald's tests and its benchmark need around Herald, kept out of the product:
-//! throwaway PostgreSQL clusters ([`pg_cluster`]) and a real HTTP receiver that records
-//! every request and answers as its script says ([`receiver`]).
+//! throwaway PostgreSQL clusters ([`pg_cluster`]), throwaway message brokers for event
+//! destinations ([`brokers`]) and a real HTTP receiver that records every request and
+//! answers as its script says ([`receiver`]).
 
+pub mod brokers;
 pub mod pg_cluster;
 pub mod receiver;
 

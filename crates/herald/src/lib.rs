@@ -18,6 +18,7 @@ pub mod data_dir;
 pub mod dead_letters;
 pub mod deliver;
 pub mod delivery_auth;
+pub mod destinations;
 pub mod dispatch;
 pub mod egress;
 pub mod endpoint_settings;

@@ -43,6 +43,17 @@ pub enum Failure {
     /// No OAuth2 token could be had for the endpoint (its token endpoint failed, refused
     /// or was unreachable).
     AuthToken,
+    /// The broker refused Herald's credentials (event destinations).
+    BrokerAuth,
+    /// The stream, subject, queue, topic or exchange does not exist, or nothing is bound
+    /// to take the message (event destinations).
+    DestinationMissing,
+    /// The message is larger than the destination or its broker accepts.
+    MessageTooLarge,
+    /// The broker asked Herald to slow down, or cannot take messages right now.
+    Throttled,
+    /// The broker understood the message and refused it for another reason.
+    BrokerRefused,
     /// Herald's own failure (render, unreadable payload, panic).
     Internal,
 }
@@ -84,12 +95,17 @@ pub fn classify(result: &AttemptResult) -> OutcomeClass {
             | Failure::Connection
             | Failure::DnsTemporary
             | Failure::ResponseTooLarge
-            | Failure::AuthToken => OutcomeClass::Transient,
+            | Failure::AuthToken
+            | Failure::BrokerAuth
+            | Failure::Throttled => OutcomeClass::Transient,
             Failure::DnsNotFound
             | Failure::Tls
             | Failure::BlockedDestination
             | Failure::Template
-            | Failure::Transform => OutcomeClass::Permanent,
+            | Failure::Transform
+            | Failure::DestinationMissing
+            | Failure::MessageTooLarge
+            | Failure::BrokerRefused => OutcomeClass::Permanent,
             Failure::Internal => OutcomeClass::Internal,
         },
     }
@@ -112,6 +128,11 @@ pub fn error_class(result: &AttemptResult) -> Option<&'static str> {
             Failure::Template => "template",
             Failure::Transform => "transform_error",
             Failure::AuthToken => "auth_token",
+            Failure::BrokerAuth => "broker_auth",
+            Failure::DestinationMissing => "destination_missing",
+            Failure::MessageTooLarge => "message_too_large",
+            Failure::Throttled => "throttled",
+            Failure::BrokerRefused => "broker_refused",
             Failure::Internal => "internal",
         }),
     }
@@ -148,7 +169,7 @@ pub fn decide(rules: &RetryRules, attempts_made: u32, result: &AttemptResult, rn
         (OutcomeClass::Internal, _) => true,
         (OutcomeClass::Transient, RetryOn::Transient) => true,
         (_, RetryOn::RateLimitOnly) => {
-            matches!(result, AttemptResult::Response { status: 429, .. })
+            matches!(result, AttemptResult::Response { status: 429, .. } | AttemptResult::Failed(Failure::Throttled))
         }
         (OutcomeClass::Permanent, RetryOn::Transient) => false,
     };

@@ -1,4 +1,5 @@
-//! Secrets at rest: endpoint signing secrets, endpoint headers, and stored idempotent
+//! Secrets at rest: endpoint signing secrets, endpoint headers, delivery credentials, event
+//! destinations (with their broker credentials), proxy credentials, and stored idempotent
 //! responses (which may carry a token or a secret). They are sealed with XChaCha20-Poly1305
 //! under the server key before they reach a store, with what they are ([`Purpose`]) and
 //! whose they are (the endpoint's id, the idempotency scope) as associated data, so a
@@ -19,8 +20,9 @@ use rand::RngCore;
 use sha2::{Digest, Sha256};
 
 use crate::delivery_auth::Credentials;
+use crate::destinations::Destination;
 use crate::ids::EndpointId;
-use crate::store::{Headers, SealedAuth, SealedHeaders, SealedSecrets, Secrets};
+use crate::store::{Headers, SealedAuth, SealedDestination, SealedHeaders, SealedSecrets, Secrets};
 
 const VERSION: &str = "v1";
 const KEY_BYTES: usize = 32;
@@ -38,6 +40,8 @@ pub enum Purpose {
     ProxyAuth,
     /// A response body kept for an idempotency key.
     StoredResponse,
+    /// An endpoint's event destination, its broker credentials included.
+    Destination,
 }
 
 impl Purpose {
@@ -48,6 +52,7 @@ impl Purpose {
             Self::EndpointAuth => "endpoint-auth",
             Self::ProxyAuth => "proxy-auth",
             Self::StoredResponse => "stored-response",
+            Self::Destination => "destination",
         };
         format!("herald/{what}/{associated}")
     }
@@ -195,6 +200,26 @@ impl Keyring {
         }
         let json = self.open(Purpose::EndpointAuth, &sealed.0, endpoint.as_str())?;
         Credentials::from_json(&json).ok_or(SealError::Malformed)
+    }
+
+    /// Seals an endpoint's event destination, credentials included (none: empty text).
+    pub fn seal_destination(&self, destination: Option<&Destination>, endpoint: &EndpointId) -> SealedDestination {
+        let Some(destination) = destination else { return SealedDestination::default() };
+        let json = serde_json::to_vec(destination).expect("destinations serialize");
+        SealedDestination(self.seal(Purpose::Destination, &json, endpoint.as_str()))
+    }
+
+    /// Opens an endpoint's event destination (`None`: it delivers over HTTP).
+    pub fn open_destination(
+        &self,
+        sealed: &SealedDestination,
+        endpoint: &EndpointId,
+    ) -> Result<Option<Destination>, SealError> {
+        if sealed.0.is_empty() {
+            return Ok(None);
+        }
+        let json = self.open(Purpose::Destination, &sealed.0, endpoint.as_str())?;
+        serde_json::from_slice(&json).map(Some).map_err(|_| SealError::Malformed)
     }
 
     /// Seals the `user:password` of an application's egress proxy (none: empty text).

@@ -101,10 +101,37 @@ impl Guard {
         if !matches!(url.scheme(), "http" | "https") {
             return Err(UrlProblem::Scheme);
         }
+        // The HTTP stack parses the URL again (`http::Uri`); it must see the same host and
+        // port, or the guard would have judged a different destination than the one dialed.
+        let uri: http::Uri =
+            url.as_str().parse().map_err(|e: http::uri::InvalidUri| UrlProblem::Unparsable(e.to_string()))?;
+        let same_host = uri.host().map(|h| h.trim_start_matches('[').trim_end_matches(']'))
+            == url.host_str().map(|h| h.trim_start_matches('[').trim_end_matches(']'));
+        if !same_host || uri.port_u16() != url.port() {
+            return Err(UrlProblem::Unparsable("the URL's host is read differently by HTTP clients".into()));
+        }
+        self.check_authority(&url)?;
+        Ok(url)
+    }
+
+    /// Judges a parsed URL's user info, host and port by the same rules whatever its
+    /// scheme: no credentials in it, the operator's port rule, the host's address (literals
+    /// and special names; other names at every connection), and never Herald itself. An
+    /// event destination's broker address is judged here too.
+    pub fn check_authority(&self, url: &Url) -> Result<(), UrlProblem> {
         if !url.username().is_empty() || url.password().is_some() {
             return Err(UrlProblem::Userinfo);
         }
-        let host = url.host().ok_or(UrlProblem::NoHost)?;
+        // Outside http(s) an address is an opaque host to the URL parser: read it as the
+        // address it is, or a literal would pass as a name.
+        let host = match url.host().ok_or(UrlProblem::NoHost)? {
+            Host::Domain(name) => match name.parse::<IpAddr>() {
+                Ok(IpAddr::V4(ip)) => Host::Ipv4(ip),
+                Ok(IpAddr::V6(ip)) => Host::Ipv6(ip),
+                Err(_) => Host::Domain(name),
+            },
+            other => other,
+        };
         // The port rule is the operator's; a destination the operator opened up (an address,
         // or `localhost`, in an allowed network) takes any port, as in Svix.
         if let Some(port) = url.port()
@@ -115,15 +142,6 @@ impl Guard {
             && !self.opened_up(&host)
         {
             return Err(UrlProblem::Port(port));
-        }
-        // The HTTP stack parses the URL again (`http::Uri`); it must see the same host and
-        // port, or the guard would have judged a different destination than the one dialed.
-        let uri: http::Uri =
-            url.as_str().parse().map_err(|e: http::uri::InvalidUri| UrlProblem::Unparsable(e.to_string()))?;
-        let same_host = uri.host().map(|h| h.trim_start_matches('[').trim_end_matches(']'))
-            == url.host_str().map(|h| h.trim_start_matches('[').trim_end_matches(']'));
-        if !same_host || uri.port_u16() != url.port() {
-            return Err(UrlProblem::Unparsable("the URL's host is read differently by HTTP clients".into()));
         }
         self.check_host(host.clone())?;
         let own_name = matches!((&host, &self.own_host), (Host::Domain(name), Some(own))
@@ -136,7 +154,7 @@ impl Guard {
         if own_name || own_addr {
             return Err(UrlProblem::Herald(url.host_str().unwrap_or_default().to_owned()));
         }
-        Ok(url)
+        Ok(())
     }
 
     /// Judges a parsed host: IP literals by address, `localhost` and the metadata name by

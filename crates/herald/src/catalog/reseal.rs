@@ -60,26 +60,29 @@ impl Catalog {
         }
     }
 
-    /// The endpoint with its secrets and headers sealed under the current key, if either
-    /// was not (and opens).
+    /// The endpoint with its secrets, headers, credentials and destination sealed under the
+    /// current key, if any was not (and all open).
     fn resealed(&self, mut endpoint: Endpoint) -> Option<Endpoint> {
         let keyring = &self.keyring;
         let stale_headers = endpoint.headers.is_plaintext()
             || (!endpoint.headers.0.is_empty() && keyring.is_stale(&endpoint.headers.0));
         let stale_auth = !endpoint.auth.0.is_empty() && keyring.is_stale(&endpoint.auth.0);
-        if !keyring.is_stale(&endpoint.secrets.0) && !stale_headers && !stale_auth {
+        let stale_destination = !endpoint.destination.0.is_empty() && keyring.is_stale(&endpoint.destination.0);
+        if !keyring.is_stale(&endpoint.secrets.0) && !stale_headers && !stale_auth && !stale_destination {
             return None;
         }
         let opened = keyring.open_secrets(&endpoint.secrets, &endpoint.id).and_then(|secrets| {
             let headers = keyring.open_headers(&endpoint.headers, &endpoint.id)?;
             let credentials = keyring.open_credentials(&endpoint.auth, &endpoint.id)?;
-            Ok((secrets, headers, credentials))
+            let destination = keyring.open_destination(&endpoint.destination, &endpoint.id)?;
+            Ok((secrets, headers, credentials, destination))
         });
         match opened {
-            Ok((secrets, headers, credentials)) => {
+            Ok((secrets, headers, credentials, destination)) => {
                 endpoint.secrets = keyring.seal_secrets(&secrets, &endpoint.id);
                 endpoint.headers = keyring.seal_headers(&headers, &endpoint.id);
                 endpoint.auth = keyring.seal_credentials(&credentials, &endpoint.id);
+                endpoint.destination = keyring.seal_destination(destination.as_ref(), &endpoint.id);
                 Some(endpoint)
             }
             Err(e) => {

@@ -8,6 +8,7 @@ use url::Url;
 
 use crate::clock::Millis;
 use crate::delivery_auth::{Credentials, EndpointTls, OAuth2Grant};
+use crate::destinations::Destination;
 use crate::egress::EgressProxy;
 use crate::endpoint_settings::{Defaults, EffectiveSettings};
 use crate::headers::{is_reserved_header, is_sensitive_header};
@@ -73,6 +74,9 @@ pub struct Target {
     /// The endpoint's mutual TLS settings; `Err` when they no longer load (its attempts
     /// then fail as TLS errors rather than go out without the certificate).
     pub tls: Result<Option<Arc<EndpointTls>>, String>,
+    /// The broker the endpoint publishes to instead (event destinations); `Err` when it
+    /// no longer opens (its attempts then fail as internal errors).
+    pub destination: Result<Option<Arc<Destination>>, String>,
 }
 
 impl Target {
@@ -120,6 +124,11 @@ impl Target {
                 format!("the endpoint's TLS settings do not load: {field} {why}")
             }),
         };
+        let destination = keyring.open_destination(&endpoint.destination, &endpoint.id).map(|d| d.map(Arc::new));
+        let destination = destination.map_err(|e| {
+            tracing::error!(endpoint = %endpoint.id, error = %e, "the endpoint's destination does not open");
+            format!("the endpoint's destination cannot be opened with the configured server key: {e}")
+        });
         let url = Url::parse(&endpoint.url).ok();
         let template = match (endpoint.request.as_ref().and_then(|r| r.url_template.as_deref()), &url) {
             (None, _) => Ok(None),
@@ -127,7 +136,7 @@ impl Target {
             (Some(_), None) => Err("the endpoint URL does not parse".into()),
         };
         let settings = endpoint.delivery.resolve(defaults);
-        Self { url, settings, template, keys, headers, endpoint, app, proxy: None, oauth2, tls }
+        Self { url, settings, template, keys, headers, endpoint, app, proxy: None, oauth2, tls, destination }
     }
 
     /// The target with its application's egress proxy.
@@ -155,6 +164,8 @@ impl Target {
         self.proxy.hash(&mut h);
         self.oauth2.as_ref().map(|grant| grant.fingerprint()).hash(&mut h);
         self.tls.as_ref().ok().and_then(Option::as_ref).map(|tls| tls.fingerprint).hash(&mut h);
+        let destination = self.destination.as_ref().ok().and_then(Option::as_ref);
+        destination.map(|d| serde_json::to_vec(d.as_ref()).unwrap_or_default()).hash(&mut h);
         h.finish()
     }
 
@@ -287,6 +298,7 @@ mod tests {
             scripts: Default::default(),
             auth: Default::default(),
             version: 1,
+            destination: Default::default(),
         }
     }
 

@@ -49,6 +49,13 @@ impl GuardedConnector {
     async fn connect(self, uri: Uri) -> Result<TokioIo<TcpStream>, ConnectError> {
         let host = uri.host().ok_or(ConnectError::NoHost)?;
         let port = uri.port_u16().unwrap_or(if uri.scheme_str() == Some("https") { 443 } else { 80 });
+        self.open(host, port).await.map(TokioIo::new)
+    }
+
+    /// A TCP connection to `host:port` (a name or an IP literal) through the guard: only to
+    /// the addresses the guarded resolver vetted, never to Herald itself. Event
+    /// destinations' brokers are reached through here too.
+    pub async fn open(&self, host: &str, port: u16) -> Result<TcpStream, ConnectError> {
         let addrs = self.resolver.resolve(host).await?;
         let mut last = None;
         for ip in addrs {
@@ -59,7 +66,7 @@ impl GuardedConnector {
             match self.dial(addr).await {
                 Ok(stream) => {
                     let _ = stream.set_nodelay(true);
-                    return Ok(TokioIo::new(stream));
+                    return Ok(stream);
                 }
                 Err(e) => last = Some(e),
             }

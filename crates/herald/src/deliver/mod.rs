@@ -1,8 +1,10 @@
-//! The HTTP side of an attempt: build the signed request, send it through a keep-alive
+//! The sending side of an attempt: build the signed request, send it through a keep-alive
 //! connection pool behind the destination guard, read a bounded part of the answer, and
-//! report what happened as data ([`Sent`]), never as an error.
+//! report what happened as data ([`Sent`]), never as an error. An endpoint with an event
+//! destination publishes to its broker instead (`crate::destinations`), through the same
+//! guarded connector.
 
-mod clients;
+pub(crate) mod clients;
 mod connector;
 mod oauth2;
 mod request;
@@ -30,6 +32,7 @@ use clients::ClientCache;
 
 use crate::catalog::Target;
 use crate::delivery_auth::{OAuth2Grant, client_config};
+use crate::destinations::Publishers;
 use crate::outcome::{AttemptResult, Failure};
 use crate::retry::parse_retry_after;
 use crate::ssrf::Guard;
@@ -98,6 +101,8 @@ pub struct Deliverer {
     resolver: Resolver,
     guard: Arc<Guard>,
     config: DelivererConfig,
+    /// The broker connections of event destinations.
+    publishers: Publishers,
 }
 
 /// What sets a client apart: the proxy its connections go through and the endpoint TLS
@@ -114,7 +119,10 @@ impl Deliverer {
         let plain_tls = client_config(None, None).expect("the default TLS settings build");
         let client = Self::client(&resolver, &guard, &config, config.proxy.clone(), plain_tls.clone());
         let clients = Mutex::new(ClientCache::new(MAX_CLIENTS, MAX_CLIENTS_PER_APP));
-        Self { client, clients, tokens: Default::default(), plain_tls, resolver, guard, config }
+        let budgets = (config.connect_budget, config.dns_budget + config.connect_budget + config.tls_budget);
+        let publishers =
+            Publishers::new(resolver.clone(), guard.clone(), budgets, config.proxy.clone(), plain_tls.clone());
+        Self { client, clients, tokens: Default::default(), plain_tls, resolver, guard, config, publishers }
     }
 
     /// The endpoint is gone: what was kept for it (its OAuth2 token) goes with it.
@@ -166,8 +174,14 @@ impl Deliverer {
             .build(connect)
     }
 
-    /// Performs one attempt within the target's timeout.
+    /// Performs one attempt within the target's timeout: an HTTP request, or a message
+    /// published to the endpoint's event destination.
     pub async fn send(&self, out: Outgoing<'_>) -> Sent {
+        match &out.target.destination {
+            Ok(None) => {}
+            Ok(Some(destination)) => return self.publishers.publish(destination, &out).await,
+            Err(why) => return Sent::failed(Failure::Internal, why.clone(), Duration::ZERO),
+        }
         let started = Instant::now();
         let deadline = started + out.timeout();
         let (request, recorded_url) = match out.build(&self.config.user_agent) {

@@ -631,6 +631,7 @@ mod tests {
                 scripts: Default::default(),
                 auth: Default::default(),
                 version: 1,
+                destination: Default::default(),
             };
             tune(&mut endpoint);
             let defaults = Defaults { timeout: std::time::Duration::from_secs(1), retry: Default::default() };

@@ -45,6 +45,8 @@ pub(crate) fn endpoint(app: &App) -> Endpoint {
         scripts: crate::store::Scripts { filter: Some(".payload.ok == true".into()), transform: Some(".".into()) },
         auth: crate::store::SealedAuth(format!("v1.test.{}", crate::ids::random_token(16))),
         version: 3,
+        // Stored as opaque sealed text, like the credentials.
+        destination: crate::store::SealedDestination(format!("v1.test.{}", crate::ids::random_token(16))),
     }
 }
 
@@ -191,11 +193,14 @@ pub async fn an_endpoint_reads_back_as_written_and_its_tombstone_keeps_no_creden
     assert!(store.update_endpoint(&ep, read_at).await.unwrap());
     assert_eq!(store.endpoint(&app.id, ep.id.as_str()).await.unwrap().as_ref(), Some(&ep));
     ep.auth = crate::store::SealedAuth("v1.test.sealed".into());
+    ep.destination = crate::store::SealedDestination("v1.test.other-broker".into());
     let read_at = bump(&mut ep.updated_at);
     assert!(store.update_endpoint(&ep, read_at).await.unwrap());
+    assert_eq!(store.endpoint(&app.id, ep.id.as_str()).await.unwrap().as_ref(), Some(&ep));
     store.delete_endpoint(&app.id, &ep.id).await.unwrap();
     let kept = store.deleted_endpoint(&ep.id).await.unwrap().expect("a tombstone");
-    assert_eq!((kept.scripts, kept.auth.0.as_str(), kept.headers.0.as_str()), (ep.scripts, "", ""));
+    let secrets = (kept.auth.0.as_str(), kept.headers.0.as_str(), kept.destination.0.as_str());
+    assert_eq!((kept.scripts, secrets), (ep.scripts, ("", "", "")));
 }
 
 pub async fn an_application_holds_at_most_its_cap_of_endpoints_and_pollers(store: &dyn Store) {

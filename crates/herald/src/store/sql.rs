@@ -12,12 +12,12 @@ pub const APP_COLUMNS: &str = "id, uid, name, metadata, throttle_rate, max_concu
      proxy_url, proxy_credentials";
 
 pub const ENDPOINT_COLUMNS: &str = "id, app_id, uid, url, description, disabled, event_types, channels, metadata, \
-     throttle_rate, headers, secrets, delivery, request, created_at, updated_at, scripts, auth, version";
+     throttle_rate, headers, secrets, delivery, request, created_at, updated_at, scripts, auth, version, destination";
 
 /// `ENDPOINT_COLUMNS` of a row being deleted, as its tombstone keeps them: no headers, no
-/// secrets.
+/// secrets, no credentials, no destination (its broker's URL stays in `url`).
 pub const KEPT_ENDPOINT_COLUMNS: &str = "id, app_id, uid, url, description, disabled, event_types, channels, \
-     metadata, throttle_rate, '', '', delivery, request, created_at, updated_at, scripts, '', version";
+     metadata, throttle_rate, '', '', delivery, request, created_at, updated_at, scripts, '', version, ''";
 
 pub const EVENT_TYPE_COLUMNS: &str =
     "name, description, archived, deprecated, schemas, feature_flag, created_at, updated_at";

@@ -125,11 +125,16 @@ async fn rotating_the_server_key_reseals_every_secret_so_the_old_key_can_go() {
     let secret = server.secret(&app, &id).await;
     let proxy = json!({"proxyUrl": "http://u:p@proxy.internal:3128"});
     assert_eq!(server.call(Method::PATCH, &format!("/api/v1/app/{app}"), Some(proxy)).await.0, StatusCode::OK);
+    let broker = json!({"destination": {"type": "redisStreams", "broker": "redis://127.0.0.1:6390", "stream": "s",
+                                         "credentials": {"password": "p"}}});
+    let publisher = server.create_endpoint(&app, "", broker).await;
+    let publisher = publisher["id"].as_str().unwrap().to_owned();
     server.stop().await;
     let before = stored_column(&storage, "secrets").await[&id].clone();
     let key_of = |sealed: &str| sealed.split('.').nth(1).unwrap_or_default().to_owned();
     let old_key = key_of(&before);
     assert_eq!(key_of(&stored_column(&storage, "auth").await[&id]), old_key);
+    assert_eq!(key_of(&stored_column(&storage, "destination").await[&publisher]), old_key);
     assert_eq!(key_of(&stored(&storage, "app", "proxy_credentials").await[&app]), old_key);
 
     let server = TestServer::start_on(&storage, |c| {
@@ -145,10 +150,13 @@ async fn rotating_the_server_key_reseals_every_secret_so_the_old_key_can_go() {
     server.stop().await;
     assert_ne!(key_of(&stored_column(&storage, "auth").await[&id]), old_key, "delivery credentials resealed");
     assert_ne!(key_of(&stored(&storage, "app", "proxy_credentials").await[&app]), old_key, "proxy credentials too");
+    assert_ne!(key_of(&stored_column(&storage, "destination").await[&publisher]), old_key, "destinations too");
     let server = TestServer::start_on(&storage, |c| c.auth.secret_key = Some(new.clone())).await;
     assert_eq!(server.secret(&app, &id).await, secret, "readable with the new key alone");
     let (_, read) = server.get(&format!("/api/v1/app/{app}/endpoint/{id}")).await;
     assert_eq!(read["auth"], json!({"type": "basic"}), "not unreadable: {read}");
+    let (_, read) = server.get(&format!("/api/v1/app/{app}/endpoint/{publisher}")).await;
+    assert_eq!(read["destination"]["credentials"], json!({"passwordSet": true}), "not unreadable: {read}");
 }
 
 /// Regressions (issue 16, findings 2 and 5): with an idempotency key, the app-portal token
@@ -192,6 +200,10 @@ async fn no_token_secret_or_header_value_rests_in_plaintext_anywhere() {
     server.create_endpoint(&direct, &receiver.url("/hook"), json!({"auth": grant, "tls": tls})).await;
     server.send(&direct, json!({"eventType": "e", "payload": {}})).await;
     receiver.wait_for(Some("/hook"), 1).await;
+    let broker_password = format!("canary-{}", herald::ids::random_token(16));
+    let destination = json!({"type": "redisStreams", "broker": "redis://127.0.0.1:6390", "stream": "s",
+                             "credentials": {"username": "herald", "password": broker_password}});
+    server.create_endpoint(&direct, "", json!({"destination": destination})).await;
     let patched = format!("canary-{}", herald::ids::random_token(16));
     let (status, _) = server
         .call(
@@ -233,6 +245,7 @@ async fn no_token_secret_or_header_value_rests_in_plaintext_anywhere() {
         ("an OAuth2 client secret", client_secret.as_str()),
         ("an OAuth2 access token", access_token.as_str()),
         ("a client certificate's private key", key_line.as_str()),
+        ("a broker password", broker_password.as_str()),
     ] {
         assert!(!everything.contains(canary), "{what} rests in plaintext");
     }

@@ -10,6 +10,7 @@ mod dashboard;
 mod dead_letters;
 mod delivery;
 mod delivery_auth;
+mod destinations;
 mod docs;
 mod egress;
 mod faults;

@@ -6,6 +6,7 @@ use crate::api::AppState;
 use crate::api::validate::double_option;
 use crate::clock::to_rfc3339;
 use crate::delivery_auth::{AuthSummary, ClientTls, DeliveryAuth, TlsSummary};
+use crate::destinations::{Destination, DestinationOut};
 use crate::endpoint_settings::{DeliverySettings, EffectiveSettings};
 use crate::postback::RequestSettings;
 use crate::store::{Endpoint, Headers, Metadata};
@@ -19,6 +20,9 @@ pub struct EndpointIn {
     /// (`ep_` and 16 to 64 letters and digits), as `herald import svix` does. Herald
     /// mints its own when absent.
     pub id: Option<String>,
+    /// May be left out when `destination` is set: the endpoint then reads back as its
+    /// broker's URL.
+    #[serde(default)]
     pub url: String,
     pub description: Option<String>,
     pub disabled: Option<bool>,
@@ -53,6 +57,11 @@ pub struct EndpointIn {
     /// Svix's deprecated version number (at least 1; default 1, kept when an update leaves
     /// it out). Read back as set; nothing else uses it.
     pub version: Option<i32>,
+    /// Herald extension: publish to this broker instead of POSTing to `url` (event
+    /// destinations). Kept when an update leaves it out; `null` goes back to HTTP.
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<Destination>)]
+    pub destination: Option<Option<Destination>>,
 }
 
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
@@ -100,6 +109,10 @@ pub struct EndpointPatch {
     pub tls: Option<Option<ClientTls>>,
     /// Svix's deprecated version number (at least 1).
     pub version: Option<i32>,
+    /// `null` goes back to delivering over HTTP (give `url` too).
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<Destination>)]
+    pub destination: Option<Option<Destination>>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -141,6 +154,9 @@ pub struct EndpointOut {
     /// when set (never the key).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSummary>,
+    /// Herald extension: the event destination, when set (never its secrets).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub destination: Option<DestinationOut>,
 }
 
 impl EndpointOut {
@@ -167,6 +183,7 @@ impl EndpointOut {
             transform: e.scripts.transform.clone(),
             auth: credentials.auth,
             tls: credentials.tls,
+            destination: super::destination::shown(state, e),
         }
     }
 }

@@ -1,14 +1,16 @@
 //! `/api/v1/app/{app_id}/endpoint`: an application's endpoints (CRUD). Secrets, headers,
 //! stats and manual retries are in `endpoint_ops`. The handlers are here; `dto.rs` holds
-//! the bodies, `rules.rs` the checks and the operator's fields, `stored.rs` the rows.
+//! the bodies, `rules.rs` the checks and the operator's fields, `stored.rs` the rows,
+//! `destination.rs` the event destination an endpoint may publish to instead.
 
+mod destination;
 mod dto;
 mod rules;
 mod stored;
 
 pub use dto::{EndpointIn, EndpointOut, EndpointPatch};
 pub use rules::parse_secret;
-use rules::{apply_owner_rules, check_event_types_exist, normalized_url, refuse_chosen_id};
+use rules::{apply_owner_rules, check_event_types_exist, refuse_chosen_id};
 pub use stored::{credentials_summary, modify, open_headers, seal_headers};
 use stored::{insert, new_endpoint, replace_fields, seal_credentials};
 
@@ -124,8 +126,8 @@ pub async fn patch_endpoint(
 
 /// The fields a PATCH gives replace the endpoint's; the rest stay.
 fn apply_patch(state: &AppState, e: &mut Endpoint, patch: EndpointPatch) -> ApiResult<()> {
-    if let Some(url) = patch.url {
-        e.url = normalized_url(state, url);
+    if patch.url.is_some() || patch.destination.is_some() {
+        destination::apply(state, e, patch.destination, patch.url)?;
     }
     if let Some(description) = patch.description {
         e.description = description;

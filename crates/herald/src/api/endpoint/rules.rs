@@ -67,9 +67,16 @@ pub(super) fn normalized_url(state: &AppState, raw: String) -> String {
 /// Checks every field of an endpoint about to be stored.
 pub fn check_endpoint(state: &AppState, e: &Endpoint) -> ApiResult<()> {
     let mut p = Problems::default();
-    if let Err(problem) = state.guard.check_url(&e.url) {
+    // An event destination's URL is its broker's, checked with it (`destination.rs`).
+    let http = e.destination.0.is_empty();
+    if http && let Err(problem) = state.guard.check_url(&e.url) {
         p.push("url", problem.to_string());
     }
+    p.check(
+        http || e.request.is_none(),
+        "destination",
+        "cannot be combined with request settings (postbacks are HTTP)",
+    );
     if let Some(uid) = &e.uid {
         p.uid("uid", uid, EndpointId::PREFIX);
     }

@@ -2,7 +2,7 @@
 //! the server key, inserted within its application's cap, and changed atomically.
 
 use super::dto::EndpointIn;
-use super::rules::{apply_owner_rules, check_endpoint, check_headers, check_new_scripts, normalized_url, parse_secret};
+use super::rules::{apply_owner_rules, check_endpoint, check_headers, check_new_scripts, parse_secret};
 use crate::api::auth::Principal;
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::validate::{Problems, chosen_id};
@@ -119,6 +119,7 @@ pub(super) fn new_endpoint(
         scripts: Scripts::default(),
         auth: SealedAuth::default(),
         version: 1,
+        destination: Default::default(),
     };
     replace_fields(state, blank, input)
 }
@@ -131,9 +132,8 @@ pub(super) fn replace_fields(state: &AppState, base: Endpoint, input: EndpointIn
         None => base.headers.clone(),
     };
     let auth = seal_credentials(state, &base, input.auth.map(Some), input.tls.map(Some))?;
-    Ok(Endpoint {
+    let mut e = Endpoint {
         uid: input.uid.or_else(|| base.uid.clone()),
-        url: normalized_url(state, input.url),
         description: input.description.unwrap_or_default(),
         disabled: input.disabled.unwrap_or(false),
         event_types: input.event_types,
@@ -148,7 +148,9 @@ pub(super) fn replace_fields(state: &AppState, base: Endpoint, input: EndpointIn
         version: input.version.unwrap_or(base.version),
         updated_at: now_ms(),
         ..base
-    })
+    };
+    super::destination::apply(state, &mut e, input.destination, Some(input.url))?;
+    Ok(e)
 }
 
 /// Stores a new endpoint, within the application's cap. A uid taken meanwhile is a lost race

@@ -68,6 +68,11 @@ pub struct SealedHeaders(pub String);
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SealedAuth(pub String);
 
+/// An endpoint's event destination (`destinations::Destination`, broker credentials
+/// included) as stored: sealed (empty text: the endpoint delivers over HTTP).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SealedDestination(pub String);
+
 impl SealedHeaders {
     /// Whether this is a plain JSON object left from before headers were sealed.
     pub fn is_plaintext(&self) -> bool {
@@ -122,6 +127,8 @@ pub struct Endpoint {
     pub scripts: Scripts,
     /// Herald extension: the credentials presented to the receiver.
     pub auth: SealedAuth,
+    /// Herald extension: the broker the endpoint publishes to instead of POSTing to `url`.
+    pub destination: SealedDestination,
     /// Svix's deprecated `version`: set by callers (at least 1), read back, used by nothing.
     pub version: i32,
 }

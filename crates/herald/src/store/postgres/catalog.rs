@@ -82,6 +82,7 @@ fn endpoint_params(e: &Endpoint) -> Vec<Box<dyn ToSql + Sync + Send>> {
         Box::new((!e.scripts.is_empty()).then(|| Json(e.scripts.clone()))),
         Box::new(e.auth.0.clone()),
         Box::new(e.version),
+        Box::new(e.destination.0.clone()),
     ]
 }
 
@@ -243,8 +244,9 @@ impl CatalogStore for PgStore {
     async fn update_endpoint(&self, endpoint: &Endpoint, read_at: Millis) -> StoreResult<bool> {
         let sql = "UPDATE herald.endpoint SET uid = $2, url = $3, description = $4, disabled = $5, event_types = $6,
                        channels = $7, metadata = $8, throttle_rate = $9, headers = $10, secrets = $11, delivery = $12,
-                       request = $13, updated_at = $14, scripts = $15, auth = $16, version = $17
-                   WHERE id = $1 AND updated_at = $18";
+                       request = $13, updated_at = $14, scripts = $15, auth = $16, version = $17,
+                       destination = $18
+                   WHERE id = $1 AND updated_at = $19";
         let mut params = endpoint_params(endpoint);
         params.remove(14); // created_at never changes
         params.remove(1); // nor does app_id

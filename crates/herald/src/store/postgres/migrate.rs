@@ -14,6 +14,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (5, include_str!("v5.sql")),
     (6, include_str!("v6.sql")),
     (7, include_str!("v7.sql")),
+    (8, include_str!("v8.sql")),
 ];
 
 /// The schema version this build brings a database to.

@@ -12,7 +12,7 @@ pub use crate::store::sql::{
 };
 use crate::store::{
     App, AppProxy, Attempt, DeliveryState, DeliveryView, Endpoint, EventType, Message, MessageFilter, PageQuery,
-    SealedAuth, SealedHeaders, SealedSecrets, Trigger,
+    SealedAuth, SealedDestination, SealedHeaders, SealedSecrets, Trigger,
 };
 use crate::traceparent::parse_traceparent;
 
@@ -54,6 +54,7 @@ pub fn endpoint(row: &Row) -> Endpoint {
         updated_at: row.get(15),
         scripts: row.get::<_, Option<Json<_>>>(16).map(|j| j.0).unwrap_or_default(),
         auth: SealedAuth(row.get(17)),
+        destination: SealedDestination(row.get(19)),
         version: row.get(18),
     }
 }

@@ -39,6 +39,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (7, include_str!("v7.sql")),
     (8, include_str!("v8.sql")),
     (9, include_str!("v9.sql")),
+    (10, include_str!("v10.sql")),
 ];
 const STATEMENT_CACHE: usize = 256;
 

@@ -15,7 +15,7 @@ pub use crate::store::sql::{
 };
 use crate::store::{
     App, AppProxy, Attempt, DeliveryState, DeliveryView, Endpoint, EventType, Message, MessageFilter, PageQuery,
-    SealedAuth, SealedHeaders, SealedSecrets, Trigger,
+    SealedAuth, SealedDestination, SealedHeaders, SealedSecrets, Trigger,
 };
 use crate::traceparent::parse_traceparent;
 
@@ -81,6 +81,7 @@ pub fn endpoint(row: &Row<'_>) -> rusqlite::Result<Endpoint> {
         scripts: opt_json(row, 16)?.unwrap_or_default(),
         auth: SealedAuth(row.get(17)?),
         version: row.get(18)?,
+        destination: SealedDestination(row.get(19)?),
     })
 }
 
@@ -106,6 +107,7 @@ pub fn endpoint_values(e: &Endpoint) -> Vec<Value> {
         if e.scripts.is_empty() { Value::Null } else { Value::Text(to_json(&e.scripts)) },
         Value::Text(e.auth.0.clone()),
         Value::Integer(e.version.into()),
+        Value::Text(e.destination.0.clone()),
     ]
 }
 

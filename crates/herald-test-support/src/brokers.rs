@@ -1,0 +1,140 @@
+//! Throwaway message brokers for the event destination tests and benchmarks: the server
+//! programs installed on this machine (Debian's redis-server, …), each on a free loopback
+//! port with its data in a temporary directory, which can be killed (`SIGKILL`, nothing
+//! flushed) and started again on the same port and data.
+
+use std::fs::File;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+/// How a broker is started, given its port and data directory.
+type Args = Box<dyn Fn(u16, &Path) -> Vec<String> + Send + Sync>;
+
+/// A broker process on loopback.
+pub struct Broker {
+    program: PathBuf,
+    args: Args,
+    dir: tempfile::TempDir,
+    port: u16,
+    child: Option<Child>,
+}
+
+impl Broker {
+    /// Starts `program` (found on PATH or in the system directories) with `args`, and waits
+    /// for its port to answer.
+    fn start(program: &str, args: Args) -> anyhow::Result<Self> {
+        let program = find(program)?;
+        let dir = tempfile::tempdir()?;
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let mut broker = Self { program, args, dir, port, child: None };
+        broker.restart()?;
+        Ok(broker)
+    }
+
+    /// Redis, persisting every write before it answers (`appendfsync always`), so a
+    /// broker killed mid-run keeps every entry it acknowledged; with `password`, clients
+    /// must `AUTH` as the default user.
+    pub fn redis(password: Option<&str>) -> anyhow::Result<Self> {
+        let password = password.map(str::to_owned);
+        Self::start(
+            "redis-server",
+            Box::new(move |port, dir| {
+                let mut args: Vec<String> = [
+                    "--port",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--dir",
+                    &dir.to_string_lossy(),
+                    "--appendonly",
+                    "yes",
+                    "--appendfsync",
+                    "always",
+                    "--save",
+                    "",
+                    "--daemonize",
+                    "no",
+                    "--protected-mode",
+                    "no",
+                    "--logfile",
+                    "broker.log",
+                ]
+                .map(str::to_owned)
+                .into();
+                if let Some(password) = &password {
+                    args.extend(["--requirepass".to_owned(), password.clone()]);
+                }
+                args
+            }),
+        )
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Kills the broker without warning (`SIGKILL`) and waits for it to be gone.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the broker (again) on its port and data, and waits for the port to answer.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill();
+        let log = File::options().create(true).append(true).open(self.dir.path().join("process.log"))?;
+        let child = Command::new(&self.program)
+            .args((self.args)(self.port, self.dir.path()))
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {}", self.program.display()))?;
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return Ok(());
+            }
+            if let Some(child) = &mut self.child
+                && let Some(status) = child.try_wait()?
+            {
+                bail!("{} exited ({status}):\n{}", self.program.display(), self.logs());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        bail!("{} did not listen within 30 s:\n{}", self.program.display(), self.logs())
+    }
+
+    /// What the broker wrote to its logs, for failure messages.
+    pub fn logs(&self) -> String {
+        ["process.log", "broker.log"]
+            .iter()
+            .map(|name| std::fs::read_to_string(self.dir.path().join(name)).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The program's path: on PATH, or in the system directories Debian installs servers to.
+fn find(program: &str) -> anyhow::Result<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/usr/bin", "/sbin", "/usr/local/bin"].map(PathBuf::from))
+        .map(|dir| dir.join(program))
+        .find(|candidate| candidate.is_file())
+        .with_context(|| format!("{program} is not installed (scripts/test.sh installs the brokers)"))
+}

@@ -1,0 +1,318 @@
+//! Event destinations (Herald extension): an endpoint that publishes its messages to a
+//! message broker the customer owns instead of POSTing them to a URL. The endpoint keeps
+//! every guarantee of an HTTP one (retries, breakers, fairness, dead letters, replay,
+//! filters, transforms, metrics, spans): only the last step of an attempt differs.
+//!
+//! - this file: what a destination is ([`Destination`]: its type's settings, the broker's
+//!   address and the credentials), how it is checked when set, the URL it reads back as,
+//!   and what reads show of it;
+//! - `message.rs`: the message an attempt publishes (body, Standard Webhooks headers);
+//! - `publishers.rs`: the broker connections, one per destination identity, reconnecting
+//!   with backoff, and the dispatch of an attempt to its type;
+//! - one file per broker protocol (`redis.rs`, …): connect, publish, classify errors.
+//!
+//! The whole destination, credentials included, is sealed at rest on the endpoint's row
+//! (`sealing::Purpose::Destination`); reads show it without the secrets.
+
+mod message;
+mod publishers;
+mod redis;
+
+use serde::{Deserialize, Serialize};
+use url::Url;
+
+use crate::ssrf::Guard;
+
+pub use message::Outbound;
+pub use publishers::Publishers;
+
+/// Longest stream, subject, exchange, routing key or credential accepted.
+const MAX_NAME: usize = 255;
+const MAX_SECRET: usize = 1024;
+/// Largest `maxMessageBytes` accepted (the payload limit is far below it anyway).
+const MAX_MESSAGE_BYTES: u32 = 64 * 1024 * 1024;
+
+/// Where an endpoint's messages go, when not to an HTTP URL.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Destination {
+    /// The destination's type and where on the broker messages go.
+    #[serde(flatten)]
+    pub kind: Kind,
+    /// The broker's address as a URL: `redis://host:6379/0` (`rediss://` for TLS).
+    /// No user or password in it: those go in `credentials`.
+    pub broker: String,
+    /// How Herald authenticates to the broker (write-only; kept when an update leaves
+    /// it out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<BrokerCredentials>,
+    /// Messages with a larger body fail permanently (`message_too_large`) without being
+    /// published; the broker's own limit applies as well.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_message_bytes: Option<u32>,
+}
+
+/// A destination's type and its place on the broker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum Kind {
+    /// Redis Streams: each message is an `XADD` entry; delivered once Redis answers with
+    /// the entry's id.
+    #[serde(rename_all = "camelCase")]
+    RedisStreams {
+        stream: String,
+        /// Create the stream if it does not exist; by default a missing stream is a
+        /// `destination_missing` failure (`XADD … NOMKSTREAM`), so a typo is not a stream
+        /// nobody reads.
+        #[serde(default)]
+        create_stream: bool,
+        /// Trim the stream to about this many entries at each add (`MAXLEN ~`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_len: Option<u64>,
+    },
+}
+
+impl Kind {
+    /// The type's name, as the API spells it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::RedisStreams { .. } => "redisStreams",
+        }
+    }
+
+    /// The broker URL schemes of this type: (plain, TLS), and the default port.
+    fn schemes(&self) -> (&'static str, &'static str, u16) {
+        match self {
+            Self::RedisStreams { .. } => ("redis", "rediss", 6379),
+        }
+    }
+}
+
+/// What Herald presents to the broker.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BrokerCredentials {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<String>,
+}
+
+impl std::fmt::Debug for BrokerCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BrokerCredentials")
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Destination {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Destination")
+            .field("kind", &self.kind)
+            .field("broker", &self.broker)
+            .field("credentials", &self.credentials)
+            .finish()
+    }
+}
+
+/// A destination as reads show it: everything but the secrets.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DestinationOut {
+    #[serde(flatten)]
+    pub kind: Kind,
+    pub broker: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<CredentialsOut>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_message_bytes: Option<u32>,
+}
+
+/// The credentials as reads show them: the user name, and whether a password is set.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CredentialsOut {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    pub password_set: bool,
+}
+
+/// Where an attempt connects: the broker's host and port, whether over TLS.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Address {
+    pub host: String,
+    pub port: u16,
+    pub tls: bool,
+}
+
+impl Destination {
+    /// The destination as reads show it.
+    pub fn shown(&self) -> DestinationOut {
+        DestinationOut {
+            kind: self.kind.clone(),
+            broker: self.broker.clone(),
+            credentials: self
+                .credentials
+                .as_ref()
+                .map(|c| CredentialsOut { username: c.username.clone(), password_set: c.password.is_some() }),
+            max_message_bytes: self.max_message_bytes,
+        }
+    }
+
+    /// The broker's address as stored (checked when set, so it parses).
+    fn broker_url(&self) -> Option<Url> {
+        Url::parse(&self.broker).ok()
+    }
+
+    /// Where to connect.
+    pub fn address(&self) -> Option<Address> {
+        let url = self.broker_url()?;
+        let (_, tls_scheme, default_port) = self.kind.schemes();
+        let host = url.host_str()?.trim_start_matches('[').trim_end_matches(']').to_owned();
+        Some(Address { host, port: url.port().unwrap_or(default_port), tls: url.scheme() == tls_scheme })
+    }
+
+    /// The URL the endpoint reads back as (`url` in the Svix API): the broker's, with the
+    /// place on it as a query (`redis://host:6379/0?stream=orders`).
+    pub fn read_back_url(&self) -> String {
+        let Some(mut url) = self.broker_url() else { return self.broker.clone() };
+        let (_, _, default_port) = self.kind.schemes();
+        if url.port().is_none() {
+            let _ = url.set_port(Some(default_port));
+        }
+        match &self.kind {
+            Kind::RedisStreams { stream, .. } => url.query_pairs_mut().append_pair("stream", stream),
+        };
+        url.to_string()
+    }
+
+    /// Every problem with the destination, by field (under `destination.`), judged by the
+    /// destination guard like an HTTP URL.
+    pub fn problems(&self, guard: &Guard) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        let mut push = |field: &str, why: String| out.push((format!("destination.{field}"), why));
+        if let Err(why) = self.check_broker(guard) {
+            push("broker", why);
+        }
+        match &self.kind {
+            Kind::RedisStreams { stream, max_len, .. } => {
+                if let Err(why) = plain_name(stream) {
+                    push("stream", why);
+                }
+                if *max_len == Some(0) {
+                    push("maxLen", "must be at least 1".into());
+                }
+            }
+        }
+        if let Some(c) = &self.credentials {
+            for (field, part) in [("credentials.username", &c.username), ("credentials.password", &c.password)] {
+                if part.as_ref().is_some_and(|p| p.len() > MAX_SECRET || p.chars().any(char::is_control)) {
+                    push(field, format!("must be at most {MAX_SECRET} bytes, without control characters"));
+                }
+            }
+            if c.username.is_some() && c.password.is_none() {
+                push("credentials.password", "is needed with a username".into());
+            }
+        }
+        if self.max_message_bytes.is_some_and(|m| m == 0 || m > MAX_MESSAGE_BYTES) {
+            push("maxMessageBytes", format!("must be between 1 and {MAX_MESSAGE_BYTES}"));
+        }
+        out
+    }
+
+    fn check_broker(&self, guard: &Guard) -> Result<(), String> {
+        if self.broker.len() > crate::ssrf::MAX_URL_LEN {
+            return Err(format!("is longer than {} bytes", crate::ssrf::MAX_URL_LEN));
+        }
+        if self.broker.chars().any(|c| c.is_whitespace() || c.is_control() || c == '\\') {
+            return Err("contains whitespace, a control character or a backslash".into());
+        }
+        let url = Url::parse(&self.broker).map_err(|e| format!("is not a valid URL: {e}"))?;
+        let (plain, tls, _) = self.kind.schemes();
+        if url.scheme() != plain && url.scheme() != tls {
+            return Err(format!("a {} broker's URL starts with {plain}:// or {tls}://", self.kind.name()));
+        }
+        if url.query().is_some() || url.fragment().is_some() {
+            return Err("takes no query or fragment".into());
+        }
+        guard.check_authority(&url).map_err(|problem| match problem {
+            crate::ssrf::UrlProblem::Userinfo => "must not carry a user name or password (use credentials)".into(),
+            other => other.to_string(),
+        })?;
+        match &self.kind {
+            Kind::RedisStreams { .. } => redis_db(&url).map(drop),
+        }
+    }
+}
+
+/// The database number in a Redis URL's path (`/0`; none: 0).
+fn redis_db(url: &Url) -> Result<i64, String> {
+    match url.path().trim_start_matches('/') {
+        "" => Ok(0),
+        db => db.parse::<u16>().map(i64::from).map_err(|_| "names its database by number (redis://host:6379/0)".into()),
+    }
+}
+
+/// A stream, queue or exchange name: non-empty, bounded, printable, no spaces.
+fn plain_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > MAX_NAME {
+        return Err(format!("must be 1 to {MAX_NAME} bytes"));
+    }
+    if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("must not contain whitespace or control characters".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn redis(broker: &str) -> Destination {
+        Destination {
+            kind: Kind::RedisStreams { stream: "orders".into(), create_stream: false, max_len: None },
+            broker: broker.into(),
+            credentials: None,
+            max_message_bytes: None,
+        }
+    }
+
+    #[test]
+    fn a_broker_reads_back_with_its_place_and_port() {
+        assert_eq!(redis("redis://broker.example/2").read_back_url(), "redis://broker.example:6379/2?stream=orders");
+        let address = redis("rediss://broker.example:7000").address().unwrap();
+        assert_eq!(address, Address { host: "broker.example".into(), port: 7000, tls: true });
+    }
+
+    #[test]
+    fn broker_addresses_pass_the_destination_guard() {
+        let guard = Guard::new(vec![]);
+        let field =
+            |d: Destination| d.problems(&guard).into_iter().map(|(f, w)| format!("{f}: {w}")).collect::<Vec<_>>();
+        assert!(field(redis("redis://broker.example:6379/0")).is_empty());
+        for refused in
+            ["redis://127.0.0.1:6379", "redis://[::1]:6379", "redis://169.254.169.254:6379", "redis://localhost:6379"]
+        {
+            let problems = field(redis(refused));
+            assert!(
+                problems.iter().any(|p| p.starts_with("destination.broker: destination")),
+                "{refused}: {problems:?}"
+            );
+        }
+        assert!(field(redis("redis://u:p@broker.example:6379"))[0].contains("use credentials"));
+        assert!(field(redis("http://broker.example"))[0].contains("redis:// or rediss://"));
+        assert!(field(redis("redis://broker.example:6379/zero"))[0].contains("by number"));
+        assert!(field(redis("redis://broker.example:25"))[0].contains("port 25"));
+    }
+
+    #[test]
+    fn reads_show_no_secret() {
+        let mut d = redis("redis://broker.example");
+        d.credentials = Some(BrokerCredentials { username: Some("herald".into()), password: Some("s3cret".into()) });
+        let shown = serde_json::to_string(&d.shown()).unwrap();
+        assert!(!shown.contains("s3cret") && shown.contains("\"passwordSet\":true"), "{shown}");
+        assert!(!format!("{d:?}").contains("s3cret"));
+    }
+}

@@ -1,0 +1,91 @@
+//! Event destinations end to end, against real brokers started by the tests
+//! (`herald_test_support::brokers`): messages published through the real HTTP API, read
+//! back by a consumer of the broker and verified with their Standard Webhooks signature;
+//! brokers killed and restarted mid-run; each failure class; filters, transforms and
+//! breakers; the API's validation and what it shows of the secrets. One file per type.
+
+mod api;
+mod redis_streams;
+
+use std::collections::HashMap;
+
+use serde_json::{Value, json};
+
+use crate::support::{TestServer, eventually};
+
+/// One message as a broker's consumer read it: its body and its headers (or the broker's
+/// equivalent), lower-case names.
+#[derive(Debug, Clone)]
+pub struct Consumed {
+    pub body: Vec<u8>,
+    pub headers: HashMap<String, String>,
+}
+
+impl Consumed {
+    pub fn header(&self, name: &str) -> &str {
+        self.headers.get(name).map(String::as_str).unwrap_or_default()
+    }
+
+    /// Whether the message carries a valid Standard Webhooks signature of its body under
+    /// `secret`, as a consumer would check it.
+    pub fn verifies(&self, secret: &str) -> bool {
+        use herald::signing::{SignedHeaders, SigningKey, verify};
+        let key = SigningKey::decode(secret).unwrap();
+        let headers = SignedHeaders::from_pairs(self.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        verify(&key, &headers, &self.body, chrono::Utc::now().timestamp()).is_ok()
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap()
+    }
+}
+
+/// Retries every 100 ms for a long while, and a breaker that reopens quickly: broker
+/// outages in these tests last seconds.
+pub fn quick_retries() -> Value {
+    json!({"retry": {"strategy": "fixed", "intervalMs": 100, "maxAttempts": 100},
+           "circuitBreaker": {"failureThreshold": 5, "cooldownMs": 300}})
+}
+
+/// Retries every 100 ms, up to 100 attempts: for failures that must not be retried.
+pub fn never_breaking() -> Value {
+    json!({"retry": {"strategy": "fixed", "intervalMs": 100, "maxAttempts": 100},
+           "circuitBreaker": {"failureThreshold": 10000}})
+}
+
+/// Sends `n` messages of `event_type` to `app`, 16 at a time; their ids.
+pub async fn send_many(server: &TestServer, app: &str, n: usize) -> Vec<String> {
+    let mut ids = Vec::with_capacity(n);
+    for chunk in (0..n).collect::<Vec<_>>().chunks(16) {
+        let sends = chunk.iter().map(|i| server.send(app, json!({"eventType": "order.paid", "payload": {"i": i}})));
+        ids.extend(futures_util::future::join_all(sends).await);
+    }
+    ids
+}
+
+/// Waits for `n` attempts of `msg` and returns them, oldest first.
+pub async fn attempts(server: &TestServer, app: &str, msg: &str, n: usize) -> Vec<Value> {
+    eventually(&format!("{n} attempts of {msg}"), || async {
+        let attempts = server.attempts(app, msg).await;
+        (attempts.len() >= n).then_some(attempts)
+    })
+    .await
+}
+
+/// Waits until `msg`'s delivery at `endpoint` has the Svix status `status` (0 delivered,
+/// 2 failed).
+pub async fn settles(server: &TestServer, app: &str, msg: &str, endpoint: &str, status: i64) {
+    eventually(&format!("{msg} to reach status {status}"), || async {
+        (server.delivery_status(app, msg, endpoint).await == Some(status)).then_some(())
+    })
+    .await
+}
+
+/// Waits for the endpoint's breaker to be in `state` (`open`, `closed`).
+pub async fn breaker(server: &TestServer, app: &str, endpoint: &str, state: &str) {
+    eventually(&format!("the breaker to be {state}"), || async {
+        let (_, health) = server.get(&format!("/api/v1/app/{app}/endpoint/{endpoint}/health")).await;
+        (health["state"] == state).then_some(())
+    })
+    .await
+}
