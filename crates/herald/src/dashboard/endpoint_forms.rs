@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
 use serde_json::{Value, json};
 
+use super::destination::{self, DestinationDraft};
 use super::endpoints::{Draft, endpoint_page, new_page};
 use super::form::{Fields, body, problems};
 use super::{Page, Viewer, view};
@@ -29,6 +30,7 @@ fn draft(fields: &Fields, problems: Vec<(Option<String>, String)>) -> Draft {
         filter: fields.get("filter").unwrap_or_default().to_owned(),
         transform: fields.get("transform").unwrap_or_default().to_owned(),
         credentials: Default::default(),
+        destination: DestinationDraft::typed(fields),
         problems,
     }
 }
@@ -52,6 +54,7 @@ fn settings_json(fields: &Fields) -> Result<Value, ApiError> {
     });
     // Credentials are write-only: left blank, they stay as they are.
     credentials::apply(fields, &mut body)?;
+    destination::apply(fields, &mut body)?;
     Ok(body)
 }
 
@@ -101,7 +104,9 @@ pub async fn update(
         Ok(_) => Ok(to_endpoint(app.id.as_str(), existing.id.as_str())),
         Err(e) if !problems(&e).is_empty() => {
             let credentials = endpoint::credentials_summary(&state, &existing);
-            let draft = Draft { credentials, ..draft(&fields, problems(&e)) };
+            let mut draft = Draft { credentials, ..draft(&fields, problems(&e)) };
+            let stored = DestinationDraft::of(endpoint::destination_shown(&state, &existing));
+            draft.destination.password_set = stored.kind == draft.destination.kind && stored.password_set;
             let status = StatusCode::UNPROCESSABLE_ENTITY;
             Ok(endpoint_page(&state, &viewer, &app, &existing, &draft, Default::default(), status)
                 .await?

@@ -10,6 +10,7 @@ use serde::Deserialize;
 
 use super::catalog::{self, Catalogued};
 use super::credentials;
+use super::destination::{self, DestinationDraft};
 use super::log;
 use super::names::{Names, small_id};
 use super::pages::{DAY_MS, dead_letter_rows, dead_letter_table, page_of};
@@ -35,6 +36,8 @@ pub struct Draft {
     pub transform: String,
     /// What the endpoint's credentials are (never the secrets themselves).
     pub credentials: CredentialsSummary,
+    /// HTTP, or the event destination and its settings (never its secrets).
+    pub destination: DestinationDraft,
     /// (field, message); a `None` field is about the whole form.
     pub problems: Vec<(Option<String>, String)>,
 }
@@ -50,6 +53,7 @@ impl Draft {
             filter: endpoint.scripts.filter.clone().unwrap_or_default(),
             transform: endpoint.scripts.transform.clone().unwrap_or_default(),
             credentials: endpoint::credentials_summary(state, endpoint),
+            destination: DestinationDraft::of(endpoint::destination_shown(state, endpoint)),
             problems: vec![],
         }
     }
@@ -75,9 +79,12 @@ pub fn settings_form(app: &App, endpoint: Option<&str>, draft: &Draft, types: &[
             @for (field, msg) in draft.problems.iter().filter(|(f, _)| f.is_none()) {
                 @if field.is_none() { p.error role="alert" { (msg) } }
             }
-            label for="url" { "URL" }
-            input #url type="url" name="url" required value=(draft.url) placeholder="https://example.com/webhooks";
-            (draft.problem("url"))
+            div.http-url {
+                label for="url" { "URL" }
+                input #url type="url" name="url" value=(draft.url) placeholder="https://example.com/webhooks";
+                (draft.problem("url"))
+            }
+            (destination::fieldset(&draft.destination, |field| draft.problem(field)))
             label for="description" { "Description" }
             input #description type="text" name="description" value=(draft.description);
             fieldset.subscription {

@@ -9,6 +9,7 @@ mod apps;
 mod catalog;
 mod chart;
 mod credentials;
+mod destination;
 mod endpoint_forms;
 mod endpoints;
 mod form;

@@ -8,6 +8,7 @@ mod dto;
 mod rules;
 mod stored;
 
+pub use destination::shown as destination_shown;
 pub use dto::{EndpointIn, EndpointOut, EndpointPatch};
 pub use rules::parse_secret;
 use rules::{apply_owner_rules, check_event_types_exist, refuse_chosen_id};

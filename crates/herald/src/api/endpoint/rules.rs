@@ -77,6 +77,12 @@ pub fn check_endpoint(state: &AppState, e: &Endpoint) -> ApiResult<()> {
         "destination",
         "cannot be combined with request settings (postbacks are HTTP)",
     );
+    let http_auth = !http && super::credentials_summary(state, e).auth.is_some();
+    p.check(
+        !http_auth,
+        "destination",
+        "cannot be combined with auth (HTTP credentials): give the broker's in destination.credentials",
+    );
     if let Some(uid) = &e.uid {
         p.uid("uid", uid, EndpointId::PREFIX);
     }

@@ -68,6 +68,10 @@ async fn a_destination_is_refused_at_its_field() {
     let (status, body) = server.post(&path, postback).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(problems(&body).iter().any(|(loc, _)| loc == "body.destination"), "{body}");
+    let basic = json!({"destination": redis("redis://127.0.0.1:6379"), "auth": {"type": "basic", "username": "u", "password": "p"}});
+    let (status, body) = server.post(&path, basic).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(problems(&body).iter().any(|(loc, msg)| loc == "body.destination" && msg.contains("auth")), "{body}");
     let (_, list) = server.get(&path).await;
     assert_eq!(list["data"], json!([]), "nothing refused was stored");
 }

@@ -5,6 +5,7 @@
 //! breakers; the API's validation and what it shows of the secrets. One file per type.
 
 mod api;
+mod portal;
 mod redis_streams;
 
 use std::collections::HashMap;

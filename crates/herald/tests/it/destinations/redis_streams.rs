@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use super::{Consumed, attempts, breaker, never_breaking, quick_retries, send_many, settles};
 use crate::support::{TestServer, eventually};
 
-const PASSWORD: &str = "broker-pa55";
+pub(super) const PASSWORD: &str = "broker-pa55";
 
 /// A Redis Streams destination on `broker`.
 fn destination(broker: &Broker, stream: &str, create: bool) -> Value {
@@ -46,7 +46,7 @@ async fn consumer(broker: &Broker) -> redis::aio::MultiplexedConnection {
 }
 
 /// Every entry of `stream`, oldest first, as a consumer reads it.
-async fn read_all(broker: &Broker, stream: &str) -> Vec<Consumed> {
+pub(super) async fn read_all(broker: &Broker, stream: &str) -> Vec<Consumed> {
     let mut connection = consumer(broker).await;
     let mut entries = Vec::new();
     let mut from = "-".to_owned();

@@ -1,0 +1,77 @@
+//! The portal's endpoint form in a real headless Chromium: a customer picks a destination
+//! type, is refused a broker the destination guard forbids (the reason next to the broker
+//! field, nothing created), adds the destination with a password that is never shown
+//! again, and a test event from the endpoint's page reaches the broker. Every page passes
+//! the accessibility audit.
+
+use herald_test_support::brokers::Broker;
+use serde_json::json;
+
+use super::redis_streams::{PASSWORD, read_all};
+use crate::support::browser::Browser;
+use crate::support::{TestServer, eventually};
+
+/// Chooses `kind` in the "deliver to" select and fills in the fields, by name.
+async fn fill(browser: &Browser, kind: &str, fields: &[(&str, &str)]) {
+    browser.run(&format!("document.getElementById('destination_type').value = '{kind}';")).await;
+    for (field, value) in fields {
+        let id = format!("dest_{kind}_{field}");
+        browser.run(&format!("document.getElementById('{id}').value = '{value}';")).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_customer_adds_a_redis_streams_destination_in_the_portal() {
+    let broker = Broker::redis(Some(PASSWORD)).unwrap();
+    let server = TestServer::start().await;
+    let app = server.create_app("shop").await;
+    let browser = Browser::start().await;
+    let (_, access) = server.post(&format!("/api/v1/auth/app-portal-access/{app}"), json!({})).await;
+    browser.goto(access["url"].as_str().unwrap()).await;
+    browser.until_url("the portal", |url| url.ends_with(&format!("/app/{app}"))).await;
+    browser.click("#add-endpoint").await;
+    assert_eq!(
+        browser.run("return getComputedStyle(document.querySelector('.dest-redisStreams')).display;").await,
+        "none"
+    );
+
+    fill(&browser, "redisStreams", &[("broker", "redis://10.9.8.7:6379"), ("stream", "orders")]).await;
+    assert_eq!(
+        browser.run("return getComputedStyle(document.querySelector('.dest-redisStreams')).display;").await,
+        "block"
+    );
+    assert_eq!(browser.run("return getComputedStyle(document.querySelector('.http-url')).display;").await, "none");
+    browser.click("form.settings button[type=submit]").await;
+    let reason = browser.text(".dest-redisStreams .field-error").await;
+    assert!(reason.contains("10.9.8.7"), "the guard's reason at the broker field: {reason}");
+    let (_, endpoints) = server.get(&format!("/api/v1/app/{app}/endpoint")).await;
+    assert_eq!(endpoints["data"], json!([]), "nothing created");
+    browser.audit_refusal("portal-destination-refused", 422).await;
+
+    let address = format!("redis://127.0.0.1:{}/0", broker.port());
+    fill(&browser, "redisStreams", &[("broker", &address), ("password", PASSWORD)]).await;
+    browser.run("document.getElementById('dest_redisStreams_createStream').checked = true;").await;
+    browser.click("form.settings button[type=submit]").await;
+    let page = browser.until_url("the endpoint's page", |u| u.contains("/endpoint/ep_")).await;
+    let ep = page.rsplit('/').next().unwrap().to_owned();
+    let (_, endpoint) = server.get(&format!("/api/v1/app/{app}/endpoint/{ep}")).await;
+    let expected = json!({"type": "redisStreams", "broker": address, "stream": "orders", "createStream": true,
+                          "credentials": {"passwordSet": true}});
+    assert_eq!(endpoint["destination"], expected, "{endpoint}");
+    let html = browser.run("return document.documentElement.outerHTML;").await.to_string();
+    assert!(!html.contains(PASSWORD), "the password is never shown again");
+    assert_eq!(browser.run("return document.getElementById('destination_type').value;").await, "redisStreams");
+    assert!(browser.text(".dest-redisStreams").await.contains("one is set"), "the page says a password is set");
+    browser.audit("portal-destination").await;
+
+    // Saving the form again without the password keeps it; a test event reaches the stream.
+    browser.click("form.settings button[type=submit]").await;
+    browser.until_url("the endpoint's page again", |u| u.ends_with(&ep)).await;
+    browser.click("#test-event button").await;
+    let entries = eventually("the test event in the stream", || async {
+        let entries = read_all(&broker, "orders").await;
+        (!entries.is_empty()).then_some(entries)
+    })
+    .await;
+    assert!(entries[0].verifies(&server.secret(&app, &ep).await));
+}
