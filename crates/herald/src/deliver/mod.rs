@@ -1,10 +1,11 @@
 //! The sending side of an attempt: build the signed request, send it through a keep-alive
 //! connection pool behind the destination guard, read a bounded part of the answer, and
 //! report what happened as data ([`Sent`]), never as an error. An endpoint with an event
-//! destination publishes to its broker instead (`crate::destinations`), through the same
-//! guarded connector.
+//! destination publishes to its broker instead (`brokers`), through the same guarded
+//! connector.
 
-pub(crate) mod clients;
+mod brokers;
+mod clients;
 mod connector;
 mod oauth2;
 mod request;
@@ -28,11 +29,11 @@ pub use connector::{Budgeted, ConnectError, GuardedConnector, SetupTimeout};
 pub use request::{Outgoing, Standard};
 pub use resolver::{ResolveError, Resolver};
 
+use brokers::Publishers;
 use clients::ClientCache;
 
 use crate::catalog::Target;
 use crate::delivery_auth::{OAuth2Grant, client_config};
-use crate::destinations::Publishers;
 use crate::outcome::{AttemptResult, Failure};
 use crate::retry::parse_retry_after;
 use crate::ssrf::Guard;

@@ -15,8 +15,8 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ErrorKind, RedisConnectionInfo, RedisError};
 
-use super::publishers::{Acknowledgement, Dialer, PublishError};
-use super::{Address, BrokerCredentials, Outbound};
+use super::{Acknowledgement, Dialer, Outbound, PublishError};
+use crate::destinations::{Address, BrokerCredentials};
 use crate::outcome::Failure;
 
 pub(super) type Connection = MultiplexedConnection;

@@ -3,28 +3,18 @@
 //! every guarantee of an HTTP one (retries, breakers, fairness, dead letters, replay,
 //! filters, transforms, metrics, spans): only the last step of an attempt differs.
 //!
-//! - this file: what a destination is ([`Destination`]: its type's settings, the broker's
-//!   address and the credentials), how it is checked when set, the URL it reads back as,
-//!   and what reads show of it;
-//! - `message.rs`: the message an attempt publishes (body, Standard Webhooks headers);
-//! - `publishers.rs`: the broker connections, one per destination identity, reconnecting
-//!   with backoff, and the dispatch of an attempt to its type;
-//! - one file per broker protocol (`redis.rs`, …): connect, publish, classify errors.
+//! This module is what a destination is ([`Destination`]: its type's settings, the
+//! broker's address and the credentials), how it is checked when set, the URL it reads
+//! back as, and what reads show of it. Publishing is the sending side of an attempt, in
+//! `deliver::brokers`: the message, the broker connections, one file per protocol.
 //!
 //! The whole destination, credentials included, is sealed at rest on the endpoint's row
 //! (`sealing::Purpose::Destination`); reads show it without the secrets.
-
-mod message;
-mod publishers;
-mod redis;
 
 use serde::{Deserialize, Serialize};
 use url::Url;
 
 use crate::ssrf::Guard;
-
-pub use message::Outbound;
-pub use publishers::Publishers;
 
 /// Longest stream, subject, exchange, routing key or credential accepted.
 const MAX_NAME: usize = 255;
@@ -55,6 +45,7 @@ pub struct Destination {
 /// A destination's type and its place on the broker.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "type", rename_all = "camelCase")]
+#[schema(as = DestinationKind)]
 pub enum Kind {
     /// Redis Streams: each message is an `XADD` entry; delivered once Redis answers with
     /// the entry's id.
@@ -244,6 +235,11 @@ impl Destination {
         match &self.kind {
             Kind::RedisStreams { .. } => redis_db(&url).map(drop),
         }
+    }
+
+    /// The Redis database the broker URL names (0 when none does).
+    pub fn redis_db(&self) -> i64 {
+        self.broker_url().and_then(|url| redis_db(&url).ok()).unwrap_or(0)
     }
 }
 

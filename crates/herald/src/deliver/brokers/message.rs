@@ -13,9 +13,6 @@ use crate::signing::signature_header;
 /// One message, ready for any broker.
 #[derive(Debug, Clone)]
 pub struct Outbound {
-    /// The message id (`webhook-id`): brokers that deduplicate use it.
-    pub id: String,
-    pub event_type: String,
     pub body: Bytes,
     /// (name, value), lower-case names, Herald's own last.
     pub headers: Vec<(String, String)>,
@@ -44,12 +41,12 @@ impl Outbound {
             .collect();
         headers.extend([
             ("content-type".to_owned(), "application/json".to_owned()),
-            ("webhook-id".to_owned(), id.clone()),
+            ("webhook-id".to_owned(), id),
             ("webhook-timestamp".to_owned(), timestamp.to_string()),
             ("webhook-signature".to_owned(), signature),
             ("herald-event-type".to_owned(), out.message.event_type.clone()),
             ("herald-attempt".to_owned(), out.attempt_no.to_string()),
         ]);
-        Ok(Self { id, event_type: out.message.event_type.clone(), body, headers })
+        Ok(Self { body, headers })
     }
 }

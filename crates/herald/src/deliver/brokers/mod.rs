@@ -1,6 +1,9 @@
-//! The broker connections: one per destination identity (type, broker, credentials, TLS
-//! settings and egress proxy), shared by every attempt to it (each protocol's handle
-//! multiplexes), kept in a bounded cache where no application holds more than its share.
+//! The sending side of an attempt to an event destination (`crate::destinations`): the
+//! message (`message.rs`), one file per broker protocol (`redis.rs`: connect, publish,
+//! classify errors), and here the broker connections: one per destination identity (type,
+//! broker, credentials, TLS settings and egress proxy), shared by every attempt to it (each
+//! protocol's handle multiplexes), kept in a bounded cache where no application holds more
+//! than its share.
 //! A connection that breaks is dropped and made again on the next attempt, after a
 //! full-jitter backoff that grows with each failed try, so a dead broker is not dialled by
 //! every waiting attempt at once. Brokers are reached only through the destination guard
@@ -15,10 +18,15 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::{Address, Destination, Kind, Outbound, redis};
+mod message;
+mod redis;
+
+use message::Outbound;
+
+use super::clients::ClientCache;
+use super::{ConnectError, GuardedConnector, Outgoing, ResolveError, Resolver, Sent};
 use crate::catalog::Target;
-use crate::deliver::clients::ClientCache;
-use crate::deliver::{ConnectError, GuardedConnector, Outgoing, ResolveError, Resolver, Sent};
+use crate::destinations::{Address, Destination, Kind};
 use crate::egress::EgressProxy;
 use crate::outcome::{AttemptResult, Failure};
 use crate::ssrf::Guard;
@@ -262,8 +270,7 @@ impl Publishers {
         let credentials = destination.credentials.clone().unwrap_or_default();
         match &destination.kind {
             Kind::RedisStreams { .. } => {
-                let db = super::redis_db(&destination.broker_url().expect("address parsed")).unwrap_or(0);
-                redis::connect(&dialer, &address, &credentials, db).await.map(Connection::Redis)
+                redis::connect(&dialer, &address, &credentials, destination.redis_db()).await.map(Connection::Redis)
             }
         }
     }
