@@ -60,14 +60,22 @@ export HERALD_TEST_ARTIFACTS="${HERALD_TEST_ARTIFACTS:-$PWD/test-artifacts}"
 # The event destination tests start their own brokers (on free loopback ports, data in
 # temporary directories, killed and restarted mid-run): the Debian packages are installed
 # when missing.
-if ! command -v redis-server >/dev/null 2>&1 && [ ! -x /usr/bin/redis-server ]; then
-    echo "==> installing redis-server (Debian package) for the event destination tests"
+missing=()
+for broker in redis-server nats-server; do
+    if ! command -v "$broker" >/dev/null 2>&1 && [ ! -x "/usr/bin/$broker" ] && [ ! -x "/usr/sbin/$broker" ]; then
+        missing+=("$broker")
+    fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "==> installing ${missing[*]} (Debian packages) for the event destination tests"
     sudo=""
     [ "$(id -u)" = 0 ] || sudo="sudo"
     $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server >/dev/null
-    # The package starts a system-wide server; the tests start their own.
-    ($sudo service redis-server stop || true) >/dev/null 2>&1
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+    # A package may start a system-wide server; the tests start their own.
+    for broker in "${missing[@]}"; do
+        ($sudo service "$broker" stop || true) >/dev/null 2>&1
+    done
 fi
 
 # PostgreSQL refuses to run as root; as root the tests run it as the `postgres` user.

@@ -1,5 +1,5 @@
 //! Throwaway message brokers for the event destination tests and benchmarks: the server
-//! programs installed on this machine (Debian's redis-server, …), each on a free loopback
+//! programs installed on this machine (Debian's redis-server and nats-server, …), each on a free loopback
 //! port with its data in a temporary directory, which can be killed (`SIGKILL`, nothing
 //! flushed) and started again on the same port and data.
 
@@ -68,6 +68,21 @@ impl Broker {
                 if let Some(password) = &password {
                     args.extend(["--requirepass".to_owned(), password.clone()]);
                 }
+                args
+            }),
+        )
+    }
+
+    /// NATS with JetStream, its streams stored in files under the data directory (so a
+    /// broker killed mid-run keeps the messages it acknowledged), and one user.
+    pub fn nats(user: &str, password: &str) -> anyhow::Result<Self> {
+        let (user, password) = (user.to_owned(), password.to_owned());
+        Self::start(
+            "nats-server",
+            Box::new(move |port, dir| {
+                let args = ["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd", &dir.to_string_lossy()];
+                let mut args: Vec<String> = args.map(str::to_owned).into();
+                args.extend(["--user", &user, "--pass", &password, "-l", "broker.log"].map(str::to_owned));
                 args
             }),
         )

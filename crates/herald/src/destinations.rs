@@ -29,7 +29,8 @@ pub struct Destination {
     /// The destination's type and where on the broker messages go.
     #[serde(flatten)]
     pub kind: Kind,
-    /// The broker's address as a URL: `redis://host:6379/0` (`rediss://` for TLS).
+    /// The broker's address as a URL: `redis://host:6379/0` (`rediss://` for TLS),
+    /// `nats://host:4222` (`tls://` for TLS).
     /// No user or password in it: those go in `credentials`.
     pub broker: String,
     /// How Herald authenticates to the broker (write-only; kept when an update leaves
@@ -61,6 +62,11 @@ pub enum Kind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         max_len: Option<u64>,
     },
+    /// NATS JetStream: each message is published to `subject` with its headers;
+    /// delivered once the stream that takes the subject acknowledges it (JetStream's
+    /// publish ack). No stream taking the subject is a `destination_missing` failure.
+    #[serde(rename_all = "camelCase")]
+    NatsJetStream { subject: String },
 }
 
 impl Kind {
@@ -68,6 +74,7 @@ impl Kind {
     pub fn name(&self) -> &'static str {
         match self {
             Self::RedisStreams { .. } => "redisStreams",
+            Self::NatsJetStream { .. } => "natsJetStream",
         }
     }
 
@@ -75,6 +82,7 @@ impl Kind {
     fn schemes(&self) -> (&'static str, &'static str, u16) {
         match self {
             Self::RedisStreams { .. } => ("redis", "rediss", 6379),
+            Self::NatsJetStream { .. } => ("nats", "tls", 4222),
         }
     }
 }
@@ -166,7 +174,8 @@ impl Destination {
     }
 
     /// The URL the endpoint reads back as (`url` in the Svix API): the broker's, with the
-    /// place on it as a query (`redis://host:6379/0?stream=orders`).
+    /// place on it as a query (`redis://host:6379/0?stream=orders`,
+    /// `nats://host:4222?subject=orders.paid`).
     pub fn read_back_url(&self) -> String {
         let Some(mut url) = self.broker_url() else { return self.broker.clone() };
         let (_, _, default_port) = self.kind.schemes();
@@ -175,6 +184,7 @@ impl Destination {
         }
         match &self.kind {
             Kind::RedisStreams { stream, .. } => url.query_pairs_mut().append_pair("stream", stream),
+            Kind::NatsJetStream { subject } => url.query_pairs_mut().append_pair("subject", subject),
         };
         url.to_string()
     }
@@ -194,6 +204,11 @@ impl Destination {
                 }
                 if *max_len == Some(0) {
                     push("maxLen", "must be at least 1".into());
+                }
+            }
+            Kind::NatsJetStream { subject } => {
+                if let Err(why) = nats_subject(subject) {
+                    push("subject", why);
                 }
             }
         }
@@ -234,6 +249,10 @@ impl Destination {
         })?;
         match &self.kind {
             Kind::RedisStreams { .. } => redis_db(&url).map(drop),
+            Kind::NatsJetStream { .. } if !matches!(url.path(), "" | "/") => {
+                Err("names no path (nats://host:4222)".into())
+            }
+            Kind::NatsJetStream { .. } => Ok(()),
         }
     }
 
@@ -249,6 +268,15 @@ fn redis_db(url: &Url) -> Result<i64, String> {
         "" => Ok(0),
         db => db.parse::<u16>().map(i64::from).map_err(|_| "names its database by number (redis://host:6379/0)".into()),
     }
+}
+
+/// A subject to publish to: dot-separated tokens, none empty, no wildcards (`*`, `>`).
+fn nats_subject(subject: &str) -> Result<(), String> {
+    plain_name(subject)?;
+    if subject.split('.').any(|token| token.is_empty() || token == "*" || token == ">") {
+        return Err("must be dot-separated names, none empty and no wildcard (orders.paid)".into());
+    }
+    Ok(())
 }
 
 /// A stream, queue or exchange name: non-empty, bounded, printable, no spaces.
@@ -301,6 +329,29 @@ mod tests {
         assert!(field(redis("http://broker.example"))[0].contains("redis:// or rediss://"));
         assert!(field(redis("redis://broker.example:6379/zero"))[0].contains("by number"));
         assert!(field(redis("redis://broker.example:25"))[0].contains("port 25"));
+    }
+
+    #[test]
+    fn a_nats_subject_is_a_plain_subject() {
+        let guard = Guard::new(vec![]);
+        let nats = |subject: &str, broker: &str| Destination {
+            kind: Kind::NatsJetStream { subject: subject.into() },
+            broker: broker.into(),
+            credentials: None,
+            max_message_bytes: None,
+        };
+        assert!(nats("orders.paid", "nats://broker.example").problems(&guard).is_empty());
+        assert_eq!(
+            nats("orders.paid", "tls://broker.example").read_back_url(),
+            "tls://broker.example:4222?subject=orders.paid"
+        );
+        for refused in ["orders.*", "orders.>", "orders..paid", ".orders", "orders paid", ""] {
+            let problems = nats(refused, "nats://broker.example").problems(&guard);
+            assert_eq!(problems.len(), 1, "{refused}: {problems:?}");
+            assert_eq!(problems[0].0, "destination.subject");
+        }
+        assert!(nats("orders", "nats://broker.example/x").problems(&guard)[0].1.contains("no path"));
+        assert!(nats("orders", "redis://broker.example").problems(&guard)[0].1.contains("nats:// or tls://"));
     }
 
     #[test]

@@ -35,16 +35,28 @@ struct TypeForm {
     places: &'static [Place],
 }
 
-const TYPES: &[TypeForm] = &[TypeForm {
-    kind: "redisStreams",
-    title: "Redis Streams",
-    broker_example: "redis://redis.example.com:6379/0",
-    places: &[
-        Place { field: "stream", label: "Stream", kind: Input::Text },
-        Place { field: "createStream", label: "Create the stream if it does not exist", kind: Input::Check },
-        Place { field: "maxLen", label: "Trim the stream to about this many entries (optional)", kind: Input::Number },
-    ],
-}];
+const TYPES: &[TypeForm] = &[
+    TypeForm {
+        kind: "redisStreams",
+        title: "Redis Streams",
+        broker_example: "redis://redis.example.com:6379/0",
+        places: &[
+            Place { field: "stream", label: "Stream", kind: Input::Text },
+            Place { field: "createStream", label: "Create the stream if it does not exist", kind: Input::Check },
+            Place {
+                field: "maxLen",
+                label: "Trim the stream to about this many entries (optional)",
+                kind: Input::Number,
+            },
+        ],
+    },
+    TypeForm {
+        kind: "natsJetStream",
+        title: "NATS JetStream",
+        broker_example: "nats://nats.example.com:4222",
+        places: &[Place { field: "subject", label: "Subject (a JetStream stream must take it)", kind: Input::Text }],
+    },
+];
 
 /// The destination as the form shows it: the chosen type and the values of its fields
 /// (`dest_<type>_<field>`), never a secret.

@@ -11,9 +11,9 @@ use crate::destinations::{Destination, DestinationOut};
 use crate::store::Endpoint;
 
 /// Sets `e`'s destination and URL from a request: `given` `None` keeps the stored
-/// destination, `Some(None)` removes it, `Some(Some(d))` sets `d` (its credentials kept
-/// from the stored one when left out, if the broker is the same: credentials never follow
-/// a destination to another broker). `url` is the URL the request sent, if any: with a
+/// destination, `Some(None)` removes it, `Some(Some(d))` sets `d` (what it leaves out of
+/// its credentials kept from the stored one, if the broker is the same: credentials never
+/// follow a destination to another broker). `url` is the URL the request sent, if any: with a
 /// destination it may only repeat the read-back URL.
 pub(super) fn apply(
     state: &AppState,
@@ -39,11 +39,7 @@ pub(super) fn apply(
         None => stored,
         Some(None) => None,
         Some(Some(mut d)) => {
-            if d.credentials.is_none() {
-                d.credentials = stored
-                    .filter(|s| s.broker == d.broker && s.kind.name() == d.kind.name())
-                    .and_then(|s| s.credentials);
-            }
+            keep_credentials(&mut d, stored);
             Some(d)
         }
     };
@@ -71,6 +67,21 @@ pub(super) fn apply(
     e.url = read_back;
     e.destination = keyring.seal_destination(Some(&destination), &e.id);
     Ok(())
+}
+
+/// What an update leaves out of the credentials is kept from the stored destination, on
+/// the same broker and type only: all of them when `credentials` is left out, the
+/// password when only the same username is given (as a read shows it).
+fn keep_credentials(d: &mut Destination, stored: Option<Destination>) {
+    let Some(stored) = stored.filter(|s| s.broker == d.broker && s.kind.name() == d.kind.name()) else { return };
+    match &mut d.credentials {
+        None => d.credentials = stored.credentials,
+        Some(given) if given.password.is_none() => {
+            let same_user = stored.credentials.as_ref().filter(|s| s.username == given.username);
+            given.password = same_user.and_then(|s| s.password.clone());
+        }
+        Some(_) => {}
+    }
 }
 
 /// The destination as reads show it (no secrets); `None` for an HTTP endpoint or one

@@ -1,13 +1,13 @@
 //! The sending side of an attempt to an event destination (`crate::destinations`): the
-//! message (`message.rs`), one file per broker protocol (`redis.rs`: connect, publish,
-//! classify errors), and here the broker connections: one per destination identity (type,
-//! broker, credentials, TLS settings and egress proxy), shared by every attempt to it (each
-//! protocol's handle multiplexes), kept in a bounded cache where no application holds more
-//! than its share.
-//! A connection that breaks is dropped and made again on the next attempt, after a
-//! full-jitter backoff that grows with each failed try, so a dead broker is not dialled by
-//! every waiting attempt at once. Brokers are reached only through the destination guard
-//! (`GuardedConnector::open`): a name is resolved and judged at every connection.
+//! message (`message.rs`), one file per broker protocol (`redis.rs`, `nats.rs`: connect,
+//! publish, classify errors), and here the broker connections: one per destination
+//! identity (type, broker, credentials, TLS settings and egress proxy), shared by every
+//! attempt to it (each protocol's handle multiplexes), kept in a bounded cache where no
+//! application holds more than its share. A connection that breaks is dropped and made
+//! again on the next attempt, after a full-jitter backoff that grows with each failed try,
+//! so a dead broker is not dialled by every waiting attempt at once. Brokers are reached
+//! only through the destination guard (`GuardedConnector::open`): a name is resolved and
+//! judged at every connection.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,6 +19,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 mod message;
+mod nats;
 mod redis;
 
 use message::Outbound;
@@ -40,8 +41,9 @@ const RECONNECT_CAP: Duration = Duration::from_secs(30);
 
 /// A live connection of one protocol: a cheap handle every attempt clones.
 #[derive(Clone)]
-pub(super) enum Connection {
+enum Connection {
     Redis(redis::Connection),
+    Nats(nats::Connection),
 }
 
 /// Why an attempt failed, and whether its connection is broken (made again next time).
@@ -85,6 +87,12 @@ impl Dialer {
         if !address.tls {
             return Ok(Box::new(tcp));
         }
+        self.tls(tcp, address).await
+    }
+
+    /// TLS over `tcp` to the broker at `address` (for protocols that say hello in plain
+    /// text first).
+    pub async fn tls(&self, tcp: TcpStream, address: &Address) -> Result<Box<dyn Io>, PublishError> {
         let config = self.tls.clone().ok_or_else(|| PublishError::new(Failure::Tls, "no TLS settings", true))?;
         let name = rustls::pki_types::ServerName::try_from(address.host.clone())
             .map_err(|e| PublishError::new(Failure::Tls, format!("the broker's name: {e}"), true))?;
@@ -196,6 +204,8 @@ impl Publishers {
             (Connection::Redis(c), Kind::RedisStreams { stream, create_stream, max_len }) => {
                 redis::publish(c.clone(), stream, *create_stream, *max_len, &message).await
             }
+            (Connection::Nats(c), Kind::NatsJetStream { subject }) => c.publish(subject, &message).await,
+            _ => Err(PublishError::new(Failure::Internal, "the connection is of another type", true)),
         };
         if let Err(e) = &published
             && e.broken
@@ -272,6 +282,7 @@ impl Publishers {
             Kind::RedisStreams { .. } => {
                 redis::connect(&dialer, &address, &credentials, destination.redis_db()).await.map(Connection::Redis)
             }
+            Kind::NatsJetStream { .. } => nats::connect(&dialer, &address, &credentials).await.map(Connection::Nats),
         }
     }
 }

@@ -104,6 +104,16 @@ async fn reads_show_the_destination_without_its_secrets_and_updates_keep_them() 
     let (_, patched) = server.call(Method::PATCH, &path, Some(json!({"destination": moved}))).await;
     assert_eq!(patched["destination"]["credentials"]["passwordSet"], true, "{patched}");
     assert_eq!(patched["url"], "redis://127.0.0.1:6390/2?stream=payments");
+    // The credentials as a read shows them (the username alone) keep the password; another
+    // username without a password is refused.
+    moved["credentials"] = json!({"username": "herald"});
+    let (status, patched) = server.call(Method::PATCH, &path, Some(json!({"destination": moved}))).await;
+    assert_eq!((status, patched["destination"]["credentials"].clone()), (StatusCode::OK, shown["credentials"].clone()));
+    moved["credentials"] = json!({"username": "someone-else"});
+    let (status, refused) = server.call(Method::PATCH, &path, Some(json!({"destination": moved}))).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
+    assert_eq!(refused["detail"][0]["loc"], json!(["body", "destination", "credentials", "password"]), "{refused}");
+    moved.as_object_mut().unwrap().remove("credentials");
     moved["broker"] = json!("redis://127.0.0.2:6390");
     let (_, patched) = server.call(Method::PATCH, &path, Some(json!({"destination": moved}))).await;
     assert!(patched["destination"].get("credentials").is_none(), "credentials stay with their broker: {patched}");

@@ -2,11 +2,15 @@
 //! (`herald_test_support::brokers`): messages published through the real HTTP API, read
 //! back by a consumer of the broker and verified with their Standard Webhooks signature;
 //! brokers killed and restarted mid-run; each failure class; filters, transforms and
-//! breakers; the API's validation and what it shows of the secrets. One file per type.
+//! breakers; the API's validation and what it shows of the secrets. The scenarios every
+//! type passes are written once (`scenarios.rs`); each type's file starts its broker and
+//! reads it back.
 
 mod api;
+mod nats_jetstream;
 mod portal;
 mod redis_streams;
+mod scenarios;
 
 use std::collections::HashMap;
 

@@ -1,13 +1,14 @@
 //! The portal's endpoint form in a real headless Chromium: a customer picks a destination
 //! type, is refused a broker the destination guard forbids (the reason next to the broker
-//! field, nothing created), adds the destination with a password that is never shown
-//! again, and a test event from the endpoint's page reaches the broker. Every page passes
-//! the accessibility audit.
+//! field, nothing created), adds a destination of each type with a password that is never
+//! shown again, and a test event from each endpoint's page reaches its broker. Every page
+//! passes the accessibility audit.
 
-use herald_test_support::brokers::Broker;
-use serde_json::json;
+use serde_json::{Value, json};
 
-use super::redis_streams::{PASSWORD, read_all};
+use super::nats_jetstream::{self, Nats};
+use super::redis_streams::{self, Redis};
+use super::scenarios::Fixture;
 use crate::support::browser::Browser;
 use crate::support::{TestServer, eventually};
 
@@ -21,14 +22,14 @@ async fn fill(browser: &Browser, kind: &str, fields: &[(&str, &str)]) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_customer_adds_a_redis_streams_destination_in_the_portal() {
-    let broker = Broker::redis(Some(PASSWORD)).unwrap();
+async fn a_customer_adds_a_destination_of_each_type_in_the_portal() {
+    let (redis, nats) = (Redis::start().await, Nats::start().await);
     let server = TestServer::start().await;
     let app = server.create_app("shop").await;
     let browser = Browser::start().await;
     let (_, access) = server.post(&format!("/api/v1/auth/app-portal-access/{app}"), json!({})).await;
     browser.goto(access["url"].as_str().unwrap()).await;
-    browser.until_url("the portal", |url| url.ends_with(&format!("/app/{app}"))).await;
+    let portal = browser.until_url("the portal", |url| url.ends_with(&format!("/app/{app}"))).await;
     browser.click("#add-endpoint").await;
     assert_eq!(
         browser.run("return getComputedStyle(document.querySelector('.dest-redisStreams')).display;").await,
@@ -48,30 +49,59 @@ async fn a_customer_adds_a_redis_streams_destination_in_the_portal() {
     assert_eq!(endpoints["data"], json!([]), "nothing created");
     browser.audit_refusal("portal-destination-refused", 422).await;
 
-    let address = format!("redis://127.0.0.1:{}/0", broker.port());
-    fill(&browser, "redisStreams", &[("broker", &address), ("password", PASSWORD)]).await;
+    let address = format!("redis://127.0.0.1:{}/0", redis.broker_port());
+    fill(&browser, "redisStreams", &[("broker", &address), ("password", redis_streams::PASSWORD)]).await;
     browser.run("document.getElementById('dest_redisStreams_createStream').checked = true;").await;
+    let expected = json!({"type": "redisStreams", "broker": address, "stream": "orders", "createStream": true,
+                          "credentials": {"passwordSet": true}});
+    add(&browser, &server, &app, expected, redis_streams::PASSWORD, &redis).await;
+
+    browser.goto(&portal).await;
+    browser.click("#add-endpoint").await;
+    let address = format!("nats://127.0.0.1:{}", nats.broker_port());
+    nats.make_stream("orders", None).await;
+    let credentials = [("username", nats_jetstream::USER), ("password", nats_jetstream::PASSWORD)];
+    fill(
+        &browser,
+        "natsJetStream",
+        &[&[("broker", address.as_str()), ("subject", "orders")][..], &credentials].concat(),
+    )
+    .await;
+    let expected = json!({"type": "natsJetStream", "broker": address, "subject": "orders",
+                          "credentials": {"username": "herald", "passwordSet": true}});
+    add(&browser, &server, &app, expected, nats_jetstream::PASSWORD, &nats).await;
+}
+
+/// Saves the filled-in form and checks the endpoint's destination is `expected`, the
+/// password is not in the page, and (saved again, the password left blank and so kept) a
+/// test event from the endpoint's page reaches the broker.
+async fn add<F: Fixture>(
+    browser: &Browser,
+    server: &TestServer,
+    app: &str,
+    expected: Value,
+    password: &str,
+    broker: &F,
+) {
+    let kind = expected["type"].as_str().unwrap();
     browser.click("form.settings button[type=submit]").await;
     let page = browser.until_url("the endpoint's page", |u| u.contains("/endpoint/ep_")).await;
     let ep = page.rsplit('/').next().unwrap().to_owned();
     let (_, endpoint) = server.get(&format!("/api/v1/app/{app}/endpoint/{ep}")).await;
-    let expected = json!({"type": "redisStreams", "broker": address, "stream": "orders", "createStream": true,
-                          "credentials": {"passwordSet": true}});
     assert_eq!(endpoint["destination"], expected, "{endpoint}");
     let html = browser.run("return document.documentElement.outerHTML;").await.to_string();
-    assert!(!html.contains(PASSWORD), "the password is never shown again");
-    assert_eq!(browser.run("return document.getElementById('destination_type').value;").await, "redisStreams");
-    assert!(browser.text(".dest-redisStreams").await.contains("one is set"), "the page says a password is set");
-    browser.audit("portal-destination").await;
+    assert!(!html.contains(password), "the password is never shown again");
+    assert_eq!(browser.run("return document.getElementById('destination_type').value;").await, kind);
+    assert!(browser.text(&format!(".dest-{kind}")).await.contains("one is set"), "the page says a password is set");
+    browser.audit(&format!("portal-destination-{kind}")).await;
 
-    // Saving the form again without the password keeps it; a test event reaches the stream.
     browser.click("form.settings button[type=submit]").await;
     browser.until_url("the endpoint's page again", |u| u.ends_with(&ep)).await;
     browser.click("#test-event button").await;
-    let entries = eventually("the test event in the stream", || async {
-        let entries = read_all(&broker, "orders").await;
+    let entries = eventually("the test event at the broker", || async {
+        let entries = broker.read_all("orders").await;
         (!entries.is_empty()).then_some(entries)
     })
     .await;
-    assert!(entries[0].verifies(&server.secret(&app, &ep).await));
+    assert!(entries[0].verifies(&server.secret(app, &ep).await));
 }

@@ -1,0 +1,234 @@
+//! The proof every destination type owes, written once: each type's file implements
+//! [`Fixture`] for its broker and runs these scenarios as its tests.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use herald_test_support::brokers::Broker;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use super::{Consumed, attempts, breaker, never_breaking, quick_retries, send_many, settles};
+use crate::support::{TestServer, eventually};
+
+/// A broker of one destination type, started for a test, and a consumer of it.
+pub trait Fixture: Sized {
+    /// What the broker answers to a wrong password, in the attempt's `error`.
+    const AUTH_REFUSED: &'static str;
+    /// How the recorded acknowledgement of a message published to `place` begins.
+    fn acknowledged(place: &str) -> String;
+
+    /// Starts the broker, with credentials.
+    async fn start() -> Self;
+    fn broker(&mut self) -> &mut Broker;
+    fn broker_port(&self) -> u16;
+    /// A destination publishing to `place` (a stream, a subject, …), which exists on the
+    /// broker if `exists` (made now if the type needs it made).
+    async fn destination(&self, place: &str, exists: bool) -> Value;
+    /// Every message at `place` as a consumer reads it, oldest first.
+    async fn read_all(&self, place: &str) -> Vec<Consumed>;
+    /// How many messages `place` holds (0 if it does not exist); `None` while the broker
+    /// cannot be asked.
+    async fn count(&self, place: &str) -> Option<usize>;
+}
+
+/// Creates an endpoint publishing to `destination`, with `extra` settings; its id and
+/// signing secret.
+pub async fn endpoint(server: &TestServer, app: &str, destination: Value, extra: Value) -> (String, String) {
+    let mut body = json!({"destination": destination});
+    body.as_object_mut().unwrap().extend(extra.as_object().cloned().unwrap_or_default());
+    let created = server.create_endpoint(app, "", body).await;
+    let id = created["id"].as_str().unwrap().to_owned();
+    let secret = server.secret(app, &id).await;
+    (id, secret)
+}
+
+/// 10,000 messages through the HTTP API, the broker killed (`SIGKILL`) and restarted a
+/// third of the way: every message is read back and verifies, none is lost, and the only
+/// duplicates are retries of messages whose acknowledgement died with the broker.
+pub async fn ten_thousand_messages_survive_a_broker_kill<F: Fixture>() {
+    const MESSAGES: usize = 10_000;
+    let mut fixture = F::start().await;
+    let server = TestServer::start().await;
+    let app = server.create_app("shop").await;
+    let destination = fixture.destination("orders", true).await;
+    let (ep, secret) = endpoint(&server, &app, destination, json!({"delivery": quick_retries()})).await;
+
+    let sender = {
+        let (server_url, app) = (server.url(""), app.clone());
+        tokio::spawn(async move { send_all(&server_url, &app, MESSAGES).await })
+    };
+    eventually("a third of the messages at the broker", || async {
+        (fixture.count("orders").await? >= MESSAGES / 3).then_some(())
+    })
+    .await;
+    fixture.broker().kill();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    fixture.broker().restart().unwrap();
+    let sent: HashSet<String> = sender.await.unwrap().into_iter().collect();
+    assert_eq!(sent.len(), MESSAGES);
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
+    loop {
+        let count = fixture.count("orders").await.unwrap_or_default();
+        if count >= MESSAGES {
+            let entries = fixture.read_all("orders").await;
+            let ids: HashSet<&str> = entries.iter().map(|e| e.header("webhook-id")).collect();
+            if ids.len() >= MESSAGES {
+                break;
+            }
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{count} of {MESSAGES} at the broker");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let entries = fixture.read_all("orders").await;
+    let ids: HashSet<String> = entries.iter().map(|e| e.header("webhook-id").to_owned()).collect();
+    assert_eq!(ids, sent, "every message sent is at the broker, and nothing else");
+    for entry in &entries {
+        assert!(entry.verifies(&secret), "a consumer verifies every message: {entry:?}");
+        assert_eq!(entry.header("herald-event-type"), "order.paid");
+        assert_eq!(entry.header("content-type"), "application/json");
+        assert!(entry.json()["i"].is_u64());
+    }
+    // A duplicate is a retry whose first try reached the broker but whose answer was lost
+    // with it: only the kill makes them, so there are few, and every later copy is a retry
+    // (attempt 2 or more).
+    let mut seen = HashSet::new();
+    let duplicates: Vec<&Consumed> = entries.iter().filter(|e| !seen.insert(e.header("webhook-id"))).collect();
+    assert!(duplicates.len() < 200, "{} duplicates", duplicates.len());
+    assert!(duplicates.iter().all(|d| d.header("herald-attempt") != "1"), "{duplicates:?}");
+    // The outage was felt: attempts failed while the broker was down, and were retried.
+    let (_, failed) = server.get(&format!("/api/v1/app/{app}/attempt/endpoint/{ep}?status=2&limit=250")).await;
+    let failed = failed["data"].as_array().unwrap();
+    assert!(!failed.is_empty(), "no attempt failed during the outage");
+    assert!(failed.iter().all(|a| a["errorClass"] == "connection"), "{failed:?}");
+    server.stop().await;
+}
+
+/// Posts `n` messages to `app`, 16 at a time, on a client of its own; their ids.
+async fn send_all(server: &str, app: &str, n: usize) -> Vec<String> {
+    let client = reqwest::Client::new();
+    let mut ids = Vec::with_capacity(n);
+    for chunk in (0..n).collect::<Vec<_>>().chunks(16) {
+        let posts =
+            chunk.iter().map(|i| {
+                let request = client
+                    .post(format!("{server}/api/v1/app/{app}/msg"))
+                    .bearer_auth(crate::support::server::ADMIN_TOKEN)
+                    .json(&json!({"eventType": "order.paid", "payload": {"i": i}}));
+                async move {
+                    request.send().await.unwrap().json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned()
+                }
+            });
+        ids.extend(futures_util::future::join_all(posts).await);
+    }
+    ids
+}
+
+/// A wrong password is `broker_auth`, retried; corrected by a PATCH, the message goes
+/// through and the broker's acknowledgement is recorded.
+pub async fn wrong_credentials_are_retried_until_corrected<F: Fixture>() {
+    let fixture = F::start().await;
+    let server = TestServer::start().await;
+    let app = server.create_app("shop").await;
+    let right = fixture.destination("orders", true).await;
+    let mut wrong = right.clone();
+    wrong["credentials"]["password"] = json!("not-the-password");
+    let (ep, secret) = endpoint(&server, &app, wrong, json!({"delivery": never_breaking()})).await;
+    let msg = server.send(&app, json!({"eventType": "order.paid", "payload": {}})).await;
+    let failed = attempts(&server, &app, &msg, 2).await;
+    for attempt in &failed[..2] {
+        assert_eq!(attempt["errorClass"], "broker_auth", "{attempt}");
+        assert!(attempt["error"].as_str().unwrap().contains(F::AUTH_REFUSED), "{attempt}");
+    }
+    let path = format!("/api/v1/app/{app}/endpoint/{ep}");
+    let (status, _) = server.call(Method::PATCH, &path, Some(json!({"destination": right}))).await;
+    assert_eq!(status, 200);
+    settles(&server, &app, &msg, &ep, 0).await;
+    let entries = fixture.read_all("orders").await;
+    assert_eq!(entries.len(), 1);
+    assert!(entries[0].verifies(&secret));
+    let last = server.attempts(&app, &msg).await.pop().unwrap();
+    assert_eq!(last["responseStatusCode"], 200, "{last}");
+    let answer = last["response"].as_str().unwrap();
+    assert!(answer.starts_with(&F::acknowledged("orders")), "the broker's answer is recorded: {last}");
+}
+
+/// A place that does not exist is `destination_missing` and a body over
+/// `maxMessageBytes` is `message_too_large`: each dead-lettered after one attempt.
+pub async fn a_missing_place_and_an_oversized_message_are_dead_lettered_at_once<F: Fixture>() {
+    let fixture = F::start().await;
+    let server = TestServer::start().await;
+    let missing_app = server.create_app("missing").await;
+    let nowhere = fixture.destination("nosuch", false).await;
+    let (missing, _) = endpoint(&server, &missing_app, nowhere, json!({"delivery": never_breaking()})).await;
+    let msg = server.send(&missing_app, json!({"eventType": "order.paid", "payload": {}})).await;
+    settles(&server, &missing_app, &msg, &missing, 2).await;
+    let tried = server.attempts(&missing_app, &msg).await;
+    assert_eq!(tried.len(), 1, "permanent: not retried: {tried:?}");
+    assert_eq!(tried[0]["errorClass"], "destination_missing", "{tried:?}");
+    assert_eq!(fixture.count("nosuch").await, Some(0), "nothing was made");
+
+    let small_app = server.create_app("small").await;
+    let mut small = fixture.destination("orders", true).await;
+    small["maxMessageBytes"] = json!(64);
+    let (ep, _) = endpoint(&server, &small_app, small, json!({"delivery": never_breaking()})).await;
+    let big = server.send(&small_app, json!({"eventType": "order.paid", "payload": {"note": "x".repeat(100)}})).await;
+    let fits = server.send(&small_app, json!({"eventType": "order.paid", "payload": {}})).await;
+    settles(&server, &small_app, &big, &ep, 2).await;
+    settles(&server, &small_app, &fits, &ep, 0).await;
+    let tried = server.attempts(&small_app, &big).await;
+    assert_eq!(tried.len(), 1, "{tried:?}");
+    assert_eq!(tried[0]["errorClass"], "message_too_large");
+    let (_, dead) = server.get(&format!("/api/v1/stats/dead-letters?hours=1&appId={small_app}")).await;
+    assert_eq!(dead["data"][0]["deadCount"], 1, "{dead}");
+    assert_eq!(fixture.read_all("orders").await.len(), 1, "only the message that fits");
+}
+
+/// The filter keeps a message out; the transform's body and headers are what is
+/// published, signed.
+pub async fn filters_and_transforms_apply_before_publishing<F: Fixture>() {
+    let fixture = F::start().await;
+    let server = TestServer::start().await;
+    let app = server.create_app("shop").await;
+    let scripts = json!({
+        "filter": ".payload.amount > 100",
+        "transform": r#"{payload: {total: .payload.amount}, headers: (.headers + {"x-kind": .eventType})}"#,
+        "headers": {"x-team": "blue"},
+    });
+    let (_, secret) = endpoint(&server, &app, fixture.destination("orders", true).await, scripts).await;
+    server.send(&app, json!({"eventType": "order.paid", "payload": {"amount": 5}})).await;
+    let kept = server.send(&app, json!({"eventType": "order.paid", "payload": {"amount": 150}})).await;
+    let entries = eventually("the kept message", || async {
+        let entries = fixture.read_all("orders").await;
+        (!entries.is_empty()).then_some(entries)
+    })
+    .await;
+    assert_eq!(entries.len(), 1, "the filter kept one message out");
+    let entry = &entries[0];
+    assert_eq!(entry.header("webhook-id"), kept);
+    assert_eq!(entry.json(), json!({"total": 150}));
+    assert_eq!((entry.header("x-kind"), entry.header("x-team")), ("order.paid", "blue"));
+    assert!(entry.verifies(&secret), "the signature covers the transformed body");
+}
+
+/// A dead broker opens the endpoint's breaker (every failure `connection`); back, a
+/// probe closes it and the waiting message is delivered.
+pub async fn the_breaker_opens_on_a_dead_broker_and_closes_when_it_is_back<F: Fixture>() {
+    let mut fixture = F::start().await;
+    let server = TestServer::start().await;
+    let app = server.create_app("shop").await;
+    let destination = fixture.destination("orders", true).await;
+    let (ep, _) = endpoint(&server, &app, destination, json!({"delivery": quick_retries()})).await;
+    send_many(&server, &app, 1).await;
+    eventually("the first message", || async { (fixture.count("orders").await? == 1).then_some(()) }).await;
+    fixture.broker().kill();
+    let msg = server.send(&app, json!({"eventType": "order.paid", "payload": {}})).await;
+    breaker(&server, &app, &ep, "open").await;
+    let failed = server.attempts(&app, &msg).await;
+    assert!(failed.iter().all(|a| a["errorClass"] == "connection"), "{failed:?}");
+    fixture.broker().restart().unwrap();
+    breaker(&server, &app, &ep, "closed").await;
+    settles(&server, &app, &msg, &ep, 0).await;
+    assert_eq!(fixture.count("orders").await, Some(2));
+}
