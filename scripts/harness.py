@@ -8,7 +8,15 @@ delivered message is measured without the bench's generator and receiver: CPU is
 /proc for Herald's process (and, with --postgres, for every process of the throwaway
 cluster), deliveries from nginx's own request counter.
 
-    scripts/harness.py [--binary PATH] [--postgres] [--duration 20] [--connections 64] [--json]
+    scripts/harness.py [--binary PATH] [--postgres] [--destination http|redis|nats]
+                       [--duration 20] [--connections 64] [--json]
+
+With --destination redis or nats, every endpoint is an event destination instead: a Redis
+stream per application on a throwaway redis-server (AOF, `appendfsync everysec`), or a
+subject per application taken by one file-storage JetStream stream on a throwaway
+nats-server (Debian packages `redis-server`, `nats-server`); deliveries are counted at the
+broker (`XLEN`, the JetStream monitoring endpoint's message count) and the broker's CPU is
+reported apart from Herald's.
 
 A run: start nginx and Herald (SQLite in a temporary directory, or a throwaway PostgreSQL
 cluster), create the applications and endpoints, post for --duration seconds, wait until
@@ -147,6 +155,97 @@ def nginx_requests(port):
     return int(re.search(r"\n\s*\d+\s+\d+\s+(\d+)", text).group(1))
 
 
+class Nginx:
+    """HTTP deliveries, received by nginx and counted by its own request counter."""
+
+    def __init__(self, workdir):
+        self.process, self.port = start_nginx(workdir)
+        self.before = nginx_requests(self.port)
+        self.polls = 0
+
+    def endpoint(self, i):
+        return {"url": f"http://127.0.0.1:{self.port}/hook/{i}"}
+
+    def delivered(self):
+        # Each status request is counted by nginx too.
+        self.polls += 1
+        return nginx_requests(self.port) - self.before - self.polls
+
+
+class Redis:
+    """Redis Streams destinations, one stream per application, counted with XLEN."""
+
+    def __init__(self, workdir):
+        self.port = free_port()
+        self.process = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", workdir,
+             "--appendonly", "yes", "--appendfsync", "everysec", "--save", "", "--protected-mode", "no",
+             "--logfile", os.path.join(workdir, "redis.log")])
+        wait_for("redis-server", lambda: self.command("PING") == "PONG")
+
+    def command(self, *args):
+        """One command; its simple answer (a status, an integer or an error)."""
+        frame = f"*{len(args)}\r\n" + "".join(f"${len(a.encode())}\r\n{a}\r\n" for a in args)
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
+            s.sendall(frame.encode())
+            line = s.makefile("rb").readline().decode().rstrip()
+        if line.startswith("-"):
+            sys.exit(f"redis: {line}")
+        return int(line[1:]) if line.startswith(":") else line[1:]
+
+    def endpoint(self, i):
+        return {"destination": {"type": "redisStreams", "broker": f"redis://127.0.0.1:{self.port}/0",
+                                "stream": f"harness-{i}", "createStream": True}}
+
+    def delivered(self):
+        return sum(self.command("XLEN", f"harness-{i}") for i in range(APPS))
+
+
+class Nats:
+    """NATS JetStream destinations, a subject per application, one file-storage stream
+    taking them all, counted by the server's monitoring endpoint."""
+
+    def __init__(self, workdir):
+        self.port, self.monitor = free_port(), free_port()
+        self.process = subprocess.Popen(
+            ["nats-server", "-a", "127.0.0.1", "-p", str(self.port), "-m", str(self.monitor), "-js",
+             "-sd", os.path.join(workdir, "nats")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for("nats-server", lambda: self.delivered() >= 0)
+        self.request("$JS.API.STREAM.CREATE.HARNESS",
+                     {"name": "HARNESS", "subjects": ["harness.>"], "storage": "file"})
+
+    def request(self, subject, body):
+        """A JetStream API request over a plain NATS connection; its answer."""
+        payload = json.dumps(body).encode()
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
+            reader = s.makefile("rb")
+            reader.readline()
+            s.sendall(b'CONNECT {"verbose":false}\r\nSUB _INBOX.harness 1\r\n'
+                      + f"PUB {subject} _INBOX.harness {len(payload)}\r\n".encode() + payload + b"\r\n")
+            while True:
+                line = reader.readline()
+                if line.startswith(b"PING"):
+                    s.sendall(b"PONG\r\n")
+                elif line.startswith(b"-ERR") or not line:
+                    sys.exit(f"nats: {line!r}")
+                elif line.startswith(b"MSG"):
+                    answer = json.loads(reader.read(int(line.split()[-1])))
+                    if "error" in answer:
+                        sys.exit(f"nats: {answer}")
+                    return answer
+
+    def endpoint(self, i):
+        return {"destination": {"type": "natsJetStream", "broker": f"nats://127.0.0.1:{self.port}",
+                                "subject": f"harness.app{i}"}}
+
+    def delivered(self):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.monitor}/jsz", timeout=5) as response:
+            return json.loads(response.read())["messages"]
+
+
+RECEIVERS = {"http": Nginx, "redis": Redis, "nats": Nats}
+
+
 def start_postgres(workdir):
     """A throwaway cluster (initdb + postgres); as root it runs as the `postgres` user."""
     bindir = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True).stdout.strip()
@@ -201,8 +300,8 @@ def run(args):
     os.chmod(workdir, 0o755)
     processes = []
     try:
-        nginx, nginx_port = start_nginx(workdir)
-        processes.append(nginx)
+        receiver = RECEIVERS[args.destination](workdir)
+        processes.append(receiver.process)
         env = dict(os.environ, HERALD_ADMIN_TOKEN=TOKEN, HERALD_ALLOWED_NETWORKS="127.0.0.1/32",
                    HERALD_LOG__LEVEL="warn")
         database = None
@@ -221,17 +320,19 @@ def run(args):
         app_ids = []
         for i in range(APPS):
             app = api(base, "POST", "/api/v1/app", {"name": f"harness-{i}"})
-            api(base, "POST", f"/api/v1/app/{app['id']}/endpoint", {"url": f"http://127.0.0.1:{nginx_port}/hook/{i}"})
+            api(base, "POST", f"/api/v1/app/{app['id']}/endpoint", receiver.endpoint(i))
             app_ids.append(app["id"])
         script = wrk_script(workdir, app_ids, args.payload_bytes)
 
         groups = [Group(herald.pid)]
         if database is not None:
             groups.append(Group(database.pid))
+        broker = Group(receiver.process.pid)
+        broker.sample()
+        broker_before = broker.totals()
         for g in groups:
             g.sample()
         before = [g.totals() for g in groups]
-        received_before = nginx_requests(nginx_port)
         started = time.time()
         wrk = subprocess.Popen(["wrk", "-t", "2", "-c", str(args.connections), "-d", f"{args.duration}s",
                                 "--timeout", "10s", "-s", script, base], stdout=subprocess.PIPE, text=True)
@@ -243,13 +344,7 @@ def run(args):
         line = next(l for l in out.splitlines() if l.startswith("HARNESS "))
         requests, socket_errors, status_errors, wrk_us, p50, p99, _, _, _ = line.split()[1:]
         accepted = int(requests) - int(status_errors)
-        # The status requests below are counted by nginx too: one per poll.
-        polls = 0
-
-        def delivered():
-            nonlocal polls
-            polls += 1
-            return nginx_requests(nginx_port) - received_before - polls
+        delivered = receiver.delivered
 
         # wrk stops counting at the end of its duration, with up to one request per
         # connection still in flight (and possibly accepted): the drain ends when nginx has
@@ -266,9 +361,10 @@ def run(args):
             time.sleep(0.05)
         ended = time.time()
         got = delivered()
-        for g in groups:
+        for g in groups + [broker]:
             g.sample()
         after = [g.totals() for g in groups]
+        broker_cpu = broker.totals()[0] - broker_before[0]
         herald_cpu = after[0][0] - before[0][0]
         herald_written = after[0][1] - before[0][1]
         db_cpu = (after[1][0] - before[1][0]) if database is not None else 0.0
@@ -276,6 +372,7 @@ def run(args):
         per = max(got, 1)
         report = {
             "backend": "postgres" if args.postgres else "sqlite",
+            "destination": args.destination,
             "binary": args.binary,
             "seconds": round(ended - started, 2),
             "acceptedCountedByWrk": accepted,
@@ -288,6 +385,7 @@ def run(args):
             "heraldCpuMicrosPerMessage": round(herald_cpu * 1e6 / per, 1),
             "databaseCpuMicrosPerMessage": round(db_cpu * 1e6 / per, 1),
             "totalCpuMicrosPerMessage": round((herald_cpu + db_cpu) * 1e6 / per, 1),
+            "receiverCpuMicrosPerMessage": round(broker_cpu * 1e6 / per, 1),
             "bytesWrittenPerMessage": round((herald_written + db_written) / per),
             "ingestLatencyP50Ms": round(float(p50) / 1000, 2),
             "ingestLatencyP99Ms": round(float(p99) / 1000, 2),
@@ -298,7 +396,7 @@ def run(args):
             for k, v in report.items():
                 print(f"{k:>28}: {v}")
         if report["missing"] != 0 or not drained():
-            sys.exit(f"not drained: {report['missing']} accepted messages never reached nginx")
+            sys.exit(f"not drained: {report['missing']} accepted messages never reached the {args.destination} receiver")
     finally:
         for p in reversed(processes):
             p.send_signal(signal.SIGTERM)
@@ -314,6 +412,7 @@ def main():
     target = os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/herald/target"))
     parser.add_argument("--binary", default=os.path.join(target, "release", "herald"))
     parser.add_argument("--postgres", action="store_true")
+    parser.add_argument("--destination", choices=sorted(RECEIVERS), default="http")
     parser.add_argument("--duration", type=int, default=20)
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--payload-bytes", type=int, default=1024)

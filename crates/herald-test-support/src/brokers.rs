@@ -23,13 +23,22 @@ pub struct Broker {
     child: Option<Child>,
 }
 
+/// What a broker serves TLS with (PEM files): its certificate and key, and the CA whose
+/// client certificates it requires.
+#[derive(Clone)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca: PathBuf,
+}
+
 impl Broker {
     /// Starts `program` (found on PATH or in the system directories) with `args`, and waits
     /// for its port to answer.
     fn start(program: &str, args: Args) -> anyhow::Result<Self> {
         let program = find(program)?;
         let dir = tempfile::tempdir()?;
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let port = free_port()?;
         let mut broker = Self { program, args, dir, port, child: None };
         broker.restart()?;
         Ok(broker)
@@ -39,6 +48,16 @@ impl Broker {
     /// broker killed mid-run keeps every entry it acknowledged; with `password`, clients
     /// must `AUTH` as the default user.
     pub fn redis(password: Option<&str>) -> anyhow::Result<Self> {
+        Self::redis_with(password, None)
+    }
+
+    /// Redis as [`Broker::redis`], also serving TLS on `tls_port` and requiring a client
+    /// certificate there.
+    pub fn redis_tls(password: Option<&str>, tls: TlsFiles, tls_port: u16) -> anyhow::Result<Self> {
+        Self::redis_with(password, Some((tls, tls_port)))
+    }
+
+    fn redis_with(password: Option<&str>, tls: Option<(TlsFiles, u16)>) -> anyhow::Result<Self> {
         let password = password.map(str::to_owned);
         Self::start(
             "redis-server",
@@ -68,6 +87,14 @@ impl Broker {
                 if let Some(password) = &password {
                     args.extend(["--requirepass".to_owned(), password.clone()]);
                 }
+                if let Some((tls, port)) = &tls {
+                    args.extend(["--tls-port".to_owned(), port.to_string()]);
+                    for (flag, file) in
+                        [("--tls-cert-file", &tls.cert), ("--tls-key-file", &tls.key), ("--tls-ca-cert-file", &tls.ca)]
+                    {
+                        args.extend([flag.to_owned(), file.to_string_lossy().into_owned()]);
+                    }
+                }
                 args
             }),
         )
@@ -76,6 +103,15 @@ impl Broker {
     /// NATS with JetStream, its streams stored in files under the data directory (so a
     /// broker killed mid-run keeps the messages it acknowledged), and one user.
     pub fn nats(user: &str, password: &str) -> anyhow::Result<Self> {
+        Self::nats_with(user, password, None)
+    }
+
+    /// NATS as [`Broker::nats`], speaking TLS only and requiring a client certificate.
+    pub fn nats_tls(user: &str, password: &str, tls: TlsFiles) -> anyhow::Result<Self> {
+        Self::nats_with(user, password, Some(tls))
+    }
+
+    fn nats_with(user: &str, password: &str, tls: Option<TlsFiles>) -> anyhow::Result<Self> {
         let (user, password) = (user.to_owned(), password.to_owned());
         Self::start(
             "nats-server",
@@ -83,6 +119,12 @@ impl Broker {
                 let args = ["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd", &dir.to_string_lossy()];
                 let mut args: Vec<String> = args.map(str::to_owned).into();
                 args.extend(["--user", &user, "--pass", &password, "-l", "broker.log"].map(str::to_owned));
+                if let Some(tls) = &tls {
+                    args.extend(["--tlsverify".to_owned()]);
+                    for (flag, file) in [("--tlscert", &tls.cert), ("--tlskey", &tls.key), ("--tlscacert", &tls.ca)] {
+                        args.extend([flag.to_owned(), file.to_string_lossy().into_owned()]);
+                    }
+                }
                 args
             }),
         )
@@ -142,6 +184,11 @@ impl Drop for Broker {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// A free loopback port.
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 /// The program's path: on PATH, or in the system directories Debian installs servers to.

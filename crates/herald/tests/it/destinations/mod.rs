@@ -13,9 +13,12 @@ mod redis_streams;
 mod scenarios;
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 
+use herald_test_support::brokers::TlsFiles;
 use serde_json::{Value, json};
 
+use crate::support::certs::TestCa;
 use crate::support::{TestServer, eventually};
 
 /// One message as a broker's consumer read it: its body and its headers (or the broker's
@@ -43,6 +46,36 @@ impl Consumed {
     pub fn json(&self) -> Value {
         serde_json::from_slice(&self.body).unwrap()
     }
+}
+
+/// A CA, a broker certificate for 127.0.0.1 and a client certificate it signs: as files for
+/// the broker and a consumer, and as the `tls` settings of a Herald endpoint.
+pub struct TlsSetup {
+    _dir: tempfile::TempDir,
+    pub broker: TlsFiles,
+    /// The client certificate and key, for a consumer.
+    pub client: (PathBuf, PathBuf),
+    pub endpoint_tls: Value,
+}
+
+pub fn tls_setup() -> TlsSetup {
+    let ca = TestCa::new("broker-ca");
+    let (server, client) = (ca.server(), ca.client("herald"));
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, pem: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, pem).unwrap();
+        path
+    };
+    let broker = TlsFiles {
+        cert: write("broker.pem", &server.cert_pem),
+        key: write("broker.key", &server.key_pem),
+        ca: write("ca.pem", &ca.cert_pem),
+    };
+    let client_files = (write("client.pem", &client.cert_pem), write("client.key", &client.key_pem));
+    let endpoint_tls =
+        json!({"clientCertificatePem": client.cert_pem, "clientKeyPem": client.key_pem, "caPem": ca.cert_pem});
+    TlsSetup { _dir: dir, broker, client: client_files, endpoint_tls }
 }
 
 /// Retries every 100 ms for a long while, and a breaker that reopens quickly: broker

@@ -8,20 +8,30 @@ use herald_test_support::brokers::Broker;
 use serde_json::{Value, json};
 
 use super::scenarios::{self, Fixture, endpoint};
-use super::{Consumed, never_breaking, settles};
+use super::{Consumed, TlsSetup, never_breaking, settles, tls_setup};
 use crate::support::TestServer;
 
 pub(super) const USER: &str = "herald";
 pub(super) const PASSWORD: &str = "broker-pa55";
 
-pub(super) struct Nats(pub(super) Broker);
+pub(super) struct Nats {
+    broker: Broker,
+    /// With TLS: the CA and the client certificate a consumer connects with.
+    tls: Option<(std::path::PathBuf, (std::path::PathBuf, std::path::PathBuf))>,
+}
 
 impl Nats {
     /// A consumer's JetStream context (made anew each time: the broker may have been
     /// restarted), or `None` while the broker is down.
     async fn jetstream(&self) -> Option<jetstream::Context> {
-        let options = async_nats::ConnectOptions::with_user_and_password(USER.into(), PASSWORD.into());
-        let client = options.connect(format!("nats://127.0.0.1:{}", self.0.port())).await.ok()?;
+        let mut options = async_nats::ConnectOptions::with_user_and_password(USER.into(), PASSWORD.into());
+        if let Some((ca, (cert, key))) = &self.tls {
+            options = options
+                .require_tls(true)
+                .add_root_certificates(ca.clone())
+                .add_client_certificate(cert.clone(), key.clone());
+        }
+        let client = options.connect(format!("127.0.0.1:{}", self.broker.port())).await.ok()?;
         Some(jetstream::new(client))
     }
 
@@ -51,15 +61,15 @@ impl Fixture for Nats {
     }
 
     async fn start() -> Self {
-        Self(Broker::nats(USER, PASSWORD).unwrap())
+        Self { broker: Broker::nats(USER, PASSWORD).unwrap(), tls: None }
     }
 
     fn broker(&mut self) -> &mut Broker {
-        &mut self.0
+        &mut self.broker
     }
 
     fn broker_port(&self) -> u16 {
-        self.0.port()
+        self.broker.port()
     }
 
     /// With `exists`, a stream takes the subject; without, none does.
@@ -69,7 +79,7 @@ impl Fixture for Nats {
         }
         json!({
             "type": "natsJetStream",
-            "broker": format!("nats://127.0.0.1:{}", self.0.port()),
+            "broker": format!("{}://127.0.0.1:{}", if self.tls.is_some() { "tls" } else { "nats" }, self.broker.port()),
             "subject": place,
             "credentials": {"username": USER, "password": PASSWORD},
         })
@@ -139,7 +149,7 @@ async fn a_message_over_the_streams_own_limit_is_dead_lettered_at_once() {
     let server = TestServer::start().await;
     let app = server.create_app("shop").await;
     let destination = json!({
-        "type": "natsJetStream", "broker": format!("nats://127.0.0.1:{}", nats.0.port()), "subject": "small",
+        "type": "natsJetStream", "broker": format!("nats://127.0.0.1:{}", nats.broker.port()), "subject": "small",
         "credentials": {"username": USER, "password": PASSWORD},
     });
     let (ep, _) = endpoint(&server, &app, destination, json!({"delivery": never_breaking()})).await;
@@ -152,4 +162,13 @@ async fn a_message_over_the_streams_own_limit_is_dead_lettered_at_once() {
     let fits = server.send(&app, json!({"eventType": "order.paid", "payload": {}})).await;
     settles(&server, &app, &fits, &ep, 0).await;
     assert_eq!(nats.read_all("small").await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_subject_over_tls_takes_the_endpoints_client_certificate() {
+    let tls: TlsSetup = tls_setup();
+    let broker = Broker::nats_tls(USER, PASSWORD, tls.broker.clone()).unwrap();
+    let nats = Nats { broker, tls: Some((tls.broker.ca.clone(), tls.client.clone())) };
+    let destination = nats.destination("orders", true).await;
+    scenarios::tls_with_a_client_certificate(&nats, destination, &tls).await;
 }

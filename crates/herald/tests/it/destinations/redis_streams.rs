@@ -4,13 +4,13 @@
 
 use std::collections::HashMap;
 
-use herald_test_support::brokers::Broker;
+use herald_test_support::brokers::{Broker, free_port};
 use redis::AsyncCommands;
 use redis::streams::StreamRangeReply;
 use serde_json::{Value, json};
 
-use super::Consumed;
 use super::scenarios::{self, Fixture};
+use super::{Consumed, tls_setup};
 
 pub(super) const PASSWORD: &str = "broker-pa55";
 
@@ -104,4 +104,14 @@ async fn filters_and_transforms_apply_before_publishing() {
 #[tokio::test]
 async fn the_breaker_opens_on_a_dead_broker_and_closes_when_it_is_back() {
     scenarios::the_breaker_opens_on_a_dead_broker_and_closes_when_it_is_back::<Redis>().await;
+}
+
+#[tokio::test]
+async fn a_stream_over_tls_takes_the_endpoints_client_certificate() {
+    let tls = tls_setup();
+    let tls_port = free_port().unwrap();
+    let redis = Redis(Broker::redis_tls(Some(PASSWORD), tls.broker.clone(), tls_port).unwrap());
+    let mut destination = redis.destination("orders", true).await;
+    destination["broker"] = json!(format!("rediss://127.0.0.1:{tls_port}/0"));
+    scenarios::tls_with_a_client_certificate(&redis, destination, &tls).await;
 }

@@ -8,7 +8,7 @@ use herald_test_support::brokers::Broker;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use super::{Consumed, attempts, breaker, never_breaking, quick_retries, send_many, settles};
+use super::{Consumed, TlsSetup, attempts, breaker, never_breaking, quick_retries, send_many, settles};
 use crate::support::{TestServer, eventually};
 
 /// A broker of one destination type, started for a test, and a consumer of it.
@@ -231,4 +231,25 @@ pub async fn the_breaker_opens_on_a_dead_broker_and_closes_when_it_is_back<F: Fi
     breaker(&server, &app, &ep, "closed").await;
     settles(&server, &app, &msg, &ep, 0).await;
     assert_eq!(fixture.count("orders").await, Some(2));
+}
+
+/// Over TLS with the endpoint's client certificate and CA (a broker that requires client
+/// certificates), the message arrives and verifies; an endpoint that does not trust the
+/// broker's CA fails as `tls`, publishing nothing.
+pub async fn tls_with_a_client_certificate<F: Fixture>(fixture: &F, destination: Value, tls: &TlsSetup) {
+    let server = TestServer::start().await;
+    let app = server.create_app("tls").await;
+    let (ep, secret) = endpoint(&server, &app, destination.clone(), json!({"tls": tls.endpoint_tls})).await;
+    let msg = server.send(&app, json!({"eventType": "order.paid", "payload": {"over": "tls"}})).await;
+    settles(&server, &app, &msg, &ep, 0).await;
+    let entries = fixture.read_all("orders").await;
+    assert_eq!(entries.len(), 1);
+    assert!(entries[0].verifies(&secret));
+
+    let untrusting = server.create_app("untrusting").await;
+    let (_, _) = endpoint(&server, &untrusting, destination, json!({"delivery": never_breaking()})).await;
+    let refused = server.send(&untrusting, json!({"eventType": "order.paid", "payload": {}})).await;
+    let tried = attempts(&server, &untrusting, &refused, 1).await;
+    assert_eq!(tried[0]["errorClass"], "tls", "{tried:?}");
+    assert_eq!(fixture.read_all("orders").await.len(), 1, "nothing more was published");
 }
