@@ -61,7 +61,7 @@ export HERALD_TEST_ARTIFACTS="${HERALD_TEST_ARTIFACTS:-$PWD/test-artifacts}"
 # temporary directories, killed and restarted mid-run): the Debian packages are installed
 # when missing.
 missing=()
-for broker in redis-server nats-server; do
+for broker in redis-server nats-server rabbitmq-server; do
     if ! command -v "$broker" >/dev/null 2>&1 && [ ! -x "/usr/bin/$broker" ] && [ ! -x "/usr/sbin/$broker" ]; then
         missing+=("$broker")
     fi

@@ -5,6 +5,7 @@
 
 use std::fs::File;
 use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -36,8 +37,14 @@ impl Broker {
     /// Starts `program` (found on PATH or in the system directories) with `args`, and waits
     /// for its port to answer.
     fn start(program: &str, args: Args) -> anyhow::Result<Self> {
+        Self::start_with(program, args, |_| Ok(()))
+    }
+
+    /// As [`Broker::start`], preparing the data directory with `prepare` first.
+    fn start_with(program: &str, args: Args, prepare: impl Fn(&Path) -> anyhow::Result<()>) -> anyhow::Result<Self> {
         let program = find(program)?;
         let dir = tempfile::tempdir()?;
+        prepare(dir.path())?;
         let port = free_port()?;
         let mut broker = Self { program, args, dir, port, child: None };
         broker.restart()?;
@@ -130,15 +137,68 @@ impl Broker {
         )
     }
 
+    /// RabbitMQ, its node named after its port, its data under the data directory; as the
+    /// `rabbitmq` user when run as root (the Debian package's user, who must own the data).
+    /// `user` is made at the first start (`default_user`), with every permission on `/`.
+    pub fn rabbitmq(user: &str, password: &str) -> anyhow::Result<Self> {
+        let config = format!("default_user = {user}\ndefault_pass = {password}\n");
+        let server = PathBuf::from("/usr/lib/rabbitmq/bin/rabbitmq-server");
+        if !server.is_file() {
+            bail!("rabbitmq-server is not installed (scripts/test.sh installs the brokers)");
+        }
+        let dist_port = free_port()?;
+        let as_root = unsafe { libc::geteuid() } == 0;
+        let program = if as_root { "runuser" } else { "env" };
+        let broker = Self::start_with(
+            program,
+            Box::new(move |port, dir| {
+                let dir = dir.to_string_lossy();
+                let mut args: Vec<String> =
+                    if as_root { ["-u", "rabbitmq", "--", "env"].map(str::to_owned).into() } else { Vec::new() };
+                args.extend([
+                    format!("HOME={dir}"),
+                    format!("RABBITMQ_NODENAME=rabbit-{port}@localhost"),
+                    "RABBITMQ_NODE_IP_ADDRESS=127.0.0.1".to_owned(),
+                    format!("RABBITMQ_NODE_PORT={port}"),
+                    format!("RABBITMQ_DIST_PORT={dist_port}"),
+                    format!("RABBITMQ_MNESIA_BASE={dir}/mnesia"),
+                    format!("RABBITMQ_LOG_BASE={dir}/log"),
+                    format!("RABBITMQ_ENABLED_PLUGINS_FILE={dir}/enabled_plugins"),
+                    format!("RABBITMQ_CONFIG_FILE={dir}/rabbitmq"),
+                    server.to_string_lossy().into_owned(),
+                ]);
+                args
+            }),
+            move |dir| {
+                std::fs::write(dir.join("rabbitmq.conf"), &config)?;
+                if as_root {
+                    let owner = Command::new("id").args(["-u", "rabbitmq"]).output()?;
+                    let uid: u32 =
+                        String::from_utf8_lossy(&owner.stdout).trim().parse().context("the rabbitmq user")?;
+                    std::os::unix::fs::chown(dir, Some(uid), None)?;
+                }
+                Ok(())
+            },
+        )?;
+        Ok(broker)
+    }
+
     pub fn port(&self) -> u16 {
         self.port
     }
 
-    /// Kills the broker without warning (`SIGKILL`) and waits for it to be gone.
+    /// Kills the broker without warning (`SIGKILL`, its whole process group) and waits for
+    /// it to be gone and its port closed.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
+            // The broker is its process group's leader (`process_group(0)`): its children
+            // (a server started through `runuser` and a script) die with it.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
             let _ = child.wait();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
     }
 
@@ -149,13 +209,14 @@ impl Broker {
         let child = Command::new(&self.program)
             .args((self.args)(self.port, self.dir.path()))
             .current_dir(self.dir.path())
+            .process_group(0)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
             .spawn()
             .with_context(|| format!("starting {}", self.program.display()))?;
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
             if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
                 return Ok(());
@@ -167,7 +228,7 @@ impl Broker {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        bail!("{} did not listen within 30 s:\n{}", self.program.display(), self.logs())
+        bail!("{} did not listen within 60 s:\n{}", self.program.display(), self.logs())
     }
 
     /// What the broker wrote to its logs, for failure messages.

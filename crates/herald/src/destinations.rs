@@ -67,6 +67,16 @@ pub enum Kind {
     /// publish ack). No stream taking the subject is a `destination_missing` failure.
     #[serde(rename_all = "camelCase")]
     NatsJetStream { subject: String },
+    /// RabbitMQ (AMQP 0-9-1): each message is published, persistent and mandatory, to
+    /// `exchange` (`""`, the default exchange, routes by queue name) with `routingKey`;
+    /// delivered once the broker confirms it (publisher confirms). A message no queue takes
+    /// comes back unroutable: a `destination_missing` failure, as is a missing exchange.
+    #[serde(rename_all = "camelCase")]
+    Rabbitmq {
+        #[serde(default)]
+        exchange: String,
+        routing_key: String,
+    },
 }
 
 impl Kind {
@@ -75,14 +85,26 @@ impl Kind {
         match self {
             Self::RedisStreams { .. } => "redisStreams",
             Self::NatsJetStream { .. } => "natsJetStream",
+            Self::Rabbitmq { .. } => "rabbitmq",
         }
     }
 
-    /// The broker URL schemes of this type: (plain, TLS), and the default port.
-    fn schemes(&self) -> (&'static str, &'static str, u16) {
+    /// The broker URL schemes of this type: (plain, TLS).
+    fn schemes(&self) -> (&'static str, &'static str) {
         match self {
-            Self::RedisStreams { .. } => ("redis", "rediss", 6379),
-            Self::NatsJetStream { .. } => ("nats", "tls", 4222),
+            Self::RedisStreams { .. } => ("redis", "rediss"),
+            Self::NatsJetStream { .. } => ("nats", "tls"),
+            Self::Rabbitmq { .. } => ("amqp", "amqps"),
+        }
+    }
+
+    /// The broker's port when its URL names none.
+    fn default_port(&self, tls: bool) -> u16 {
+        match self {
+            Self::RedisStreams { .. } => 6379,
+            Self::NatsJetStream { .. } => 4222,
+            Self::Rabbitmq { .. } if tls => 5671,
+            Self::Rabbitmq { .. } => 5672,
         }
     }
 }
@@ -168,9 +190,9 @@ impl Destination {
     /// Where to connect.
     pub fn address(&self) -> Option<Address> {
         let url = self.broker_url()?;
-        let (_, tls_scheme, default_port) = self.kind.schemes();
+        let tls = url.scheme() == self.kind.schemes().1;
         let host = url.host_str()?.trim_start_matches('[').trim_end_matches(']').to_owned();
-        Some(Address { host, port: url.port().unwrap_or(default_port), tls: url.scheme() == tls_scheme })
+        Some(Address { host, port: url.port().unwrap_or(self.kind.default_port(tls)), tls })
     }
 
     /// The URL the endpoint reads back as (`url` in the Svix API): the broker's, with the
@@ -178,13 +200,16 @@ impl Destination {
     /// `nats://host:4222?subject=orders.paid`).
     pub fn read_back_url(&self) -> String {
         let Some(mut url) = self.broker_url() else { return self.broker.clone() };
-        let (_, _, default_port) = self.kind.schemes();
         if url.port().is_none() {
-            let _ = url.set_port(Some(default_port));
+            let _ = url.set_port(Some(self.kind.default_port(url.scheme() == self.kind.schemes().1)));
         }
         match &self.kind {
             Kind::RedisStreams { stream, .. } => url.query_pairs_mut().append_pair("stream", stream),
             Kind::NatsJetStream { subject } => url.query_pairs_mut().append_pair("subject", subject),
+            Kind::Rabbitmq { exchange, routing_key } => {
+                url.query_pairs_mut().append_pair("exchange", exchange).append_pair("routingKey", routing_key);
+                return url.to_string();
+            }
         };
         url.to_string()
     }
@@ -209,6 +234,18 @@ impl Destination {
             Kind::NatsJetStream { subject } => {
                 if let Err(why) = nats_subject(subject) {
                     push("subject", why);
+                }
+            }
+            Kind::Rabbitmq { exchange, routing_key } => {
+                if !exchange.is_empty()
+                    && let Err(why) = plain_name(exchange)
+                {
+                    push("exchange", why);
+                }
+                if routing_key.len() > MAX_NAME || routing_key.chars().any(char::is_control) {
+                    push("routingKey", format!("must be at most {MAX_NAME} bytes, without control characters"));
+                } else if exchange.is_empty() && routing_key.is_empty() {
+                    push("routingKey", "names the queue when the exchange is the default one (\"\")".into());
                 }
             }
         }
@@ -236,7 +273,7 @@ impl Destination {
             return Err("contains whitespace, a control character or a backslash".into());
         }
         let url = Url::parse(&self.broker).map_err(|e| format!("is not a valid URL: {e}"))?;
-        let (plain, tls, _) = self.kind.schemes();
+        let (plain, tls) = self.kind.schemes();
         if url.scheme() != plain && url.scheme() != tls {
             return Err(format!("a {} broker's URL starts with {plain}:// or {tls}://", self.kind.name()));
         }
@@ -253,7 +290,13 @@ impl Destination {
                 Err("names no path (nats://host:4222)".into())
             }
             Kind::NatsJetStream { .. } => Ok(()),
+            Kind::Rabbitmq { .. } => amqp_vhost(&url).map(drop),
         }
+    }
+
+    /// The RabbitMQ virtual host the broker URL names (`/` when none does).
+    pub fn amqp_vhost(&self) -> String {
+        self.broker_url().and_then(|url| amqp_vhost(&url).ok()).unwrap_or_else(|| "/".into())
     }
 
     /// The Redis database the broker URL names (0 when none does).
@@ -268,6 +311,20 @@ fn redis_db(url: &Url) -> Result<i64, String> {
         "" => Ok(0),
         db => db.parse::<u16>().map(i64::from).map_err(|_| "names its database by number (redis://host:6379/0)".into()),
     }
+}
+
+/// The virtual host in an AMQP URL's path: `/` when empty, else the one percent-encoded
+/// segment after the slash (`amqp://host/%2F` is `/`, `amqp://host/orders` is `orders`).
+fn amqp_vhost(url: &Url) -> Result<String, String> {
+    let path = url.path().strip_prefix('/').unwrap_or_default();
+    if path.is_empty() {
+        return Ok("/".into());
+    }
+    if path.contains('/') {
+        return Err("names one virtual host (amqp://host:5672/vhost; %2F for \"/\")".into());
+    }
+    let vhost = percent_encoding::percent_decode_str(path).decode_utf8().map_err(|_| "a virtual host is UTF-8")?;
+    plain_name(&vhost).map(|()| vhost.into_owned())
 }
 
 /// A subject to publish to: dot-separated tokens, none empty, no wildcards (`*`, `>`).
@@ -352,6 +409,31 @@ mod tests {
         }
         assert!(nats("orders", "nats://broker.example/x").problems(&guard)[0].1.contains("no path"));
         assert!(nats("orders", "redis://broker.example").problems(&guard)[0].1.contains("nats:// or tls://"));
+    }
+
+    #[test]
+    fn a_rabbitmq_broker_names_its_virtual_host() {
+        let guard = Guard::new(vec![]);
+        let rabbit = |broker: &str, exchange: &str, routing_key: &str| Destination {
+            kind: Kind::Rabbitmq { exchange: exchange.into(), routing_key: routing_key.into() },
+            broker: broker.into(),
+            credentials: None,
+            max_message_bytes: None,
+        };
+        for (broker, vhost) in [
+            ("amqp://mq.example", "/"),
+            ("amqp://mq.example/", "/"),
+            ("amqp://mq.example/%2F", "/"),
+            ("amqps://mq.example/shop", "shop"),
+        ] {
+            assert_eq!(rabbit(broker, "", "orders").amqp_vhost(), vhost, "{broker}");
+        }
+        let secure = rabbit("amqps://mq.example/shop", "events", "order.paid");
+        assert_eq!(secure.address().unwrap().port, 5671);
+        assert_eq!(secure.read_back_url(), "amqps://mq.example:5671/shop?exchange=events&routingKey=order.paid");
+        assert!(rabbit("amqp://mq.example/a/b", "", "q").problems(&guard)[0].1.contains("one virtual host"));
+        assert_eq!(rabbit("amqp://mq.example", "", "").problems(&guard)[0].0, "destination.routingKey");
+        assert!(rabbit("amqp://mq.example", "fanout", "").problems(&guard).is_empty());
     }
 
     #[test]

@@ -56,6 +56,19 @@ const TYPES: &[TypeForm] = &[
         broker_example: "nats://nats.example.com:4222",
         places: &[Place { field: "subject", label: "Subject (a JetStream stream must take it)", kind: Input::Text }],
     },
+    TypeForm {
+        kind: "rabbitmq",
+        title: "RabbitMQ",
+        broker_example: "amqps://rabbitmq.example.com:5671/vhost",
+        places: &[
+            Place { field: "exchange", label: "Exchange (empty: the default exchange)", kind: Input::Text },
+            Place {
+                field: "routingKey",
+                label: "Routing key (the queue's name on the default exchange)",
+                kind: Input::Text,
+            },
+        ],
+    },
 ];
 
 /// The destination as the form shows it: the chosen type and the values of its fields

@@ -1,5 +1,5 @@
 //! The sending side of an attempt to an event destination (`crate::destinations`): the
-//! message (`message.rs`), one file per broker protocol (`redis.rs`, `nats.rs`: connect,
+//! message (`message.rs`), one file per broker protocol (`redis.rs`, `nats.rs`, `amqp.rs`: connect,
 //! publish, classify errors), and here the broker connections: one per destination
 //! identity (type, broker, credentials, TLS settings and egress proxy), shared by every
 //! attempt to it (each protocol's handle multiplexes), kept in a bounded cache where no
@@ -18,6 +18,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+mod amqp;
 mod message;
 mod nats;
 mod redis;
@@ -44,6 +45,7 @@ const RECONNECT_CAP: Duration = Duration::from_secs(30);
 enum Connection {
     Redis(redis::Connection),
     Nats(nats::Connection),
+    Amqp(amqp::Connection),
 }
 
 /// Why an attempt failed, and whether its connection is broken (made again next time).
@@ -63,6 +65,7 @@ impl PublishError {
 pub(super) type Acknowledgement = String;
 
 /// Opens guarded TCP (and TLS) streams to brokers.
+#[derive(Clone)]
 pub(super) struct Dialer {
     pub connector: GuardedConnector,
     pub tls: Option<Arc<rustls::ClientConfig>>,
@@ -205,6 +208,9 @@ impl Publishers {
                 redis::publish(c.clone(), stream, *create_stream, *max_len, &message).await
             }
             (Connection::Nats(c), Kind::NatsJetStream { subject }) => c.publish(subject, &message).await,
+            (Connection::Amqp(c), Kind::Rabbitmq { exchange, routing_key }) => {
+                c.publish(exchange, routing_key, &message).await
+            }
             _ => Err(PublishError::new(Failure::Internal, "the connection is of another type", true)),
         };
         if let Err(e) = &published
@@ -283,6 +289,9 @@ impl Publishers {
                 redis::connect(&dialer, &address, &credentials, destination.redis_db()).await.map(Connection::Redis)
             }
             Kind::NatsJetStream { .. } => nats::connect(&dialer, &address, &credentials).await.map(Connection::Nats),
+            Kind::Rabbitmq { .. } => {
+                amqp::connect(&dialer, &address, &credentials, destination.amqp_vhost()).await.map(Connection::Amqp)
+            }
         }
     }
 }

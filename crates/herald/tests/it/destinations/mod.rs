@@ -9,6 +9,7 @@
 mod api;
 mod nats_jetstream;
 mod portal;
+mod rabbitmq;
 mod redis_streams;
 mod scenarios;
 

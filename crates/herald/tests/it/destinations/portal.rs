@@ -7,6 +7,7 @@
 use serde_json::{Value, json};
 
 use super::nats_jetstream::{self, Nats};
+use super::rabbitmq::{self, Rabbit};
 use super::redis_streams::{self, Redis};
 use super::scenarios::Fixture;
 use crate::support::browser::Browser;
@@ -23,7 +24,7 @@ async fn fill(browser: &Browser, kind: &str, fields: &[(&str, &str)]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_customer_adds_a_destination_of_each_type_in_the_portal() {
-    let (redis, nats) = (Redis::start().await, Nats::start().await);
+    let (redis, nats, rabbit) = (Redis::start().await, Nats::start().await, Rabbit::start().await);
     let server = TestServer::start().await;
     let app = server.create_app("shop").await;
     let browser = Browser::start().await;
@@ -70,6 +71,17 @@ async fn a_customer_adds_a_destination_of_each_type_in_the_portal() {
     let expected = json!({"type": "natsJetStream", "broker": address, "subject": "orders",
                           "credentials": {"username": "herald", "passwordSet": true}});
     add(&browser, &server, &app, expected, nats_jetstream::PASSWORD, &nats).await;
+
+    browser.goto(&portal).await;
+    browser.click("#add-endpoint").await;
+    let address = format!("amqp://127.0.0.1:{}/", rabbit.broker_port());
+    rabbit.destination("orders", true).await;
+    let credentials = [("username", rabbitmq::USER), ("password", rabbitmq::PASSWORD)];
+    fill(&browser, "rabbitmq", &[&[("broker", address.as_str()), ("routingKey", "orders")][..], &credentials].concat())
+        .await;
+    let expected = json!({"type": "rabbitmq", "broker": address, "exchange": "", "routingKey": "orders",
+                          "credentials": {"username": "herald", "passwordSet": true}});
+    add(&browser, &server, &app, expected, rabbitmq::PASSWORD, &rabbit).await;
 }
 
 /// Saves the filled-in form and checks the endpoint's destination is `expected`, the
