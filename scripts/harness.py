@@ -8,15 +8,16 @@ delivered message is measured without the bench's generator and receiver: CPU is
 /proc for Herald's process (and, with --postgres, for every process of the throwaway
 cluster), deliveries from nginx's own request counter.
 
-    scripts/harness.py [--binary PATH] [--postgres] [--destination http|redis|nats]
+    scripts/harness.py [--binary PATH] [--postgres] [--destination http|redis|nats|rabbitmq]
                        [--duration 20] [--connections 64] [--json]
 
-With --destination redis or nats, every endpoint is an event destination instead: a Redis
-stream per application on a throwaway redis-server (AOF, `appendfsync everysec`), or a
+With --destination redis, nats or rabbitmq, every endpoint is an event destination instead:
+a Redis stream per application on a throwaway redis-server (AOF, `appendfsync everysec`), a
 subject per application taken by one file-storage JetStream stream on a throwaway
-nats-server (Debian packages `redis-server`, `nats-server`); deliveries are counted at the
-broker (`XLEN`, the JetStream monitoring endpoint's message count) and the broker's CPU is
-reported apart from Herald's.
+nats-server, or a durable queue per application on a throwaway rabbitmq-server (Debian
+packages `redis-server`, `nats-server`, `rabbitmq-server`); deliveries are counted at the
+broker (`XLEN`, the JetStream monitoring endpoint's message count, a passive
+queue.declare's message count) and the broker's CPU is reported apart from Herald's.
 
 A run: start nginx and Herald (SQLite in a temporary directory, or a throwaway PostgreSQL
 cluster), create the applications and endpoints, post for --duration seconds, wait until
@@ -32,6 +33,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -243,7 +245,78 @@ class Nats:
             return json.loads(response.read())["messages"]
 
 
-RECEIVERS = {"http": Nginx, "redis": Redis, "nats": Nats}
+class Rabbit:
+    """RabbitMQ destinations through the default exchange, a durable queue per application
+    (persistent messages, publisher confirms), counted with a passive queue.declare. The
+    server runs as the `rabbitmq` user when the harness runs as root."""
+
+    def __init__(self, workdir):
+        self.port, dist = free_port(), free_port()
+        data = os.path.join(workdir, "rabbitmq")
+        os.mkdir(data)
+        env = [f"HOME={data}", f"RABBITMQ_NODENAME=rabbit-{self.port}@localhost",
+               "RABBITMQ_NODE_IP_ADDRESS=127.0.0.1", f"RABBITMQ_NODE_PORT={self.port}", f"RABBITMQ_DIST_PORT={dist}",
+               f"RABBITMQ_MNESIA_BASE={data}/mnesia", f"RABBITMQ_LOG_BASE={data}/log",
+               f"RABBITMQ_ENABLED_PLUGINS_FILE={data}/enabled_plugins", f"RABBITMQ_CONFIG_FILE={data}/rabbitmq"]
+        command = ["env", *env, "/usr/lib/rabbitmq/bin/rabbitmq-server"]
+        if os.geteuid() == 0:
+            shutil.chown(data, user="rabbitmq")
+            command = ["runuser", "-u", "rabbitmq", "--", *command]
+        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                        start_new_session=True)
+        wait_for("rabbitmq-server", lambda: self.queue_messages("harness-0", declare=True) >= 0)
+        for i in range(1, APPS):
+            self.queue_messages(f"harness-{i}", declare=True)
+
+    def queue_messages(self, queue, declare=False):
+        """The messages waiting in `queue` (a durable queue made first if `declare`), over a
+        minimal AMQP 0-9-1 conversation as `guest`."""
+        def frame(kind, channel, payload):
+            return struct.pack(">BHI", kind, channel, len(payload)) + payload + b"\xce"
+
+        def method(channel, class_id, method_id, args=b""):
+            return frame(1, channel, struct.pack(">HH", class_id, method_id) + args)
+
+        def short(text):
+            return struct.pack(">B", len(text)) + text.encode()
+
+        with socket.create_connection(("127.0.0.1", self.port), timeout=10) as s:
+            reader = s.makefile("rb")
+
+            def expect(class_id, method_id):
+                while True:
+                    kind, _, size = struct.unpack(">BHI", reader.read(7))
+                    payload = reader.read(size + 1)[:-1]
+                    if kind == 1 and struct.unpack(">HH", payload[:4]) == (class_id, method_id):
+                        return payload[4:]
+                    if kind == 1 and payload[:4] in (b"\x00\x0a\x00\x32", b"\x00\x14\x00\x28"):
+                        sys.exit(f"rabbitmq closed the conversation: {payload[6:].decode(errors='replace')}")
+
+            s.sendall(b"AMQP\x00\x00\x09\x01")
+            expect(10, 10)
+            response = b"\x00guest\x00guest"
+            s.sendall(method(0, 10, 11, struct.pack(">I", 0) + short("PLAIN")
+                             + struct.pack(">I", len(response)) + response + short("en_US")))
+            channel_max, frame_max, _ = struct.unpack(">HIH", expect(10, 30)[:8])
+            s.sendall(method(0, 10, 31, struct.pack(">HIH", channel_max, frame_max, 0)))
+            s.sendall(method(0, 10, 40, short("/") + short("") + b"\x00"))
+            expect(10, 41)
+            s.sendall(method(1, 20, 10, short("")))
+            expect(20, 11)
+            flags = 2 if declare else 1  # durable, or passive
+            s.sendall(method(1, 50, 10, struct.pack(">H", 0) + short(queue) + struct.pack(">BI", flags, 0)))
+            answer = expect(50, 11)
+            return struct.unpack(">I", answer[1 + answer[0]:5 + answer[0]])[0]
+
+    def endpoint(self, i):
+        return {"destination": {"type": "rabbitmq", "broker": f"amqp://127.0.0.1:{self.port}/",
+                                "routingKey": f"harness-{i}"}}
+
+    def delivered(self):
+        return sum(self.queue_messages(f"harness-{i}") for i in range(APPS))
+
+
+RECEIVERS = {"http": Nginx, "redis": Redis, "nats": Nats, "rabbitmq": Rabbit}
 
 
 def start_postgres(workdir):
@@ -399,11 +472,14 @@ def run(args):
             sys.exit(f"not drained: {report['missing']} accepted messages never reached the {args.destination} receiver")
     finally:
         for p in reversed(processes):
-            p.send_signal(signal.SIGTERM)
+            # A server started in a session of its own (RabbitMQ, through runuser) is
+            # stopped with everything it started.
+            group = os.getpgid(p.pid) == p.pid if p.poll() is None else False
+            (os.killpg if group else os.kill)(p.pid, signal.SIGTERM)
             try:
                 p.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                p.kill()
+                (os.killpg if group else os.kill)(p.pid, signal.SIGKILL)
         shutil.rmtree(workdir, ignore_errors=True)
 
 

@@ -141,7 +141,28 @@ impl Broker {
     /// `rabbitmq` user when run as root (the Debian package's user, who must own the data).
     /// `user` is made at the first start (`default_user`), with every permission on `/`.
     pub fn rabbitmq(user: &str, password: &str) -> anyhow::Result<Self> {
-        let config = format!("default_user = {user}\ndefault_pass = {password}\n");
+        Self::rabbitmq_with(user, password, None)
+    }
+
+    /// RabbitMQ as [`Broker::rabbitmq`], also serving AMQP over TLS on `tls_port` and
+    /// requiring a client certificate there (the files must be readable by the `rabbitmq`
+    /// user).
+    pub fn rabbitmq_tls(user: &str, password: &str, tls: TlsFiles, tls_port: u16) -> anyhow::Result<Self> {
+        Self::rabbitmq_with(user, password, Some((tls, tls_port)))
+    }
+
+    fn rabbitmq_with(user: &str, password: &str, tls: Option<(TlsFiles, u16)>) -> anyhow::Result<Self> {
+        let mut config = format!("default_user = {user}\ndefault_pass = {password}\n");
+        if let Some((tls, port)) = tls {
+            let file = |path: PathBuf| path.to_string_lossy().into_owned();
+            config += &format!(
+                "listeners.ssl.default = {port}\nssl_options.cacertfile = {}\nssl_options.certfile = {}\n\
+                 ssl_options.keyfile = {}\nssl_options.verify = verify_peer\nssl_options.fail_if_no_peer_cert = true\n",
+                file(tls.ca),
+                file(tls.cert),
+                file(tls.key),
+            );
+        }
         let server = PathBuf::from("/usr/lib/rabbitmq/bin/rabbitmq-server");
         if !server.is_file() {
             bail!("rabbitmq-server is not installed (scripts/test.sh installs the brokers)");

@@ -38,7 +38,7 @@ const MAX_CONNECTIONS: usize = 256;
 const MAX_CONNECTIONS_PER_APP: usize = 16;
 /// The first reconnection waits up to this long; each failure doubles it, up to the cap.
 const RECONNECT_BASE: Duration = Duration::from_millis(200);
-const RECONNECT_CAP: Duration = Duration::from_secs(30);
+const RECONNECT_CAP: Duration = Duration::from_secs(5);
 
 /// A live connection of one protocol: a cheap handle every attempt clones.
 #[derive(Clone)]
@@ -317,7 +317,7 @@ fn identity(target: &Target, destination: &Destination) -> [u8; 32] {
 }
 
 /// Full jitter over an exponential ceiling: uniformly up to 200 ms × 2^(failures − 1),
-/// capped at 30 s.
+/// capped at 5 s.
 fn reconnect_delay(failures: u32) -> Duration {
     let ceiling = RECONNECT_BASE.saturating_mul(1 << failures.saturating_sub(1).min(16)).min(RECONNECT_CAP);
     Duration::from_millis(rand::rng().random_range(0..=ceiling.as_millis() as u64))

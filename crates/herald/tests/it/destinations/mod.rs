@@ -62,10 +62,13 @@ pub struct TlsSetup {
 pub fn tls_setup() -> TlsSetup {
     let ca = TestCa::new("broker-ca");
     let (server, client) = (ca.server(), ca.client("herald"));
+    // Readable by every user: RabbitMQ runs as its own.
     let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let write = |name: &str, pem: &str| {
         let path = dir.path().join(name);
         std::fs::write(&path, pem).unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
         path
     };
     let broker = TlsFiles {

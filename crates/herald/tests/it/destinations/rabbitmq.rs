@@ -6,14 +6,14 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use herald_test_support::brokers::Broker;
+use herald_test_support::brokers::{Broker, free_port};
 use lapin::options::{BasicGetOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Connection, ConnectionProperties};
 use serde_json::{Value, json};
 
 use super::scenarios::{self, Fixture, endpoint};
-use super::{Consumed, never_breaking, settles};
+use super::{Consumed, never_breaking, settles, tls_setup};
 use crate::support::TestServer;
 
 pub(super) const USER: &str = "herald";
@@ -160,4 +160,15 @@ async fn a_missing_exchange_is_dead_lettered_and_the_connection_recovers() {
     let got = rabbit.read_all("orders").await;
     assert_eq!(got.len(), 1);
     assert!(got[0].verifies(&secret));
+}
+
+#[tokio::test]
+async fn an_exchange_over_tls_takes_the_endpoints_client_certificate() {
+    let tls = tls_setup();
+    let tls_port = free_port().unwrap();
+    let broker = Broker::rabbitmq_tls(USER, PASSWORD, tls.broker.clone(), tls_port).unwrap();
+    let rabbit = Rabbit { broker, taken: Mutex::default() };
+    let mut destination = rabbit.destination("orders", true).await;
+    destination["broker"] = json!(format!("amqps://127.0.0.1:{tls_port}/"));
+    scenarios::tls_with_a_client_certificate(&rabbit, destination, &tls).await;
 }
