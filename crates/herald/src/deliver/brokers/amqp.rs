@@ -71,13 +71,13 @@ pub(super) async fn connect(
         }
     };
     let open = async {
-        let runtime = lapin::runtime::default_runtime().map_err(|e| classify(&e))?;
+        let runtime = lapin::runtime::default_runtime().map_err(|e| refused_connection(&e))?;
         let connection =
             lapin::Connection::connector(uri, runtime, dial, ConnectionProperties::default()).await.map_err(|e| {
-                dial_failure.lock().unwrap_or_else(|e| e.into_inner()).take().unwrap_or_else(|| classify(&e))
+                dial_failure.lock().unwrap_or_else(|e| e.into_inner()).take().unwrap_or_else(|| refused_connection(&e))
             })?;
-        let channel = connection.create_channel().await.map_err(|e| classify(&e))?;
-        channel.confirm_select(ConfirmSelectOptions::default()).await.map_err(|e| classify(&e))?;
+        let channel = connection.create_channel().await.map_err(|e| refused_connection(&e))?;
+        channel.confirm_select(ConfirmSelectOptions::default()).await.map_err(|e| refused_connection(&e))?;
         Ok(Connection(Arc::new(Open { connection: Some(connection), channel })))
     };
     match tokio::time::timeout(dialer.budget, open).await {
@@ -157,6 +157,21 @@ impl Connection {
             }
         }
     }
+}
+
+/// Why a connection could not be made: refused credentials and a virtual host that does
+/// not exist are the customer's to fix; anything else (a virtual host still recovering
+/// after a restart, "vhost / is down", a broker shutting down) is the broker not being
+/// there yet, and retried.
+fn refused_connection(e: &lapin::Error) -> PublishError {
+    let mut refused = classify(e);
+    let missing_vhost = refused.why.contains("NOT_ALLOWED") && refused.why.contains("not found");
+    refused.failure = match refused.failure {
+        Failure::BrokerAuth => Failure::BrokerAuth,
+        _ if missing_vhost => Failure::DestinationMissing,
+        _ => Failure::Connection,
+    };
+    refused
 }
 
 /// A refusal closes the channel every publish of the connection shares, so each one in

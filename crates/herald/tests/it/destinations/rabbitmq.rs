@@ -137,9 +137,9 @@ async fn the_breaker_opens_on_a_dead_broker_and_closes_when_it_is_back() {
     scenarios::the_breaker_opens_on_a_dead_broker_and_closes_when_it_is_back::<Rabbit>().await;
 }
 
-/// A missing exchange is `destination_missing` (the broker closes the channel, 404); the
-/// next message to the same broker with the same credentials, so the same connection
-/// identity, is delivered all the same.
+/// A missing exchange is `destination_missing` (the broker closes the channel, 404), and so
+/// is a missing virtual host; the next message to the same broker with the same
+/// credentials, so the same connection identity, is delivered all the same.
 #[tokio::test]
 async fn a_missing_exchange_is_dead_lettered_and_the_connection_recovers() {
     let rabbit = Rabbit::start().await;
@@ -153,6 +153,19 @@ async fn a_missing_exchange_is_dead_lettered_and_the_connection_recovers() {
     assert_eq!(tried.len(), 1, "{tried:?}");
     assert_eq!(tried[0]["errorClass"], "destination_missing", "{tried:?}");
     assert!(tried[0]["error"].as_str().unwrap().contains("NOT_FOUND"), "the broker's own words: {tried:?}");
+
+    // A virtual host that does not exist is missing too (the broker refuses the connection).
+    let mut no_vhost = rabbit.destination_to("", "orders");
+    no_vhost["broker"] = json!(format!("amqp://127.0.0.1:{}/nosuch", rabbit.broker.port()));
+    let (vhostless, _) = endpoint(&server, &app, no_vhost, json!({"delivery": never_breaking()})).await;
+    let lost = server.send(&app, json!({"eventType": "order.paid", "payload": {}})).await;
+    settles(&server, &app, &lost, &vhostless, 2).await;
+    let tried: Vec<Value> =
+        server.attempts(&app, &lost).await.into_iter().filter(|a| a["endpointId"] == vhostless.as_str()).collect();
+    assert_eq!(tried.len(), 1, "{tried:?}");
+    assert_eq!(tried[0]["errorClass"], "destination_missing", "{tried:?}");
+    assert!(tried[0]["error"].as_str().unwrap().contains("nosuch"), "{tried:?}");
+    server.call(reqwest::Method::DELETE, &format!("/api/v1/app/{app}/endpoint/{vhostless}"), None).await;
 
     let (ep, secret) = endpoint(&server, &app, rabbit.destination("orders", true).await, json!({})).await;
     let fine = server.send(&app, json!({"eventType": "order.paid", "payload": {}})).await;
