@@ -39,6 +39,10 @@ const MAX_CONNECTIONS_PER_APP: usize = 16;
 /// The first reconnection waits up to this long; each failure doubles it, up to the cap.
 const RECONNECT_BASE: Duration = Duration::from_millis(200);
 const RECONNECT_CAP: Duration = Duration::from_secs(5);
+/// For this long after Herald reconnects to a broker it had lost, a missing place is
+/// retried, not dead-lettered: a restarted broker takes connections before it has
+/// recovered its queues and streams (RabbitMQ answers NO_ROUTE meanwhile).
+const RECOVERY_GRACE: Duration = Duration::from_secs(10);
 
 /// A live connection of one protocol: a cheap handle every attempt clones.
 #[derive(Clone)]
@@ -138,6 +142,8 @@ struct SlotState {
     retry_at: Option<Instant>,
     /// Why the last try failed: attempts during the backoff fail the same way.
     last_failure: Option<(Failure, String)>,
+    /// Until when the connection, made again after a lost one, is in `RECOVERY_GRACE`.
+    recovering_until: Option<Instant>,
 }
 
 /// The broker connections of every event destination.
@@ -203,7 +209,7 @@ impl Publishers {
         }
         let slot = self.slot(out.target, destination);
         let (generation, connection) = self.connection(&slot, out.target, destination).await?;
-        let published = match (&connection, &destination.kind) {
+        let mut published = match (&connection, &destination.kind) {
             (Connection::Redis(c), Kind::RedisStreams { stream, create_stream, max_len }) => {
                 redis::publish(c.clone(), stream, *create_stream, *max_len, &message).await
             }
@@ -213,12 +219,19 @@ impl Publishers {
             }
             _ => Err(PublishError::new(Failure::Internal, "the connection is of another type", true)),
         };
-        if let Err(e) = &published
-            && e.broken
-        {
+        if let Err(e) = &mut published {
             let mut state = slot.state.lock().await;
-            if state.connection.as_ref().is_some_and(|(g, _)| *g == generation) {
+            if e.broken && state.connection.as_ref().is_some_and(|(g, _)| *g == generation) {
                 state.connection = None;
+            }
+            // Not a refusal that closed the connection's channel (a missing RabbitMQ
+            // exchange): retrying it would close its neighbours' channel again and again.
+            if e.failure == Failure::DestinationMissing
+                && !e.broken
+                && state.recovering_until.is_some_and(|t| t > Instant::now())
+            {
+                e.failure = Failure::Throttled;
+                e.why += " (the broker was just reconnected and may still be recovering it: retried)";
             }
         }
         published
@@ -252,6 +265,8 @@ impl Publishers {
         }
         match self.connect(target, destination).await {
             Ok(connection) => {
+                let after_loss = state.generation > 0 || state.failures > 0;
+                state.recovering_until = after_loss.then(|| Instant::now() + RECOVERY_GRACE);
                 state.generation += 1;
                 state.failures = 0;
                 state.retry_at = None;
