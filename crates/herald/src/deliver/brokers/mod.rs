@@ -41,8 +41,9 @@ const RECONNECT_BASE: Duration = Duration::from_millis(200);
 const RECONNECT_CAP: Duration = Duration::from_secs(5);
 /// For this long after Herald reconnects to a broker it had lost, a missing place is
 /// retried, not dead-lettered: a restarted broker takes connections before it has
-/// recovered its queues and streams (RabbitMQ answers NO_ROUTE meanwhile).
-const RECOVERY_GRACE: Duration = Duration::from_secs(10);
+/// recovered its queues and streams (RabbitMQ answers NO_ROUTE meanwhile, for more than
+/// 10 s after a kill on a loaded machine).
+const RECOVERY_GRACE: Duration = Duration::from_secs(60);
 
 /// A live connection of one protocol: a cheap handle every attempt clones.
 #[derive(Clone)]

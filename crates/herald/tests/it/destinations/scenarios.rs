@@ -219,7 +219,7 @@ pub async fn the_breaker_opens_on_a_dead_broker_and_closes_when_it_is_back<F: Fi
     let server = TestServer::start().await;
     let app = server.create_app("shop").await;
     let destination = fixture.destination("orders", true).await;
-    let patient = json!({"retry": {"strategy": "exponential", "baseMs": 100, "maxDelayMs": 1000, "maxAttempts": 100},
+    let patient = json!({"retry": {"strategy": "exponential", "baseMs": 100, "maxDelayMs": 2000, "maxAttempts": 100},
                          "circuitBreaker": {"failureThreshold": 5, "cooldownMs": 300}});
     let (ep, _) = endpoint(&server, &app, destination, json!({"delivery": patient})).await;
     let first = send_many(&server, &app, 1).await.remove(0);
@@ -232,7 +232,7 @@ pub async fn the_breaker_opens_on_a_dead_broker_and_closes_when_it_is_back<F: Fi
     fixture.broker().restart().unwrap();
     // A broker that restarts slowly (RabbitMQ under load) must not exhaust the message's
     // attempts; if it is not delivered, the last attempts say why.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     while server.delivery_status(&app, &msg, &ep).await != Some(0) {
         let tried = server.attempts(&app, &msg).await;
         let last: Vec<&Value> = tried.iter().rev().take(3).collect();
