@@ -211,15 +211,26 @@ impl Broker {
     /// Kills the broker without warning (`SIGKILL`, its whole process group) and waits for
     /// it to be gone and its port closed.
     pub fn kill(&mut self) {
+        self.signal(libc::SIGKILL);
+    }
+
+    /// Stops the broker cleanly (`SIGTERM`, so it saves what it keeps) and waits for it to
+    /// be gone and its port closed.
+    pub fn stop(&mut self) {
+        self.signal(libc::SIGTERM);
+    }
+
+    fn signal(&mut self, signal: libc::c_int) {
         if let Some(mut child) = self.child.take() {
             // The broker is its process group's leader (`process_group(0)`): its children
-            // (a server started through `runuser` and a script) die with it.
-            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            // (a server started through `runuser` and a script) get the signal too.
+            unsafe { libc::kill(-(child.id() as i32), signal) };
             let _ = child.wait();
-            let deadline = Instant::now() + Duration::from_secs(20);
+            let deadline = Instant::now() + Duration::from_secs(30);
             while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(20));
             }
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
         }
     }
 
