@@ -438,6 +438,24 @@ mod tests {
         assert_eq!(size, headers.len() + 2);
     }
 
+    #[tokio::test]
+    async fn a_broker_cannot_make_herald_read_an_endless_line_or_a_huge_reply() {
+        let endless = vec![b'x'; MAX_LINE + 10];
+        assert!(read_line(&mut BufReader::new(&endless[..])).await.is_err(), "a line past MAX_LINE is refused");
+        let huge = format!("MSG _INBOX.x.1 1 {}\r\n", MAX_REPLY + 1);
+        let (frames, _queued) = mpsc::channel(1);
+        let shared = Arc::new(Shared {
+            frames,
+            replies: Mutex::default(),
+            inbox: "_INBOX.x.".into(),
+            next: AtomicU64::new(0),
+            max_payload: 1024,
+        });
+        let read = read_frame(&mut BufReader::new(huge.as_bytes()), &Arc::downgrade(&shared)).await;
+        let (failure, why) = read.err().expect("refused before reading it");
+        assert_eq!(failure, Failure::BrokerRefused, "{why}");
+    }
+
     #[test]
     fn jetstream_answers_are_classified() {
         let ok = acknowledgement("o", reply(None, r#"{"stream":"ORDERS","seq":42}"#));
