@@ -452,7 +452,7 @@ mod tests {
             max_payload: 1024,
         });
         let read = read_frame(&mut BufReader::new(huge.as_bytes()), &Arc::downgrade(&shared)).await;
-        let (failure, why) = read.err().expect("refused before reading it");
+        let (failure, why) = read.expect_err("refused before reading it");
         assert_eq!(failure, Failure::BrokerRefused, "{why}");
     }
 
