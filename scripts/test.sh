@@ -59,9 +59,10 @@ export HERALD_TEST_ARTIFACTS="${HERALD_TEST_ARTIFACTS:-$PWD/test-artifacts}"
 
 # The event destination tests start their own brokers (on free loopback ports, data in
 # temporary directories, killed and restarted mid-run): the Debian packages are installed
-# when missing.
+# when missing. The Amazon types run against moto (pip, in the Python environment above),
+# reached through socat, which the tests kill to make the service unreachable.
 missing=()
-for broker in redis-server nats-server rabbitmq-server; do
+for broker in redis-server nats-server rabbitmq-server socat; do
     if ! command -v "$broker" >/dev/null 2>&1 && [ ! -x "/usr/bin/$broker" ] && [ ! -x "/usr/sbin/$broker" ]; then
         missing+=("$broker")
     fi
@@ -85,12 +86,14 @@ fi
 
 if cargo nextest --version >/dev/null 2>&1; then
     cargo nextest run --workspace --no-fail-fast "$@"
+    # The Amazon destinations' 10,000-message runs are bound by the emulator, not the
+    # store (the other destination types' runs cover PostgreSQL): SQLite only.
     echo "==> the HTTP integration suite again, on PostgreSQL"
     HERALD_TEST_BACKEND=postgres cargo nextest run --workspace --no-fail-fast --test it \
-        -E 'not test(/^postgres::/) and not test(/^bench::/) and not test(/^faults::/)' "$@"
+        -E 'not test(/^postgres::/) and not test(/^bench::/) and not test(/^faults::/) and not test(/^destinations::amazon::.*ten_thousand/)' "$@"
 else
     cargo test --workspace --no-fail-fast "$@"
     echo "==> the HTTP integration suite again, on PostgreSQL"
     HERALD_TEST_BACKEND=postgres cargo test --workspace --no-fail-fast --test it -- \
-        --skip postgres:: --skip bench:: --skip faults:: "$@"
+        --skip postgres:: --skip bench:: --skip faults:: --skip ten_thousand_messages_arrive "$@"
 fi

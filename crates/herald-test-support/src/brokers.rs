@@ -1,5 +1,6 @@
 //! Throwaway message brokers for the event destination tests and benchmarks: the server
-//! programs installed on this machine (Debian's redis-server and nats-server, …), each on a free loopback
+//! programs installed on this machine (Debian's redis-server and nats-server, …, and the
+//! moto AWS emulator from pip), each on a free loopback
 //! port with its data in a temporary directory, which can be killed (`SIGKILL`, nothing
 //! flushed) and started again on the same port and data.
 
@@ -202,6 +203,36 @@ impl Broker {
             },
         )?;
         Ok(broker)
+    }
+
+    /// The moto server (the AWS emulator: SQS, SNS, EventBridge, IAM), its state in memory,
+    /// checking every request's signature against the IAM users it knows after the first
+    /// `unauthenticated` requests (which make the first user). Run by `python`, a Python
+    /// with `moto[server]`.
+    pub fn moto(python: &str, unauthenticated: u32) -> anyhow::Result<Self> {
+        let python = python.to_owned();
+        Self::start(
+            "env",
+            Box::new(move |port, _| {
+                let args = ["-m", "moto.server", "-H", "127.0.0.1", "-p", &port.to_string()];
+                [format!("INITIAL_NO_AUTH_ACTION_COUNT={unauthenticated}"), python.clone()]
+                    .into_iter()
+                    .chain(args.map(str::to_owned))
+                    .collect()
+            }),
+        )
+    }
+
+    /// A TCP forwarder (socat) from a port of its own to `to` on loopback: killed, the
+    /// service behind it is unreachable (connections refused, the open ones reset) without
+    /// losing its state; restarted, it is back.
+    pub fn forwarder(to: u16) -> anyhow::Result<Self> {
+        Self::start(
+            "socat",
+            Box::new(move |port, _| {
+                vec![format!("TCP-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork"), format!("TCP:127.0.0.1:{to}")]
+            }),
+        )
     }
 
     pub fn port(&self) -> u16 {

@@ -180,6 +180,9 @@ impl Deliverer {
     pub async fn send(&self, out: Outgoing<'_>) -> Sent {
         match &out.target.destination {
             Ok(None) => {}
+            Ok(Some(destination)) if destination.kind.is_http_api() => {
+                return self.publish_to_aws(destination, &out).await;
+            }
             Ok(Some(destination)) => return self.publishers.publish(destination, &out).await,
             Err(why) => return Sent::failed(Failure::Internal, why.clone(), Duration::ZERO),
         }

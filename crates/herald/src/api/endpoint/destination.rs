@@ -38,7 +38,8 @@ pub(super) fn apply(
     let destination = match given {
         None => stored,
         Some(None) => None,
-        Some(Some(mut d)) => {
+        Some(Some(d)) => {
+            let mut d = d.with_defaults();
             keep_credentials(&mut d, stored);
             Some(d)
         }

@@ -1,6 +1,7 @@
 //! The sending side of an attempt to an event destination (`crate::destinations`): the
 //! message (`message.rs`), one file per broker protocol (`redis.rs`, `nats.rs`, `amqp.rs`: connect,
-//! publish, classify errors), and here the broker connections: one per destination
+//! publish, classify errors), the Amazon services, which are HTTPS APIs sent through the
+//! webhook client (`aws/`), and here the broker connections: one per destination
 //! identity (type, broker, credentials, TLS settings and egress proxy), shared by every
 //! attempt to it (each protocol's handle multiplexes), kept in a bounded cache where no
 //! application holds more than its share. A connection that breaks is dropped and made
@@ -19,6 +20,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 mod amqp;
+mod aws;
 mod message;
 mod nats;
 mod redis;
@@ -54,6 +56,7 @@ enum Connection {
 }
 
 /// Why an attempt failed, and whether its connection is broken (made again next time).
+#[derive(Debug)]
 pub(super) struct PublishError {
     pub failure: Failure,
     pub why: String,
@@ -201,13 +204,7 @@ impl Publishers {
         destination: &Destination,
         out: &Outgoing<'_>,
     ) -> Result<Acknowledgement, PublishError> {
-        let message = Outbound::of(out).map_err(|(failure, why)| PublishError::new(failure, why, false))?;
-        if let Some(max) = destination.max_message_bytes
-            && message.body.len() > max as usize
-        {
-            let why = format!("the message is {} bytes, more than the destination's {max}", message.body.len());
-            return Err(PublishError::new(Failure::MessageTooLarge, why, false));
-        }
+        let message = outbound(destination, out)?;
         let slot = self.slot(out.target, destination);
         let (generation, connection) = self.connection(&slot, out.target, destination).await?;
         let mut published = match (&connection, &destination.kind) {
@@ -308,8 +305,23 @@ impl Publishers {
             Kind::Rabbitmq { .. } => {
                 amqp::connect(&dialer, &address, &credentials, destination.amqp_vhost()).await.map(Connection::Amqp)
             }
+            Kind::Sqs { .. } | Kind::Sns { .. } | Kind::EventBridge { .. } => {
+                Err(PublishError::new(Failure::Internal, "an Amazon destination keeps no connection", false))
+            }
         }
     }
+}
+
+/// The message `out` publishes, if it is within the destination's `maxMessageBytes`.
+fn outbound(destination: &Destination, out: &Outgoing<'_>) -> Result<Outbound, PublishError> {
+    let message = Outbound::of(out).map_err(|(failure, why)| PublishError::new(failure, why, false))?;
+    if let Some(max) = destination.max_message_bytes
+        && message.body.len() > max as usize
+    {
+        let why = format!("the message is {} bytes, more than the destination's {max}", message.body.len());
+        return Err(PublishError::new(Failure::MessageTooLarge, why, false));
+    }
+    Ok(message)
 }
 
 /// What sets a connection apart: the destination's type, broker and credentials, and the

@@ -6,6 +6,7 @@
 //! type passes are written once (`scenarios.rs`); each type's file starts its broker and
 //! reads it back.
 
+mod amazon;
 mod api;
 mod nats_jetstream;
 mod portal;

@@ -9,12 +9,17 @@
 //! `deliver::brokers`: the message, the broker connections, one file per protocol.
 //!
 //! The whole destination, credentials included, is sealed at rest on the endpoint's row
-//! (`sealing::Purpose::Destination`); reads show it without the secrets.
+//! (`sealing::Purpose::Destination`); reads show it without the secrets. The Amazon types'
+//! own rules are in `aws.rs`.
 
 use serde::{Deserialize, Serialize};
 use url::Url;
 
 use crate::ssrf::Guard;
+
+mod aws;
+
+pub use aws::{is_fifo, partition_key};
 
 /// Longest stream, subject, exchange, routing key or credential accepted.
 const MAX_NAME: usize = 255;
@@ -30,11 +35,15 @@ pub struct Destination {
     #[serde(flatten)]
     pub kind: Kind,
     /// The broker's address as a URL: `redis://host:6379/0` (`rediss://` for TLS),
-    /// `nats://host:4222` (`tls://` for TLS).
-    /// No user or password in it: those go in `credentials`.
+    /// `nats://host:4222` (`tls://` for TLS), `amqp://host:5672/vhost` (`amqps://`); for
+    /// the Amazon types the service's endpoint (`https://sqs.us-east-1.amazonaws.com`),
+    /// which may be left out: the queue URL's origin for SQS, the region's public endpoint
+    /// for SNS and EventBridge. No user or password in it: those go in `credentials`.
+    #[serde(default)]
     pub broker: String,
     /// How Herald authenticates to the broker (write-only; kept when an update leaves
-    /// it out).
+    /// it out). For the Amazon types an IAM access key: `username` is the access key id,
+    /// `password` the secret access key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials: Option<BrokerCredentials>,
     /// Messages with a larger body fail permanently (`message_too_large`) without being
@@ -77,6 +86,57 @@ pub enum Kind {
         exchange: String,
         routing_key: String,
     },
+    /// Amazon SQS: each message is sent (`SendMessage`) to `queueUrl`, its headers as
+    /// message attributes; delivered on SQS's answer. A FIFO queue (`….fifo`) gets the
+    /// `partitionKey`'s value as the message group and the message id as the
+    /// deduplication id.
+    #[serde(rename_all = "camelCase")]
+    Sqs {
+        queue_url: String,
+        region: String,
+        #[serde(default)]
+        partition_key: PartitionKey,
+    },
+    /// Amazon SNS: each message is published (`Publish`) to `topicArn`, its headers as
+    /// message attributes; delivered on SNS's answer. FIFO topics as for SQS.
+    #[serde(rename_all = "camelCase")]
+    Sns {
+        topic_arn: String,
+        region: String,
+        #[serde(default)]
+        partition_key: PartitionKey,
+    },
+    /// Amazon EventBridge: each message is one event (`PutEvents`) on `eventBus`, from
+    /// `source`, its detail type the event type and its detail `{"headers": {…}, "body":
+    /// "…"}` (the body exactly as signed); delivered when the entry is accepted (a failed
+    /// entry fails the attempt with its error code).
+    #[serde(rename_all = "camelCase")]
+    EventBridge {
+        event_bus: String,
+        region: String,
+        #[serde(default = "default_source")]
+        source: String,
+    },
+}
+
+fn default_source() -> String {
+    "herald".into()
+}
+
+/// What a partitioned destination (an SQS FIFO queue, an SNS FIFO topic) groups messages
+/// by: the broker keeps each group's messages in the order Herald publishes them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum PartitionKey {
+    /// The message's id (`webhook-id`): no two messages share a group.
+    MessageId,
+    /// The message's `eventId`, or its id when it has none.
+    EventId,
+    /// The message's first channel, or the application when it has none.
+    Channel,
+    /// The application: all of the endpoint's messages in one group.
+    #[default]
+    Application,
 }
 
 impl Kind {
@@ -86,7 +146,16 @@ impl Kind {
             Self::RedisStreams { .. } => "redisStreams",
             Self::NatsJetStream { .. } => "natsJetStream",
             Self::Rabbitmq { .. } => "rabbitmq",
+            Self::Sqs { .. } => "sqs",
+            Self::Sns { .. } => "sns",
+            Self::EventBridge { .. } => "eventBridge",
         }
+    }
+
+    /// Whether the destination is an HTTPS API (the Amazon types), reached through the
+    /// webhook client rather than a broker connection.
+    pub fn is_http_api(&self) -> bool {
+        matches!(self, Self::Sqs { .. } | Self::Sns { .. } | Self::EventBridge { .. })
     }
 
     /// The broker URL schemes of this type: (plain, TLS).
@@ -95,6 +164,7 @@ impl Kind {
             Self::RedisStreams { .. } => ("redis", "rediss"),
             Self::NatsJetStream { .. } => ("nats", "tls"),
             Self::Rabbitmq { .. } => ("amqp", "amqps"),
+            Self::Sqs { .. } | Self::Sns { .. } | Self::EventBridge { .. } => ("http", "https"),
         }
     }
 
@@ -105,6 +175,8 @@ impl Kind {
             Self::NatsJetStream { .. } => 4222,
             Self::Rabbitmq { .. } if tls => 5671,
             Self::Rabbitmq { .. } => 5672,
+            _ if tls => 443,
+            _ => 80,
         }
     }
 }
@@ -113,9 +185,13 @@ impl Kind {
 #[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BrokerCredentials {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The user name (for the Amazon types, the access key id; `accessKeyId` is taken
+    /// too).
+    #[serde(default, alias = "accessKeyId", skip_serializing_if = "Option::is_none")]
     pub username: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The password (for the Amazon types, the secret access key; `secretAccessKey` is
+    /// taken too).
+    #[serde(default, alias = "secretAccessKey", skip_serializing_if = "Option::is_none")]
     pub password: Option<String>,
 }
 
@@ -169,6 +245,16 @@ pub struct Address {
 }
 
 impl Destination {
+    /// The destination with what it may leave out filled in (an Amazon type's endpoint).
+    pub fn with_defaults(mut self) -> Self {
+        if self.broker.is_empty()
+            && let Some(broker) = aws::default_broker(&self.kind)
+        {
+            self.broker = broker;
+        }
+        self
+    }
+
     /// The destination as reads show it.
     pub fn shown(&self) -> DestinationOut {
         DestinationOut {
@@ -197,8 +283,11 @@ impl Destination {
 
     /// The URL the endpoint reads back as (`url` in the Svix API): the broker's, with the
     /// place on it as a query (`redis://host:6379/0?stream=orders`,
-    /// `nats://host:4222?subject=orders.paid`).
+    /// `nats://host:4222?subject=orders.paid`); for SQS the queue URL.
     pub fn read_back_url(&self) -> String {
+        if let Kind::Sqs { queue_url, .. } = &self.kind {
+            return queue_url.clone();
+        }
         let Some(mut url) = self.broker_url() else { return self.broker.clone() };
         if url.port().is_none() {
             let _ = url.set_port(Some(self.kind.default_port(url.scheme() == self.kind.schemes().1)));
@@ -210,6 +299,9 @@ impl Destination {
                 url.query_pairs_mut().append_pair("exchange", exchange).append_pair("routingKey", routing_key);
                 return url.to_string();
             }
+            Kind::Sqs { queue_url, .. } => url.query_pairs_mut().append_pair("queueUrl", queue_url),
+            Kind::Sns { topic_arn, .. } => url.query_pairs_mut().append_pair("topicArn", topic_arn),
+            Kind::EventBridge { event_bus, .. } => url.query_pairs_mut().append_pair("eventBus", event_bus),
         };
         url.to_string()
     }
@@ -248,6 +340,7 @@ impl Destination {
                     push("routingKey", "names the queue when the exchange is the default one (\"\")".into());
                 }
             }
+            Kind::Sqs { .. } | Kind::Sns { .. } | Kind::EventBridge { .. } => aws::problems(&self.kind, &mut push),
         }
         if let Some(c) = &self.credentials {
             for (field, part) in [("credentials.username", &c.username), ("credentials.password", &c.password)] {
@@ -258,6 +351,10 @@ impl Destination {
             if c.username.is_some() && c.password.is_none() {
                 push("credentials.password", "is needed with a username".into());
             }
+        }
+        let key = self.credentials.as_ref().is_some_and(|c| c.username.is_some() && c.password.is_some());
+        if self.kind.is_http_api() && !key {
+            push("credentials", "an IAM access key: username (the access key id) and password (the secret)".into());
         }
         if self.max_message_bytes.is_some_and(|m| m == 0 || m > MAX_MESSAGE_BYTES) {
             push("maxMessageBytes", format!("must be between 1 and {MAX_MESSAGE_BYTES}"));
@@ -291,6 +388,8 @@ impl Destination {
             }
             Kind::NatsJetStream { .. } => Ok(()),
             Kind::Rabbitmq { .. } => amqp_vhost(&url).map(drop),
+            _ if !matches!(url.path(), "" | "/") => Err("names no path (https://sqs.us-east-1.amazonaws.com)".into()),
+            _ => Ok(()),
         }
     }
 
