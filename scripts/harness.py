@@ -8,7 +8,8 @@ delivered message is measured without the bench's generator and receiver: CPU is
 /proc for Herald's process (and, with --postgres, for every process of the throwaway
 cluster), deliveries from nginx's own request counter.
 
-    scripts/harness.py [--binary PATH] [--postgres] [--destination http|redis|nats|rabbitmq]
+    scripts/harness.py [--binary PATH] [--postgres]
+                       [--destination http|redis|nats|rabbitmq|sqs|sns|eventbridge]
                        [--duration 20] [--connections 64] [--json]
 
 With --destination redis, nats or rabbitmq, every endpoint is an event destination instead:
@@ -18,6 +19,9 @@ nats-server, or a durable queue per application on a throwaway rabbitmq-server (
 packages `redis-server`, `nats-server`, `rabbitmq-server`); deliveries are counted at the
 broker (`XLEN`, the JetStream monitoring endpoint's message count, a passive
 queue.declare's message count) and the broker's CPU is reported apart from Herald's.
+With --destination sqs, sns or eventbridge, every endpoint is an Amazon destination sent to
+nginx standing in for the service (answering each call with the service's success shape,
+counted by nginx): Herald's side of the call is measured, not an AWS emulator's.
 
 A run: start nginx and Herald (SQLite in a temporary directory, or a throwaway PostgreSQL
 cluster), create the applications and endpoints, post for --duration seconds, wait until
@@ -125,7 +129,7 @@ def api(base, method, path, body=None):
         return json.loads(response.read() or b"null")
 
 
-def start_nginx(workdir):
+def start_nginx(workdir, answer="return 204;"):
     port = free_port()
     conf = os.path.join(workdir, "nginx.conf")
     with open(conf, "w") as f:
@@ -141,7 +145,7 @@ http {{
     server {{
         listen 127.0.0.1:{port};
         location = /nginx_status {{ stub_status; }}
-        location / {{ return 204; }}
+        location / {{ {answer} }}
     }}
 }}
 """)
@@ -170,6 +174,40 @@ class Nginx:
 
     def delivered(self):
         # Each status request is counted by nginx too.
+        self.polls += 1
+        return nginx_requests(self.port) - self.before - self.polls
+
+
+class Amazon:
+    """SQS, SNS or EventBridge destinations, each application its own queue, topic or bus,
+    sent to nginx standing in for the service: it answers every request with the service's
+    success (without checking the signature), so what is measured is Herald's side of the
+    call (the message, SigV4 signing, the request), not an emulator's."""
+
+    ANSWERS = {
+        "sqs": ("application/x-amz-json-1.0", '{"MessageId":"harness"}'),
+        "sns": ("text/xml", "<PublishResponse><PublishResult><MessageId>harness</MessageId></PublishResult></PublishResponse>"),
+        "eventbridge": ("application/x-amz-json-1.1", '{"FailedEntryCount":0,"Entries":[{"EventId":"harness"}]}'),
+    }
+
+    def __init__(self, workdir, kind):
+        content_type, body = self.ANSWERS[kind]
+        self.kind = kind
+        self.process, self.port = start_nginx(workdir, f"default_type {content_type}; return 200 '{body}';")
+        self.before = nginx_requests(self.port)
+        self.polls = 0
+
+    def endpoint(self, i):
+        service = f"http://127.0.0.1:{self.port}"
+        key = {"username": "AKIAHARNESS", "password": "harness-secret-access-key"}
+        settings = {
+            "sqs": {"type": "sqs", "queueUrl": f"{service}/123456789012/harness-{i}"},
+            "sns": {"type": "sns", "topicArn": f"arn:aws:sns:us-east-1:123456789012:harness-{i}", "broker": service},
+            "eventbridge": {"type": "eventBridge", "eventBus": f"harness-{i}", "broker": service},
+        }[self.kind]
+        return {"destination": {**settings, "region": "us-east-1", "credentials": key}}
+
+    def delivered(self):
         self.polls += 1
         return nginx_requests(self.port) - self.before - self.polls
 
@@ -316,7 +354,9 @@ class Rabbit:
         return sum(self.queue_messages(f"harness-{i}") for i in range(APPS))
 
 
-RECEIVERS = {"http": Nginx, "redis": Redis, "nats": Nats, "rabbitmq": Rabbit}
+RECEIVERS = {"http": Nginx, "redis": Redis, "nats": Nats, "rabbitmq": Rabbit,
+             "sqs": lambda workdir: Amazon(workdir, "sqs"), "sns": lambda workdir: Amazon(workdir, "sns"),
+             "eventbridge": lambda workdir: Amazon(workdir, "eventbridge")}
 
 
 def start_postgres(workdir):

@@ -25,20 +25,34 @@ enum Input {
     Text,
     Number,
     Check,
+    /// One of these values, the first the default.
+    Choice(&'static [&'static str]),
 }
 
 /// A destination type as the form offers it.
 struct TypeForm {
     kind: &'static str,
     title: &'static str,
+    broker_label: &'static str,
     broker_example: &'static str,
     places: &'static [Place],
+    /// What the username and password are called for this type.
+    credentials: (&'static str, &'static str),
 }
+
+const BROKER: &str = "Broker URL";
+const USER_PASSWORD: (&str, &str) = ("Username (optional)", "Password");
+/// The Amazon types: an optional service endpoint, and an IAM access key.
+const AWS_ENDPOINT: &str = "Service endpoint (optional: the region's public one)";
+const ACCESS_KEY: (&str, &str) = ("Access key ID", "Secret access key");
+const PARTITION_KEYS: &[&str] = &["application", "channel", "eventId", "messageId"];
 
 const TYPES: &[TypeForm] = &[
     TypeForm {
         kind: "redisStreams",
         title: "Redis Streams",
+        broker_label: BROKER,
+        credentials: USER_PASSWORD,
         broker_example: "redis://redis.example.com:6379/0",
         places: &[
             Place { field: "stream", label: "Stream", kind: Input::Text },
@@ -53,12 +67,16 @@ const TYPES: &[TypeForm] = &[
     TypeForm {
         kind: "natsJetStream",
         title: "NATS JetStream",
+        broker_label: BROKER,
+        credentials: USER_PASSWORD,
         broker_example: "nats://nats.example.com:4222",
         places: &[Place { field: "subject", label: "Subject (a JetStream stream must take it)", kind: Input::Text }],
     },
     TypeForm {
         kind: "rabbitmq",
         title: "RabbitMQ",
+        broker_label: BROKER,
+        credentials: USER_PASSWORD,
         broker_example: "amqps://rabbitmq.example.com:5671/vhost",
         places: &[
             Place { field: "exchange", label: "Exchange (empty: the default exchange)", kind: Input::Text },
@@ -67,6 +85,50 @@ const TYPES: &[TypeForm] = &[
                 label: "Routing key (the queue's name on the default exchange)",
                 kind: Input::Text,
             },
+        ],
+    },
+    TypeForm {
+        kind: "sqs",
+        title: "Amazon SQS",
+        broker_label: "Service endpoint (optional: the queue URL's)",
+        credentials: ACCESS_KEY,
+        broker_example: "https://sqs.us-east-1.amazonaws.com",
+        places: &[
+            Place { field: "queueUrl", label: "Queue URL", kind: Input::Text },
+            Place { field: "region", label: "Region", kind: Input::Text },
+            Place {
+                field: "partitionKey",
+                label: "Message group of a FIFO queue",
+                kind: Input::Choice(PARTITION_KEYS),
+            },
+        ],
+    },
+    TypeForm {
+        kind: "sns",
+        title: "Amazon SNS",
+        broker_label: AWS_ENDPOINT,
+        credentials: ACCESS_KEY,
+        broker_example: "https://sns.us-east-1.amazonaws.com",
+        places: &[
+            Place { field: "topicArn", label: "Topic ARN", kind: Input::Text },
+            Place { field: "region", label: "Region", kind: Input::Text },
+            Place {
+                field: "partitionKey",
+                label: "Message group of a FIFO topic",
+                kind: Input::Choice(PARTITION_KEYS),
+            },
+        ],
+    },
+    TypeForm {
+        kind: "eventBridge",
+        title: "Amazon EventBridge",
+        broker_label: AWS_ENDPOINT,
+        credentials: ACCESS_KEY,
+        broker_example: "https://events.us-east-1.amazonaws.com",
+        places: &[
+            Place { field: "eventBus", label: "Event bus (name or ARN)", kind: Input::Text },
+            Place { field: "region", label: "Region", kind: Input::Text },
+            Place { field: "source", label: "Source of the events", kind: Input::Text },
         ],
     },
 ];
@@ -139,7 +201,7 @@ pub fn apply(fields: &Fields, body: &mut Value) -> Result<(), ApiError> {
         let value = match (&place.kind, given) {
             (Input::Check, given) => json!(given == Some("true")),
             (_, None) => continue,
-            (Input::Text, Some(text)) => json!(text),
+            (Input::Text | Input::Choice(_), Some(text)) => json!(text),
             (Input::Number, Some(n)) => json!(n.parse::<u64>().map_err(|_| {
                 ApiError::invalid(&format!("destination.{}", place.field), "must be a whole number")
             })?),
@@ -177,7 +239,7 @@ pub fn fieldset(draft: &DestinationDraft, problem: impl Fn(&str) -> Markup) -> M
                 fieldset class={ "destination-type dest-" (t.kind) } {
                     legend { (t.title) ": the broker, where messages go on it, and how Herald signs in" }
                     @let broker = name(t.kind, "broker");
-                    label for=(broker) { "Broker URL" }
+                    label for=(broker) { (t.broker_label) }
                     input id=(broker) type="text" name=(broker) value=(value(t.kind, "broker"))
                         placeholder=(t.broker_example) spellcheck="false";
                     @if mine { (problem("destination.broker")) }
@@ -189,6 +251,15 @@ pub fn fieldset(draft: &DestinationDraft, problem: impl Fn(&str) -> Markup) -> M
                                     checked[value(t.kind, place.field) == "true"];
                                 " " (place.label)
                             },
+                            Input::Choice(options) => {
+                                label for=(id) { (place.label) }
+                                @let current = value(t.kind, place.field);
+                                select id=(id) name=(id) {
+                                    @for option in options.iter() {
+                                        option value=(option) selected[current == *option] { (option) }
+                                    }
+                                }
+                            },
                             _ => {
                                 label for=(id) { (place.label) }
                                 input id=(id) type=(if place.kind == Input::Number { "number" } else { "text" })
@@ -198,16 +269,16 @@ pub fn fieldset(draft: &DestinationDraft, problem: impl Fn(&str) -> Markup) -> M
                         @if mine { (problem(&format!("destination.{}", place.field))) }
                     }
                     @let (user, pass) = (name(t.kind, "username"), name(t.kind, "password"));
-                    label for=(user) { "Username (optional)" }
+                    label for=(user) { (t.credentials.0) }
                     input id=(user) type="text" name=(user) value=(value(t.kind, "username")) autocomplete="off";
                     @if mine { (problem("destination.credentials.username")) }
                     label for=(pass) {
-                        "Password (write-only"
+                        (t.credentials.1) " (write-only"
                         @if mine && draft.password_set { "; one is set: leave blank to keep it" }
                         ")"
                     }
                     input id=(pass) type="password" name=(pass) autocomplete="new-password";
-                    @if mine { (problem("destination.credentials.password")) }
+                    @if mine { (problem("destination.credentials.password")) (problem("destination.credentials")) }
                 }
             }
         }

@@ -28,7 +28,7 @@ const DRAINERS: usize = 8;
 
 /// moto, the forwarder Herald reaches it through, and the consumer: its state and the
 /// processes draining queues into it.
-struct Moto {
+pub(super) struct Moto {
     moto: Broker,
     front: Broker,
     state: tempfile::TempDir,
@@ -101,14 +101,22 @@ impl Moto {
         json!({"username": self.key.0, "password": self.key.1})
     }
 
-    /// Every message in `queue` once the drainers have taken them all: a message is
-    /// deleted from the queue only after it is kept.
+    /// Every message in `queue` once the drainers have taken them all (none left to take,
+    /// and what they took written: the kept file stops growing).
     async fn drained(&self, queue: &str) -> Vec<Read> {
         eventually(&format!("the queue {queue} drained"), || async {
             (self.consumer(&["pending", queue]).await == 0).then_some(())
         })
         .await;
-        self.read(queue)
+        let mut kept = self.read(queue);
+        loop {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            let now = self.read(queue);
+            if now.len() == kept.len() {
+                return now;
+            }
+            kept = now;
+        }
     }
 
     /// Every message drained from `queue` so far, oldest first. A standard queue gives a
@@ -142,7 +150,7 @@ impl Read {
 }
 
 /// One Amazon service as a destination type.
-trait Service {
+pub(super) trait Service {
     const ACKNOWLEDGED: &'static str;
     /// The queue a place's messages end up in.
     fn queue(place: &str) -> String;
@@ -150,9 +158,9 @@ trait Service {
     async fn destination(moto: &Moto, place: &str, exists: bool) -> Value;
 }
 
-struct Sqs;
-struct Sns;
-struct EventBridge;
+pub(super) struct Sqs;
+pub(super) struct Sns;
+pub(super) struct EventBridge;
 
 impl Service for Sqs {
     const ACKNOWLEDGED: &'static str = "SendMessage MessageId=";
@@ -209,7 +217,19 @@ impl Service for EventBridge {
 }
 
 /// A service behind moto, as the scenarios drive it.
-struct Amazon<S>(Moto, PhantomData<S>);
+pub(super) struct Amazon<S>(Moto, PhantomData<S>);
+
+impl<S> Amazon<S> {
+    /// The service's endpoint, as Herald reaches it.
+    pub fn endpoint(&self) -> String {
+        self.0.endpoint()
+    }
+
+    /// The access key (id, secret) the consumer and Herald sign with.
+    pub fn key(&self) -> &(String, String) {
+        &self.0.key
+    }
+}
 
 impl<S: Service> Fixture for Amazon<S> {
     const AUTH_REFUSED: &'static str = "SignatureDoesNotMatch";
@@ -239,8 +259,9 @@ impl<S: Service> Fixture for Amazon<S> {
         self.0.drained(&S::queue(place)).await.into_iter().map(|r| r.consumed).collect()
     }
 
+    /// What the drainers have kept so far (the queue may hold more).
     async fn count(&self, place: &str) -> Option<usize> {
-        Some(self.read_all(place).await.len())
+        Some(self.0.read(&S::queue(place)).len())
     }
 }
 

@@ -140,3 +140,72 @@ async fn a_portal_token_sets_destinations_of_its_own_application_only() {
     let (_, list) = server.get(&format!("/api/v1/app/{theirs}/endpoint")).await;
     assert_eq!(list["data"], json!([]));
 }
+
+/// The Amazon types: an access key is required, the queue URL, topic ARN, event bus and
+/// region are checked at their fields, the service endpoint defaults (the queue URL's
+/// origin for SQS, the region's public endpoint otherwise) and passes the guard, and each
+/// reads back as its documented URL with the secret key never shown.
+#[tokio::test]
+async fn amazon_destinations_are_checked_defaulted_and_read_back() {
+    let server = TestServer::start().await;
+    let app = server.create_app("shop").await;
+    let path = format!("/api/v1/app/{app}/endpoint");
+    let key = json!({"accessKeyId": "AKIAEXAMPLE", "secretAccessKey": "aws-secret-key"});
+
+    let queue_url = "http://127.0.0.1:4566/123456789012/orders.fifo";
+    let sqs = json!({"type": "sqs", "queueUrl": queue_url, "region": "eu-west-1", "credentials": key});
+    let (status, created) = server.post(&path, json!({"destination": sqs})).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_eq!(created["url"], queue_url, "an SQS destination reads back as its queue URL");
+    let expected = json!({"type": "sqs", "broker": "http://127.0.0.1:4566", "queueUrl": queue_url,
+                          "region": "eu-west-1", "partitionKey": "application",
+                          "credentials": {"username": "AKIAEXAMPLE", "passwordSet": true}});
+    assert_eq!(created["destination"], expected);
+    assert!(!created.to_string().contains("aws-secret-key"));
+
+    let sns = json!({"type": "sns", "topicArn": "arn:aws:sns:us-east-1:123456789012:orders", "region": "us-east-1",
+                     "broker": "http://127.0.0.1:4566", "credentials": key});
+    let (status, created) = server.post(&path, json!({"destination": sns})).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_eq!(created["url"], "http://127.0.0.1:4566/?topicArn=arn%3Aaws%3Asns%3Aus-east-1%3A123456789012%3Aorders");
+
+    let bus = json!({"type": "eventBridge", "eventBus": "orders", "region": "eu-central-1", "credentials": key});
+    let (status, created) = server.post(&path, json!({"destination": bus})).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_eq!(created["destination"]["broker"], "https://events.eu-central-1.amazonaws.com");
+    assert_eq!(created["destination"]["source"], "herald");
+    assert_eq!(created["url"], "https://events.eu-central-1.amazonaws.com/?eventBus=orders");
+
+    for (destination, field) in [
+        (
+            json!({"type": "sqs", "queueUrl": "http://127.0.0.1:4566/orders", "region": "eu-west-1", "credentials": key}),
+            "queueUrl",
+        ),
+        (json!({"type": "sqs", "queueUrl": queue_url, "region": "Europe", "credentials": key}), "region"),
+        (json!({"type": "sqs", "queueUrl": queue_url, "region": "eu-west-1"}), "credentials"),
+        (
+            json!({"type": "sqs", "queueUrl": "http://10.0.0.1/123456789012/q", "region": "eu-west-1", "credentials": key}),
+            "broker",
+        ),
+        (
+            json!({"type": "sns", "topicArn": "orders", "region": "us-east-1", "broker": "http://127.0.0.1:4566",
+                "credentials": key}),
+            "topicArn",
+        ),
+        (
+            json!({"type": "eventBridge", "eventBus": "orders", "source": "aws.s3", "region": "us-east-1",
+                "broker": "http://127.0.0.1:4566", "credentials": key}),
+            "source",
+        ),
+        (
+            json!({"type": "eventBridge", "eventBus": "my bus", "region": "us-east-1",
+                "broker": "http://127.0.0.1:4566", "credentials": key}),
+            "eventBus",
+        ),
+    ] {
+        let (status, body) = server.post(&path, json!({"destination": destination})).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{field}: {body}");
+        let found = problems(&body);
+        assert!(found.iter().any(|(loc, _)| *loc == format!("body.destination.{field}")), "{field}: {found:?}");
+    }
+}

@@ -89,16 +89,15 @@ def consumed(message, kind):
 
 
 def pending(state, endpoint, name):
-    """How many messages the queue holds, in flight to a drainer or not (0 if it does not
+    """How many messages the queue holds that no drainer has taken (0 if it does not
     exist)."""
     sqs = client(state, endpoint, "sqs")
     try:
         url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
     except botocore.exceptions.ClientError:
         return 0
-    names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
-    counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
-    return sum(int(counts[n]) for n in names)
+    names = ["ApproximateNumberOfMessages"]
+    return int(sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"][names[0]])
 
 
 def drain(state, endpoint, name, kind):
@@ -115,11 +114,11 @@ def drain(state, endpoint, name, kind):
     # Several drainers may share the file: each writes whole lines, appended.
     with open(os.path.join(state, name + ".jsonl"), "a") as kept:
         while True:
-            got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=600,
+            # Long polling: an idle reader waits in moto instead of asking again and again.
+            got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=600, WaitTimeSeconds=1,
                                       MessageAttributeNames=["All"], AttributeNames=["All"])
             messages = got.get("Messages", [])
             if not messages:
-                time.sleep(0.05)
                 continue
             os.write(kept.fileno(), "".join(json.dumps(consumed(m, kind)) + "\n" for m in messages).encode())
             entries = [{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)]

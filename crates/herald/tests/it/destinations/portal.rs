@@ -1,11 +1,12 @@
 //! The portal's endpoint form in a real headless Chromium: a customer picks a destination
 //! type, is refused a broker the destination guard forbids (the reason next to the broker
 //! field, nothing created), adds a destination of each type with a password that is never
-//! shown again, and a test event from each endpoint's page reaches its broker. Every page
-//! passes the accessibility audit.
+//! shown again, and a test event from each endpoint's page reaches its broker (or Amazon
+//! service). Every page passes the accessibility audit.
 
 use serde_json::{Value, json};
 
+use super::amazon::{Amazon, EventBridge, Sns, Sqs};
 use super::nats_jetstream::{self, Nats};
 use super::rabbitmq::{self, Rabbit};
 use super::redis_streams::{self, Redis};
@@ -82,6 +83,61 @@ async fn a_customer_adds_a_destination_of_each_type_in_the_portal() {
     let expected = json!({"type": "rabbitmq", "broker": address, "exchange": "", "routingKey": "orders",
                           "credentials": {"username": "herald", "passwordSet": true}});
     add(&browser, &server, &app, expected, rabbitmq::PASSWORD, &rabbit).await;
+    add_amazon(&browser, &server, &app, &portal).await;
+}
+
+/// An SQS queue (its endpoint left to default to the queue URL's origin), an SNS topic and
+/// an EventBridge bus, each signed in with an access key.
+async fn add_amazon(browser: &Browser, server: &TestServer, app: &str, portal: &str) {
+    let (sqs, sns, bus) =
+        (Amazon::<Sqs>::start().await, Amazon::<Sns>::start().await, Amazon::<EventBridge>::start().await);
+
+    browser.goto(portal).await;
+    browser.click("#add-endpoint").await;
+    let queue_url = sqs.destination("orders", true).await["queueUrl"].clone();
+    let (key, secret) = sqs.key().clone();
+    let fields =
+        [("queueUrl", queue_url.as_str().unwrap()), ("region", "us-east-1"), ("username", &key), ("password", &secret)];
+    fill(browser, "sqs", &fields).await;
+    browser.run("document.getElementById('dest_sqs_partitionKey').value = 'channel';").await;
+    let expected = json!({"type": "sqs", "broker": sqs.endpoint(), "queueUrl": queue_url, "region": "us-east-1",
+                          "partitionKey": "channel", "credentials": {"username": key, "passwordSet": true}});
+    add(browser, server, app, expected, &secret, &sqs).await;
+
+    browser.goto(portal).await;
+    browser.click("#add-endpoint").await;
+    let topic_arn = sns.destination("orders", true).await["topicArn"].as_str().unwrap().to_owned();
+    let (key, secret) = sns.key().clone();
+    let endpoint = sns.endpoint();
+    let fields = [
+        ("broker", endpoint.as_str()),
+        ("topicArn", &topic_arn),
+        ("region", "us-east-1"),
+        ("username", &key),
+        ("password", &secret),
+    ];
+    fill(browser, "sns", &fields).await;
+    let expected = json!({"type": "sns", "broker": endpoint, "topicArn": topic_arn, "region": "us-east-1",
+                          "partitionKey": "application", "credentials": {"username": key, "passwordSet": true}});
+    add(browser, server, app, expected, &secret, &sns).await;
+
+    browser.goto(portal).await;
+    browser.click("#add-endpoint").await;
+    bus.destination("orders", true).await;
+    let (key, secret) = bus.key().clone();
+    let endpoint = bus.endpoint();
+    let fields = [
+        ("broker", endpoint.as_str()),
+        ("eventBus", "orders"),
+        ("region", "us-east-1"),
+        ("source", "shop"),
+        ("username", &key),
+        ("password", &secret),
+    ];
+    fill(browser, "eventBridge", &fields).await;
+    let expected = json!({"type": "eventBridge", "broker": endpoint, "eventBus": "orders", "region": "us-east-1",
+                          "source": "shop", "credentials": {"username": key, "passwordSet": true}});
+    add(browser, server, app, expected, &secret, &bus).await;
 }
 
 /// Saves the filled-in form and checks the endpoint's destination is `expected`, the
