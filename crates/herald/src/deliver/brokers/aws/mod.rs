@@ -61,11 +61,11 @@ impl Deliverer {
     pub(in crate::deliver) async fn publish_to_aws(&self, destination: &Destination, out: &Outgoing<'_>) -> Sent {
         let started = Instant::now();
         let failed = |e: PublishError| Sent::failed(e.failure, e.why, started.elapsed());
-        let call = match call(destination, out) {
+        let mut call = match call(destination, out) {
             Ok(call) => call,
             Err(e) => return failed(e),
         };
-        let request = match signed(destination, &call, SystemTime::now()) {
+        let request = match signed(destination, &mut call, SystemTime::now()) {
             Ok(request) => request,
             Err(e) => return failed(e),
         };
@@ -146,8 +146,9 @@ fn within(size: usize, limit: usize, service: &str) -> Result<(), PublishError> 
     Err(PublishError::new(Failure::MessageTooLarge, why, false))
 }
 
-/// The request for `call`, signed for the destination's region with its access key.
-fn signed(destination: &Destination, call: &Call, now: SystemTime) -> Result<Request<Full<Bytes>>, PublishError> {
+/// The request for `call` (its body moved into it), signed for the destination's region
+/// with its access key.
+fn signed(destination: &Destination, call: &mut Call, now: SystemTime) -> Result<Request<Full<Bytes>>, PublishError> {
     let internal = |why: String| PublishError::new(Failure::Internal, why, false);
     let region = match &destination.kind {
         Kind::Sqs { region, .. } | Kind::Sns { region, .. } | Kind::EventBridge { region, .. } => region,
@@ -180,8 +181,8 @@ fn signed(destination: &Destination, call: &Call, now: SystemTime) -> Result<Req
     for (name, value) in &headers {
         request = request.header(*name, *value);
     }
-    let mut request =
-        request.body(Full::new(Bytes::from(call.body.clone()))).map_err(|e| internal(format!("the request: {e}")))?;
+    let body = Bytes::from(std::mem::take(&mut call.body));
+    let mut request = request.body(Full::new(body)).map_err(|e| internal(format!("the request: {e}")))?;
     instructions.apply_to_request_http1x(&mut request);
     Ok(request)
 }
