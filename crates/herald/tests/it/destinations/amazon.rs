@@ -85,10 +85,20 @@ impl Moto {
     }
 
     /// As [`Moto::drain`], with `readers` processes (one keeps a FIFO queue's order).
+    /// Returns once every reader is reading: starting them is a burst of CPU that must not
+    /// overlap the test's own work (a transform has 100 ms).
     fn drain_with(&self, queue: &str, kind: &str, readers: usize) {
         for _ in 0..readers {
             let drainer = self.command(&["drain", queue, kind]).process_group(0).stdout(Stdio::null()).spawn().unwrap();
             self.drainers.lock().unwrap().push(drainer);
+        }
+        let ready = |entry: &std::io::Result<std::fs::DirEntry>| {
+            entry.as_ref().is_ok_and(|e| e.file_name().to_string_lossy().starts_with(&format!("{queue}.ready.")))
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while std::fs::read_dir(self.state.path()).unwrap().filter(ready).count() < readers {
+            assert!(std::time::Instant::now() < deadline, "the readers of {queue} did not start");
+            std::thread::sleep(std::time::Duration::from_millis(20));
         }
     }
 

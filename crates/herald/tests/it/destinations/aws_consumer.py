@@ -111,6 +111,8 @@ def drain(state, endpoint, name, kind):
             break
         except botocore.exceptions.ClientError:
             time.sleep(0.1)
+    # Ready: the tests wait for every drainer to get here before they publish.
+    open(os.path.join(state, f"{name}.ready.{os.getpid()}"), "w").close()
     # Several drainers may share the file: each writes whole lines, appended.
     with open(os.path.join(state, name + ".jsonl"), "a") as kept:
         while True:
