@@ -16,6 +16,25 @@ use anyhow::{Context, bail};
 /// How a broker is started, given its port and data directory.
 type Args = Box<dyn Fn(u16, &Path) -> Vec<String> + Send + Sync>;
 
+/// moto's server, with one race of its SQS fixed: moto 5.2 deletes a message by
+/// rebuilding the queue's message list outside the lock its sends take, so a message sent
+/// while another is deleted can vanish (seen as a lost message under load, with several
+/// consumers deleting while Herald publishes). Here a delete holds that lock too.
+const MOTO_SQS_DELETE_FIX: &str = "
+import sys
+from moto.sqs.models import Queue
+from moto.server import main
+
+unlocked_delete = Queue.delete_message
+
+def delete_message(self, receipt_handle):
+    with self._messages_lock:
+        return unlocked_delete(self, receipt_handle)
+
+Queue.delete_message = delete_message
+main(sys.argv[1:])
+";
+
 /// A broker process on loopback.
 pub struct Broker {
     program: PathBuf,
@@ -208,13 +227,13 @@ impl Broker {
     /// The moto server (the AWS emulator: SQS, SNS, EventBridge, IAM), its state in memory,
     /// checking every request's signature against the IAM users it knows after the first
     /// `unauthenticated` requests (which make the first user). Run by `python`, a Python
-    /// with `moto[server]`.
+    /// with `moto[server]`, with `MOTO_SQS_DELETE_FIX` applied.
     pub fn moto(python: &str, unauthenticated: u32) -> anyhow::Result<Self> {
         let python = python.to_owned();
         Self::start(
             "env",
             Box::new(move |port, _| {
-                let args = ["-m", "moto.server", "-H", "127.0.0.1", "-p", &port.to_string()];
+                let args = ["-c", MOTO_SQS_DELETE_FIX, "-H", "127.0.0.1", "-p", &port.to_string()];
                 [format!("INITIAL_NO_AUTH_ACTION_COUNT={unauthenticated}"), python.clone()]
                     .into_iter()
                     .chain(args.map(str::to_owned))

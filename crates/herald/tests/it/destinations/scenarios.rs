@@ -75,9 +75,20 @@ pub async fn ten_thousand_messages_survive_a_broker_kill<F: Fixture>() {
         let count = fixture.count("orders").await.unwrap_or_default();
         if count >= MESSAGES {
             let entries = fixture.read_all("orders").await;
-            let ids: HashSet<&str> = entries.iter().map(|e| e.header("webhook-id")).collect();
+            let ids: HashSet<String> = entries.iter().map(|e| e.header("webhook-id").to_owned()).collect();
             if ids.len() >= MESSAGES {
                 break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                let missing = sent.difference(&ids).take(3);
+                let mut attempts = Vec::new();
+                for id in missing {
+                    attempts.push((id.clone(), server.attempts(&app, id).await));
+                }
+                panic!(
+                    "{} of {MESSAGES} messages at the broker; some missing, with Herald's attempts: {attempts:?}",
+                    ids.len()
+                );
             }
         }
         assert!(tokio::time::Instant::now() < deadline, "{count} of {MESSAGES} at the broker");
