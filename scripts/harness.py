@@ -9,7 +9,7 @@ delivered message is measured without the bench's generator and receiver: CPU is
 cluster), deliveries from nginx's own request counter.
 
     scripts/harness.py [--binary PATH] [--postgres]
-                       [--destination http|redis|nats|rabbitmq|sqs|sns|eventbridge]
+                       [--destination http|redis|nats|rabbitmq|kafka|sqs|sns|eventbridge]
                        [--duration 20] [--connections 64] [--json]
 
 With --destination redis, nats or rabbitmq, every endpoint is an event destination instead:
@@ -19,6 +19,10 @@ nats-server, or a durable queue per application on a throwaway rabbitmq-server (
 packages `redis-server`, `nats-server`, `rabbitmq-server`); deliveries are counted at the
 broker (`XLEN`, the JetStream monitoring endpoint's message count, a passive
 queue.declare's message count) and the broker's CPU is reported apart from Herald's.
+With --destination kafka, a topic per application (3 partitions) on a throwaway tansu (a
+Kafka-protocol broker; scripts/test.sh builds it into ~/.cache/herald/tansu-libsql) on its
+SQLite storage, counted by the partitions' high watermarks; this one needs confluent-kafka,
+so run the harness with the test environment's Python (~/.cache/herald/venv/bin/python).
 With --destination sqs, sns or eventbridge, every endpoint is an Amazon destination sent to
 nginx standing in for the service (answering each call with the service's success shape,
 counted by nginx): Herald's side of the call is measured, not an AWS emulator's.
@@ -354,7 +358,40 @@ class Rabbit:
         return sum(self.queue_messages(f"harness-{i}") for i in range(APPS))
 
 
-RECEIVERS = {"http": Nginx, "redis": Redis, "nats": Nats, "rabbitmq": Rabbit,
+class Kafka:
+    """Kafka destinations, a topic of three partitions per application on a throwaway tansu
+    (SQLite storage, no SASL), counted by the partitions' high watermarks."""
+
+    def __init__(self, workdir):
+        from confluent_kafka.admin import AdminClient, NewTopic
+        self.port = free_port()
+        tansu = shutil.which("tansu") or os.path.expanduser("~/.cache/herald/tansu-libsql/bin/tansu")
+        listener = f"tcp://127.0.0.1:{self.port}"
+        self.process = subprocess.Popen(
+            [tansu, "broker", "--listener-url", listener, "--advertised-listener-url", listener,
+             "--storage-engine", "sqlite://tansu.db"],
+            cwd=workdir, stdout=subprocess.DEVNULL, stderr=open(os.path.join(workdir, "tansu.log"), "w"))
+        self.config = {"bootstrap.servers": f"127.0.0.1:{self.port}", "log_level": 3}
+        wait_for("tansu", lambda: socket.create_connection(("127.0.0.1", self.port), timeout=1).close() is None)
+        topics = [NewTopic(f"harness-{i}", num_partitions=3, replication_factor=1) for i in range(APPS)]
+        for future in AdminClient(self.config).create_topics(topics).values():
+            future.result(timeout=30)
+
+    def endpoint(self, i):
+        return {"destination": {"type": "kafka", "broker": f"kafka://127.0.0.1:{self.port}",
+                                "topic": f"harness-{i}", "partitionKey": "messageId"}}
+
+    def delivered(self):
+        from confluent_kafka import Consumer, TopicPartition
+        consumer = Consumer({**self.config, "group.id": "harness"})
+        try:
+            return sum(consumer.get_watermark_offsets(TopicPartition(f"harness-{i}", p), timeout=10)[1]
+                       for i in range(APPS) for p in range(3))
+        finally:
+            consumer.close()
+
+
+RECEIVERS = {"http": Nginx, "redis": Redis, "nats": Nats, "rabbitmq": Rabbit, "kafka": Kafka,
              "sqs": lambda workdir: Amazon(workdir, "sqs"), "sns": lambda workdir: Amazon(workdir, "sns"),
              "eventbridge": lambda workdir: Amazon(workdir, "eventbridge")}
 

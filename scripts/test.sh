@@ -60,7 +60,8 @@ export HERALD_TEST_ARTIFACTS="${HERALD_TEST_ARTIFACTS:-$PWD/test-artifacts}"
 # The event destination tests start their own brokers (on free loopback ports, data in
 # temporary directories, killed and restarted mid-run): the Debian packages are installed
 # when missing. The Amazon types run against moto (pip, in the Python environment above),
-# reached through socat, which the tests kill to make the service unreachable.
+# reached through socat, which the tests kill to make the service unreachable; Kafka runs
+# against tansu (below) and is read back with confluent-kafka (pip).
 missing=()
 for broker in redis-server nats-server rabbitmq-server socat; do
     if ! command -v "$broker" >/dev/null 2>&1 && [ ! -x "/usr/bin/$broker" ] && [ ! -x "/usr/sbin/$broker" ]; then
@@ -78,6 +79,16 @@ if [ ${#missing[@]} -gt 0 ]; then
         ($sudo service "$broker" stop || true) >/dev/null 2>&1
     done
 fi
+
+# Kafka: tansu, a Kafka-protocol broker from the Rust registry, with its SQLite storage
+# engine (so a broker killed mid-run keeps what it acknowledged), built once (about 15
+# minutes on 2 cores) and kept in the cache.
+tansu_root="$cache/tansu-libsql"
+if [ ! -x "$tansu_root/bin/tansu" ]; then
+    echo "==> building tansu 0.6.0 (a Kafka-protocol broker) for the Kafka destination tests ($tansu_root)"
+    cargo install --quiet tansu --version 0.6.0 --features libsql --root "$tansu_root" --target-dir "$cache/tansu-target"
+fi
+export PATH="$tansu_root/bin:$PATH"
 
 # PostgreSQL refuses to run as root; as root the tests run it as the `postgres` user.
 if [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; then

@@ -1,6 +1,6 @@
 //! Throwaway message brokers for the event destination tests and benchmarks: the server
-//! programs installed on this machine (Debian's redis-server and nats-server, …, and the
-//! moto AWS emulator from pip), each on a free loopback
+//! programs installed on this machine (Debian's redis-server and nats-server, …, tansu
+//! from the Rust registry and the moto AWS emulator from pip), each on a free loopback
 //! port with its data in a temporary directory, which can be killed (`SIGKILL`, nothing
 //! flushed) and started again on the same port and data.
 
@@ -62,10 +62,18 @@ impl Broker {
 
     /// As [`Broker::start`], preparing the data directory with `prepare` first.
     fn start_with(program: &str, args: Args, prepare: impl Fn(&Path) -> anyhow::Result<()>) -> anyhow::Result<Self> {
-        let program = find(program)?;
         let dir = tempfile::tempdir()?;
         prepare(dir.path())?;
-        let port = free_port()?;
+        Self::start_in(program, args, dir, free_port()?)
+    }
+
+    /// As [`Broker::start`], on `port`.
+    fn start_on(program: &str, args: Args, port: u16) -> anyhow::Result<Self> {
+        Self::start_in(program, args, tempfile::tempdir()?, port)
+    }
+
+    fn start_in(program: &str, args: Args, dir: tempfile::TempDir, port: u16) -> anyhow::Result<Self> {
+        let program = find(program)?;
         let mut broker = Self { program, args, dir, port, child: None };
         broker.restart()?;
         Ok(broker)
@@ -239,6 +247,70 @@ impl Broker {
                     .chain(args.map(str::to_owned))
                     .collect()
             }),
+        )
+    }
+
+    /// tansu (a Kafka-protocol broker) on its SQLite storage engine in the data directory
+    /// (so a broker killed mid-run keeps every batch it acknowledged), requiring SASL:
+    /// `user` may log in with SCRAM-SHA-512 or SCRAM-SHA-256. tansu makes no user while
+    /// it requires authentication, so the user is made on a first run without it. With
+    /// `advertised`, it tells clients to reach it on that port (a TLS terminator's: see
+    /// [`Broker::tls_terminator`]).
+    pub fn tansu(user: &str, password: &str, advertised: Option<u16>) -> anyhow::Result<Self> {
+        let args = |authentication: bool, advertised: Option<u16>| -> Args {
+            Box::new(move |port, _| {
+                let listener = format!("tcp://127.0.0.1:{port}");
+                let advertised = format!("tcp://127.0.0.1:{}", advertised.unwrap_or(port));
+                let mut args: Vec<String> =
+                    ["broker", "--listener-url", &listener, "--advertised-listener-url", &advertised]
+                        .map(str::to_owned)
+                        .into();
+                args.extend(["--storage-engine".to_owned(), "sqlite://tansu.db".to_owned()]);
+                if authentication {
+                    args.push("--authentication".to_owned());
+                }
+                args
+            })
+        };
+        let mut broker = Self::start("tansu", args(false, None))?;
+        for mechanism in ["scram512", "scram256"] {
+            let made = Command::new(&broker.program)
+                .args(["user", "create", "--broker", &format!("tcp://127.0.0.1:{}", broker.port)])
+                .args(["--mechanism", mechanism, user, password])
+                .output()?;
+            if !made.status.success() {
+                bail!("tansu user create: {}", String::from_utf8_lossy(&made.stderr));
+            }
+        }
+        broker.stop();
+        // tansu 0.6 reads each fetched record's headers with a query that scans the whole
+        // header table (it has no index), so reading a topic takes time quadratic in its
+        // records: ten thousand take minutes. The index makes them a fraction of a second.
+        rusqlite::Connection::open(broker.dir.path().join("tansu.db"))?
+            .execute_batch("create index if not exists header_by_record on header (topition, offset_id)")?;
+        broker.args = args(true, advertised);
+        broker.restart()?;
+        Ok(broker)
+    }
+
+    /// TLS on `port` in front of the plain TCP service on `to` (socat with OpenSSL): it
+    /// presents `tls.cert` and requires a client certificate signed by `tls.ca`. For
+    /// brokers that cannot serve TLS themselves: tansu 0.6's command line refuses its own
+    /// `--cert` together with `--key`.
+    pub fn tls_terminator(to: u16, tls: &TlsFiles, port: u16) -> anyhow::Result<Self> {
+        let tls = tls.clone();
+        Self::start_on(
+            "socat",
+            Box::new(move |port, _| {
+                let (cert, key, ca) = (tls.cert.display(), tls.key.display(), tls.ca.display());
+                vec![
+                    format!(
+                        "OPENSSL-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,cert={cert},key={key},cafile={ca},verify=1"
+                    ),
+                    format!("TCP:127.0.0.1:{to}"),
+                ]
+            }),
+            port,
         )
     }
 

@@ -88,6 +88,26 @@ const TYPES: &[TypeForm] = &[
         ],
     },
     TypeForm {
+        kind: "kafka",
+        title: "Apache Kafka",
+        broker_label: "Bootstrap broker URL",
+        credentials: ("SASL username (optional)", "SASL password"),
+        broker_example: "kafkas://kafka.example.com:9093",
+        places: &[
+            Place { field: "topic", label: "Topic", kind: Input::Text },
+            Place {
+                field: "partitionKey",
+                label: "Record key (picks the partition)",
+                kind: Input::Choice(PARTITION_KEYS),
+            },
+            Place {
+                field: "saslMechanism",
+                label: "SASL mechanism",
+                kind: Input::Choice(&["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"]),
+            },
+        ],
+    },
+    TypeForm {
         kind: "sqs",
         title: "Amazon SQS",
         broker_label: "Service endpoint (optional: the queue URL's)",

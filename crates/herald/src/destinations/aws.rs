@@ -5,7 +5,7 @@
 
 use url::Url;
 
-use super::{Kind, MAX_NAME, PartitionKey, plain_name};
+use super::{Kind, MAX_NAME, plain_name};
 
 /// Longest queue name SQS takes (with `.fifo`), and topic name SNS takes.
 const MAX_QUEUE_NAME: usize = 80;
@@ -68,14 +68,6 @@ pub fn is_fifo(kind: &Kind) -> bool {
         Kind::Sqs { queue_url, .. } => queue_url.trim_end_matches('/').ends_with(".fifo"),
         Kind::Sns { topic_arn, .. } => topic_arn.ends_with(".fifo"),
         _ => false,
-    }
-}
-
-/// The partition key of the types that have one.
-pub fn partition_key(kind: &Kind) -> Option<PartitionKey> {
-    match kind {
-        Kind::Sqs { partition_key, .. } | Kind::Sns { partition_key, .. } => Some(*partition_key),
-        _ => None,
     }
 }
 
@@ -151,6 +143,7 @@ fn resource_name(name: &str, max: usize, what: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::destinations::PartitionKey;
 
     #[test]
     fn queue_urls_topic_arns_and_regions_are_checked() {

@@ -10,7 +10,7 @@
 //!
 //! The whole destination, credentials included, is sealed at rest on the endpoint's row
 //! (`sealing::Purpose::Destination`); reads show it without the secrets. The Amazon types'
-//! own rules are in `aws.rs`.
+//! own rules are in `aws.rs`, Kafka's in `kafka.rs`.
 
 use serde::{Deserialize, Serialize};
 use url::Url;
@@ -18,8 +18,10 @@ use url::Url;
 use crate::ssrf::Guard;
 
 mod aws;
+mod kafka;
 
-pub use aws::{is_fifo, partition_key};
+pub use aws::is_fifo;
+pub use kafka::SaslMechanism;
 
 /// Longest stream, subject, exchange, routing key or credential accepted.
 const MAX_NAME: usize = 255;
@@ -35,7 +37,8 @@ pub struct Destination {
     #[serde(flatten)]
     pub kind: Kind,
     /// The broker's address as a URL: `redis://host:6379/0` (`rediss://` for TLS),
-    /// `nats://host:4222` (`tls://` for TLS), `amqp://host:5672/vhost` (`amqps://`); for
+    /// `nats://host:4222` (`tls://` for TLS), `amqp://host:5672/vhost` (`amqps://`),
+    /// `kafka://host:9092` (`kafkas://`; one bootstrap broker, the others are found); for
     /// the Amazon types the service's endpoint (`https://sqs.us-east-1.amazonaws.com`),
     /// which may be left out: the queue URL's origin for SQS, the region's public endpoint
     /// for SNS and EventBridge. No user or password in it: those go in `credentials`.
@@ -117,14 +120,29 @@ pub enum Kind {
         #[serde(default = "default_source")]
         source: String,
     },
+    /// Apache Kafka: each message is one record on `topic`, its headers as record headers
+    /// and the `partitionKey`'s value as the record key (so Kafka's partitioner keeps one
+    /// key's records on one partition, in order); produced by an idempotent producer with
+    /// `acks=all`, delivered once every in-sync replica has it. A missing topic is a
+    /// `destination_missing` failure (Herald never creates topics). With credentials,
+    /// Herald authenticates with SASL `saslMechanism`.
+    #[serde(rename_all = "camelCase")]
+    Kafka {
+        topic: String,
+        #[serde(default)]
+        partition_key: PartitionKey,
+        #[serde(default)]
+        sasl_mechanism: SaslMechanism,
+    },
 }
 
 fn default_source() -> String {
     "herald".into()
 }
 
-/// What a partitioned destination (an SQS FIFO queue, an SNS FIFO topic) groups messages
-/// by: the broker keeps each group's messages in the order Herald publishes them.
+/// What a partitioned destination (a Kafka topic, an SQS FIFO queue, an SNS FIFO topic)
+/// groups messages by: the broker keeps each group's messages in the order Herald
+/// publishes them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum PartitionKey {
@@ -149,6 +167,17 @@ impl Kind {
             Self::Sqs { .. } => "sqs",
             Self::Sns { .. } => "sns",
             Self::EventBridge { .. } => "eventBridge",
+            Self::Kafka { .. } => "kafka",
+        }
+    }
+
+    /// The partition key of the types that have one.
+    pub fn partition_key(&self) -> Option<PartitionKey> {
+        match self {
+            Self::Sqs { partition_key, .. } | Self::Sns { partition_key, .. } | Self::Kafka { partition_key, .. } => {
+                Some(*partition_key)
+            }
+            _ => None,
         }
     }
 
@@ -164,6 +193,7 @@ impl Kind {
             Self::RedisStreams { .. } => ("redis", "rediss"),
             Self::NatsJetStream { .. } => ("nats", "tls"),
             Self::Rabbitmq { .. } => ("amqp", "amqps"),
+            Self::Kafka { .. } => ("kafka", "kafkas"),
             Self::Sqs { .. } | Self::Sns { .. } | Self::EventBridge { .. } => ("http", "https"),
         }
     }
@@ -175,6 +205,8 @@ impl Kind {
             Self::NatsJetStream { .. } => 4222,
             Self::Rabbitmq { .. } if tls => 5671,
             Self::Rabbitmq { .. } => 5672,
+            Self::Kafka { .. } if tls => 9093,
+            Self::Kafka { .. } => 9092,
             _ if tls => 443,
             _ => 80,
         }
@@ -302,6 +334,7 @@ impl Destination {
             Kind::Sqs { queue_url, .. } => url.query_pairs_mut().append_pair("queueUrl", queue_url),
             Kind::Sns { topic_arn, .. } => url.query_pairs_mut().append_pair("topicArn", topic_arn),
             Kind::EventBridge { event_bus, .. } => url.query_pairs_mut().append_pair("eventBus", event_bus),
+            Kind::Kafka { topic, .. } => url.query_pairs_mut().append_pair("topic", topic),
         };
         url.to_string()
     }
@@ -341,6 +374,11 @@ impl Destination {
                 }
             }
             Kind::Sqs { .. } | Kind::Sns { .. } | Kind::EventBridge { .. } => aws::problems(&self.kind, &mut push),
+            Kind::Kafka { topic, .. } => {
+                if let Err(why) = kafka::topic(topic) {
+                    push("topic", why);
+                }
+            }
         }
         if let Some(c) = &self.credentials {
             for (field, part) in [("credentials.username", &c.username), ("credentials.password", &c.password)] {
@@ -388,6 +426,7 @@ impl Destination {
             }
             Kind::NatsJetStream { .. } => Ok(()),
             Kind::Rabbitmq { .. } => amqp_vhost(&url).map(drop),
+            Kind::Kafka { .. } if !matches!(url.path(), "" | "/") => Err("names no path (kafka://host:9092)".into()),
             _ if !matches!(url.path(), "" | "/") => Err("names no path (https://sqs.us-east-1.amazonaws.com)".into()),
             _ => Ok(()),
         }

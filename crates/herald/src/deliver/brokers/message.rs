@@ -7,8 +7,10 @@
 use bytes::Bytes;
 
 use crate::deliver::Outgoing;
+use crate::destinations::PartitionKey;
 use crate::outcome::Failure;
 use crate::signing::signature_header;
+use crate::store::Message;
 
 /// One message, ready for any broker.
 #[derive(Debug, Clone)]
@@ -48,5 +50,17 @@ impl Outbound {
             ("herald-attempt".to_owned(), out.attempt_no.to_string()),
         ]);
         Ok(Self { body, headers })
+    }
+}
+
+/// The value the destination's partition key gives `message`: the key of its Kafka record,
+/// the message group of its SQS or SNS FIFO message.
+pub fn partition(key: PartitionKey, message: &Message) -> String {
+    let app = || message.app_id.to_string();
+    match key {
+        PartitionKey::MessageId => message.id.to_string(),
+        PartitionKey::EventId => message.event_id.clone().unwrap_or_else(|| message.id.to_string()),
+        PartitionKey::Channel => message.channels.as_ref().and_then(|c| c.first().cloned()).unwrap_or_else(app),
+        PartitionKey::Application => app(),
     }
 }

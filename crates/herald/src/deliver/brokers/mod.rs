@@ -1,7 +1,8 @@
 //! The sending side of an attempt to an event destination (`crate::destinations`): the
-//! message (`message.rs`), one file per broker protocol (`redis.rs`, `nats.rs`, `amqp.rs`: connect,
-//! publish, classify errors), the Amazon services, which are HTTPS APIs sent through the
-//! webhook client (`aws/`), and here the broker connections: one per destination
+//! message (`message.rs`), one file per broker protocol (`redis.rs`, `nats.rs`, `amqp.rs`:
+//! connect, publish, classify errors), Kafka's own producer (`kafka/`), the Amazon
+//! services, which are HTTPS APIs sent through the webhook client (`aws/`), and here the
+//! broker connections: one per destination
 //! identity (type, broker, credentials, TLS settings and egress proxy), shared by every
 //! attempt to it (each protocol's handle multiplexes), kept in a bounded cache where no
 //! application holds more than its share. A connection that breaks is dropped and made
@@ -21,11 +22,12 @@ use tokio::time::Instant;
 
 mod amqp;
 mod aws;
+mod kafka;
 mod message;
 mod nats;
 mod redis;
 
-use message::Outbound;
+use message::{Outbound, partition};
 
 use super::clients::ClientCache;
 use super::{ConnectError, GuardedConnector, Outgoing, ResolveError, Resolver, Sent};
@@ -53,6 +55,7 @@ enum Connection {
     Redis(redis::Connection),
     Nats(nats::Connection),
     Amqp(amqp::Connection),
+    Kafka(kafka::Connection),
 }
 
 /// Why an attempt failed, and whether its connection is broken (made again next time).
@@ -215,6 +218,14 @@ impl Publishers {
             (Connection::Amqp(c), Kind::Rabbitmq { exchange, routing_key }) => {
                 c.publish(exchange, routing_key, &message).await
             }
+            (Connection::Kafka(c), Kind::Kafka { topic, partition_key, .. }) => {
+                // `maxMessageBytes` bounds the body (checked above); Kafka's own limit, the
+                // whole record's, is its default unless the destination allows more.
+                let max = kafka::DEFAULT_MAX_MESSAGE.max(destination.max_message_bytes.unwrap_or(0) as usize);
+                // Settled a little before the attempt's own timeout, so its outcome is known.
+                let deadline = Instant::now() + out.timeout().mul_f32(0.9);
+                c.publish(topic, partition(*partition_key, out.message), &message, max, deadline).await
+            }
             _ => Err(PublishError::new(Failure::Internal, "the connection is of another type", true)),
         };
         if let Err(e) = &mut published {
@@ -304,6 +315,9 @@ impl Publishers {
             Kind::NatsJetStream { .. } => nats::connect(&dialer, &address, &credentials).await.map(Connection::Nats),
             Kind::Rabbitmq { .. } => {
                 amqp::connect(&dialer, &address, &credentials, destination.amqp_vhost()).await.map(Connection::Amqp)
+            }
+            Kind::Kafka { sasl_mechanism, .. } => {
+                kafka::connect(&dialer, &address, &credentials, *sasl_mechanism).await.map(Connection::Kafka)
             }
             Kind::Sqs { .. } | Kind::Sns { .. } | Kind::EventBridge { .. } => {
                 Err(PublishError::new(Failure::Internal, "an Amazon destination keeps no connection", false))

@@ -209,3 +209,47 @@ async fn amazon_destinations_are_checked_defaulted_and_read_back() {
         assert!(found.iter().any(|(loc, _)| *loc == format!("body.destination.{field}")), "{field}: {found:?}");
     }
 }
+
+/// A Kafka destination reads back as its bootstrap broker's URL with the topic, shows its
+/// partition key and SASL mechanism (defaults: the application, SCRAM-SHA-512) but never
+/// the password, and is refused at the field for an illegal topic, an unknown mechanism or
+/// a broker URL that is not Kafka's.
+#[tokio::test]
+async fn kafka_destinations_are_checked_and_read_back() {
+    let server = TestServer::start().await;
+    let app = server.create_app("shop").await;
+    let path = format!("/api/v1/app/{app}/endpoint");
+    let credentials = json!({"username": "herald", "password": "kafka-secret"});
+    let kafka = json!({"type": "kafka", "broker": "kafkas://127.0.0.1:9093", "topic": "orders.paid",
+                       "credentials": credentials});
+    let (status, created) = server.post(&path, json!({"destination": kafka})).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_eq!(created["url"], "kafkas://127.0.0.1:9093?topic=orders.paid");
+    let expected = json!({"type": "kafka", "broker": "kafkas://127.0.0.1:9093", "topic": "orders.paid",
+                          "partitionKey": "application", "saslMechanism": "SCRAM-SHA-512",
+                          "credentials": {"username": "herald", "passwordSet": true}});
+    assert_eq!(created["destination"], expected);
+    assert!(!created.to_string().contains("kafka-secret"));
+
+    for (destination, field) in [
+        (json!({"type": "kafka", "broker": "kafka://127.0.0.1:9092", "topic": "orders paid"}), "topic"),
+        (json!({"type": "kafka", "broker": "http://127.0.0.1:9092", "topic": "orders"}), "broker"),
+        (json!({"type": "kafka", "broker": "kafka://127.0.0.1:9092/orders", "topic": "orders"}), "broker"),
+        (json!({"type": "kafka", "broker": "kafka://10.0.0.1:9092", "topic": "orders"}), "broker"),
+    ] {
+        let (status, body) = server.post(&path, json!({"destination": destination})).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{field}: {body}");
+        let found = problems(&body);
+        assert!(found.iter().any(|(loc, _)| *loc == format!("body.destination.{field}")), "{field}: {found:?}");
+    }
+    let unknown = json!({"type": "kafka", "broker": "kafka://127.0.0.1:9092", "topic": "orders",
+                         "saslMechanism": "GSSAPI"});
+    let (status, body) = server.post(&path, json!({"destination": unknown})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+
+    let (_, document) = server.get("/api/v1/openapi.json").await;
+    let kinds = document["components"]["schemas"]["DestinationKind"].to_string();
+    assert!(kinds.contains("\"kafka\"") && kinds.contains("saslMechanism"), "the served document: {kinds}");
+    let mechanisms = document["components"]["schemas"]["SaslMechanism"]["enum"].clone();
+    assert_eq!(mechanisms, json!(["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"]));
+}

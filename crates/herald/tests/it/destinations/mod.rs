@@ -8,6 +8,7 @@
 
 mod amazon;
 mod api;
+mod kafka;
 mod nats_jetstream;
 mod portal;
 mod rabbitmq;
@@ -117,11 +118,16 @@ pub async fn attempts(server: &TestServer, app: &str, msg: &str, n: usize) -> Ve
 
 /// Waits until `msg`'s delivery at `endpoint` has the Svix status `status` (0 delivered,
 /// 2 failed).
+/// On timeout, the failure names the message's attempts.
 pub async fn settles(server: &TestServer, app: &str, msg: &str, endpoint: &str, status: i64) {
-    eventually(&format!("{msg} to reach status {status}"), || async {
-        (server.delivery_status(app, msg, endpoint).await == Some(status)).then_some(())
-    })
-    .await
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    while server.delivery_status(app, msg, endpoint).await != Some(status) {
+        if tokio::time::Instant::now() >= deadline {
+            let attempts = server.attempts(app, msg).await;
+            panic!("timed out waiting for {msg} to reach status {status}; its attempts: {attempts:?}");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
 
 /// Waits for the endpoint's breaker to be in `state` (`open`, `closed`).

@@ -7,6 +7,7 @@
 use serde_json::{Value, json};
 
 use super::amazon::{Amazon, EventBridge, Sns, Sqs};
+use super::kafka::{self, Kafka};
 use super::nats_jetstream::{self, Nats};
 use super::rabbitmq::{self, Rabbit};
 use super::redis_streams::{self, Redis};
@@ -83,7 +84,24 @@ async fn a_customer_adds_a_destination_of_each_type_in_the_portal() {
     let expected = json!({"type": "rabbitmq", "broker": address, "exchange": "", "routingKey": "orders",
                           "credentials": {"username": "herald", "passwordSet": true}});
     add(&browser, &server, &app, expected, rabbitmq::PASSWORD, &rabbit).await;
+    add_kafka(&browser, &server, &app, &portal).await;
     add_amazon(&browser, &server, &app, &portal).await;
+}
+
+/// A Kafka topic, keyed by channel, signed in with SCRAM-SHA-256.
+async fn add_kafka(browser: &Browser, server: &TestServer, app: &str, portal: &str) {
+    let kafka = Kafka::start().await;
+    browser.goto(portal).await;
+    browser.click("#add-endpoint").await;
+    let address = kafka.destination("orders", true).await["broker"].as_str().unwrap().to_owned();
+    let fields =
+        [("broker", address.as_str()), ("topic", "orders"), ("username", kafka::USER), ("password", kafka::PASSWORD)];
+    fill(browser, "kafka", &fields).await;
+    browser.run("document.getElementById('dest_kafka_partitionKey').value = 'channel';").await;
+    browser.run("document.getElementById('dest_kafka_saslMechanism').value = 'SCRAM-SHA-256';").await;
+    let expected = json!({"type": "kafka", "broker": address, "topic": "orders", "partitionKey": "channel",
+                          "saslMechanism": "SCRAM-SHA-256", "credentials": {"username": "herald", "passwordSet": true}});
+    add(browser, server, app, expected, kafka::PASSWORD, &kafka).await;
 }
 
 /// An SQS queue (its endpoint left to default to the queue URL's origin), an SNS topic and

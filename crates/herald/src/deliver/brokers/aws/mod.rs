@@ -26,10 +26,10 @@ mod eventbridge;
 mod sns;
 mod sqs;
 
-use super::message::Outbound;
+use super::message::{Outbound, partition};
 use super::{PublishError, outbound};
 use crate::deliver::{Deliverer, Outgoing, Sent};
-use crate::destinations::{Destination, Kind, PartitionKey, is_fifo, partition_key};
+use crate::destinations::{Destination, Kind, is_fifo};
 use crate::outcome::{AttemptResult, Failure};
 
 /// SQS and SNS carry at most this many message attributes.
@@ -95,17 +95,10 @@ fn call(destination: &Destination, out: &Outgoing<'_>) -> Result<Call, PublishEr
 /// The message group the destination's partition key gives `out`'s message; a value SQS
 /// would refuse as a group id (too long, or not printable ASCII) goes as its SHA-256.
 fn fifo(destination: &Destination, out: &Outgoing<'_>) -> Fifo {
-    let message = out.message;
-    let app = || message.app_id.to_string();
-    let group = match partition_key(&destination.kind).unwrap_or_default() {
-        PartitionKey::MessageId => message.id.to_string(),
-        PartitionKey::EventId => message.event_id.clone().unwrap_or_else(|| message.id.to_string()),
-        PartitionKey::Channel => message.channels.as_ref().and_then(|c| c.first().cloned()).unwrap_or_else(app),
-        PartitionKey::Application => app(),
-    };
+    let group = partition(destination.kind.partition_key().unwrap_or_default(), out.message);
     let usable = group.len() <= MAX_GROUP_ID && group.bytes().all(|b| b.is_ascii_graphic());
     let group = if usable { group } else { URL_SAFE_NO_PAD.encode(Sha256::digest(group.as_bytes())) };
-    Fifo { group, deduplication: message.id.to_string() }
+    Fifo { group, deduplication: out.message.id.to_string() }
 }
 
 /// The message's headers as String message attributes, as SQS and SNS take them: at most
