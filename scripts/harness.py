@@ -374,7 +374,8 @@ class Kafka:
         self.config = {"bootstrap.servers": f"127.0.0.1:{self.port}", "log_level": 3}
         wait_for("tansu", lambda: socket.create_connection(("127.0.0.1", self.port), timeout=1).close() is None)
         topics = [NewTopic(f"harness-{i}", num_partitions=3, replication_factor=1) for i in range(APPS)]
-        for future in AdminClient(self.config).create_topics(topics).values():
+        admin = AdminClient(self.config)  # kept until the topics are made
+        for future in admin.create_topics(topics).values():
             future.result(timeout=30)
 
     def endpoint(self, i):
