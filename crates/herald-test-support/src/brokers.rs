@@ -326,6 +326,26 @@ impl Broker {
         )
     }
 
+    /// The last `lines` lines of every `.log` file under the data directory: what a
+    /// failing test shows of the broker's side.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let mut out = String::new();
+        let mut pending = vec![self.dir.path().to_path_buf()];
+        while let Some(dir) = pending.pop() {
+            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    pending.push(path);
+                } else if path.extension().is_some_and(|e| e == "log") {
+                    let text = std::fs::read_to_string(&path).unwrap_or_default();
+                    let all: Vec<&str> = text.lines().collect();
+                    out += &format!("== {}\n{}\n", path.display(), all[all.len().saturating_sub(lines)..].join("\n"));
+                }
+            }
+        }
+        out
+    }
+
     pub fn port(&self) -> u16 {
         self.port
     }

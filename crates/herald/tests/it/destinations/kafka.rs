@@ -203,3 +203,28 @@ async fn a_partition_key_keeps_each_channels_messages_on_one_partition_in_order(
     let partitions: std::collections::HashSet<u64> = records.iter().map(|r| r.partition).collect();
     assert!(partitions.len() > 1, "{partitions:?}");
 }
+
+/// SCRAM-SHA-256 logs in as SCRAM-SHA-512 does (the other scenarios use the default,
+/// SHA-512), and a wrong password under it is `broker_auth`.
+#[tokio::test]
+async fn scram_sha_256_logs_in_too() {
+    let kafka = Kafka::start().await;
+    let server = TestServer::start().await;
+    let app = server.create_app("shop").await;
+    let mut destination = kafka.destination("orders", true).await;
+    destination["saslMechanism"] = json!("SCRAM-SHA-256");
+    let (ep, secret) = endpoint(&server, &app, destination.clone(), json!({})).await;
+    let msg = server.send(&app, json!({"eventType": "order.paid", "payload": {"sha": 256}})).await;
+    settles(&server, &app, &msg, &ep, 0).await;
+    let records = kafka.read_all("orders").await;
+    assert_eq!(records.len(), 1);
+    assert!(records[0].verifies(&secret));
+
+    let refused_app = server.create_app("refused").await;
+    destination["credentials"]["password"] = json!("not-the-password");
+    let (_, _) = endpoint(&server, &refused_app, destination, json!({"delivery": super::never_breaking()})).await;
+    let refused = server.send(&refused_app, json!({"eventType": "order.paid", "payload": {}})).await;
+    let tried = super::attempts(&server, &refused_app, &refused, 1).await;
+    assert_eq!(tried[0]["errorClass"], "broker_auth", "{tried:?}");
+    assert!(tried[0]["error"].as_str().unwrap().contains("SASL SCRAM-SHA-256"), "{tried:?}");
+}

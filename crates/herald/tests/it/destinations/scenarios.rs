@@ -116,7 +116,12 @@ pub async fn ten_thousand_messages_survive_a_broker_kill<F: Fixture>() {
                 );
             }
         }
-        assert!(tokio::time::Instant::now() < deadline, "{count} of {MESSAGES} at the broker");
+        if tokio::time::Instant::now() >= deadline {
+            let one = sent.iter().next().expect("messages were sent");
+            let attempts = server.attempts(&app, one).await;
+            let logs = fixture.broker().log_tail(40);
+            panic!("{count} of {MESSAGES} at the broker; {one}'s attempts: {attempts:?}\nthe broker's logs:\n{logs}");
+        }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let entries = fixture.read_all("orders").await;
