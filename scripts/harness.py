@@ -10,7 +10,10 @@ cluster), deliveries from nginx's own request counter.
 
     scripts/harness.py [--binary PATH] [--postgres]
                        [--destination http|redis|nats|rabbitmq|kafka|sqs|sns|eventbridge]
-                       [--duration 20] [--connections 64] [--json]
+                       [--duration 20] [--connections 64] [--idempotency-keys] [--json]
+
+With --idempotency-keys, every message carries an `Idempotency-Key` of its own, as the
+official Svix SDKs send with every POST.
 
 With --destination redis, nats or rabbitmq, every endpoint is an event destination instead:
 a Redis stream per application on a throwaway redis-server (AOF, `appendfsync everysec`), a
@@ -31,7 +34,9 @@ A run: start nginx and Herald (SQLite in a temporary directory, or a throwaway P
 cluster), create the applications and endpoints, post for --duration seconds, wait until
 nginx has received every accepted message, and report: accepted and delivered messages,
 delivered per second (over the load and the drain), Herald's CPU per delivered message
-(user + system), the database's, bytes written per message, and wrk's latency.
+(user + system), the database's, bytes written per message (every process's writes to
+disk, from /proc), with --postgres the WAL bytes per message (pg_stat_wal, the cluster's
+own count), and wrk's latency.
 """
 
 import argparse
@@ -419,22 +424,44 @@ def start_postgres(workdir):
     return process, f"postgres://herald@127.0.0.1:{port}/herald"
 
 
-def wrk_script(workdir, app_ids, payload_bytes):
+def wal_bytes(url):
+    """The cluster's WAL bytes written so far (pg_stat_wal, PostgreSQL 14 and later)."""
+    out = subprocess.run(["psql", url, "-Atc", "select wal_bytes from pg_stat_wal"],
+                         capture_output=True, text=True, check=True).stdout
+    return int(out.strip())
+
+
+def wrk_script(workdir, app_ids, payload_bytes, idempotency_keys):
     payload = json.dumps({"filler": "x" * max(0, payload_bytes - 14)})
     body = json.dumps({"eventType": "harness.event", "payload": json.loads(payload)})
     path = os.path.join(workdir, "post.lua")
     paths = ", ".join(f'"/api/v1/app/{a}/msg"' for a in app_ids)
+    # With idempotency keys, each request carries a key of its own, as the Svix SDKs send:
+    # the thread's number (given in setup) and its request count.
+    keyed = "true" if idempotency_keys else "false"
     with open(path, "w") as f:
         f.write(f"""
 local paths = {{ {paths} }}
 local n = 0
+local threads = 0
 wrk.method = "POST"
 wrk.body = {json.dumps(body)}
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer {TOKEN}"
+setup = function(thread)
+    threads = threads + 1
+    thread:set("thread_id", threads)
+end
 request = function()
     n = n + 1
-    return wrk.format(nil, paths[(n % #paths) + 1])
+    local path = paths[(n % #paths) + 1]
+    if {keyed} then
+        local headers = {{}}
+        for k, v in pairs(wrk.headers) do headers[k] = v end
+        headers["Idempotency-Key"] = string.format("harness-%d-%d", thread_id, n)
+        return wrk.format(nil, path, headers)
+    end
+    return wrk.format(nil, path)
 end
 done = function(summary, latency, requests)
     local e = summary.errors
@@ -473,8 +500,9 @@ def run(args):
             app = api(base, "POST", "/api/v1/app", {"name": f"harness-{i}"})
             api(base, "POST", f"/api/v1/app/{app['id']}/endpoint", receiver.endpoint(i))
             app_ids.append(app["id"])
-        script = wrk_script(workdir, app_ids, args.payload_bytes)
+        script = wrk_script(workdir, app_ids, args.payload_bytes, args.idempotency_keys)
 
+        wal_before = wal_bytes(url) if args.postgres else 0
         groups = [Group(herald.pid)]
         if database is not None:
             groups.append(Group(database.pid))
@@ -520,6 +548,7 @@ def run(args):
         herald_written = after[0][1] - before[0][1]
         db_cpu = (after[1][0] - before[1][0]) if database is not None else 0.0
         db_written = (after[1][1] - before[1][1]) if database is not None else 0
+        wal_written = (wal_bytes(url) - wal_before) if args.postgres else 0
         per = max(got, 1)
         report = {
             "backend": "postgres" if args.postgres else "sqlite",
@@ -538,6 +567,8 @@ def run(args):
             "totalCpuMicrosPerMessage": round((herald_cpu + db_cpu) * 1e6 / per, 1),
             "receiverCpuMicrosPerMessage": round(broker_cpu * 1e6 / per, 1),
             "bytesWrittenPerMessage": round((herald_written + db_written) / per),
+            "walBytesPerMessage": round(wal_written / per),
+            "idempotencyKeys": args.idempotency_keys,
             "ingestLatencyP50Ms": round(float(p50) / 1000, 2),
             "ingestLatencyP99Ms": round(float(p99) / 1000, 2),
         }
@@ -570,6 +601,8 @@ def main():
     parser.add_argument("--duration", type=int, default=20)
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--payload-bytes", type=int, default=1024)
+    parser.add_argument("--idempotency-keys", action="store_true",
+                        help="send an Idempotency-Key of its own with every message, as the Svix SDKs do")
     parser.add_argument("--json", action="store_true")
     run(parser.parse_args())
 
