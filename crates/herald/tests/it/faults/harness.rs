@@ -296,6 +296,7 @@ pub async fn run(plan: Plan) -> Run {
     let (app, endpoints) = setup(&client, &herald.any_base(), &receivers).await;
 
     let ledger: Arc<Mutex<Ledger>> = Arc::default();
+    let operator_done = Arc::new(AtomicBool::new(false));
     let producing =
         tokio::spawn(produce(plan.clone(), client.clone(), herald.bases.clone(), app.clone(), ledger.clone()));
     let operator = tokio::spawn(resend_delivered(
@@ -306,6 +307,7 @@ pub async fn run(plan: Plan) -> Run {
         endpoints.clone(),
         ledger.clone(),
         receivers.acked.clone(),
+        operator_done.clone(),
     ));
     let resending =
         tokio::spawn(resend_while(producing, client.clone(), herald.bases.clone(), app.clone(), ledger.clone()));
@@ -321,7 +323,10 @@ pub async fn run(plan: Plan) -> Run {
     receivers.proxy.set(Mode::Pass);
     let last_fault_healed = Instant::now();
     resending.await.unwrap();
-    operator.abort();
+    // Stopped between requests, not aborted: a resend aborted in flight may still be carried
+    // out by Herald, and an unbooked resend would look like a duplicate without a reason.
+    operator_done.store(true, Ordering::SeqCst);
+    operator.await.unwrap();
     let still_refused = resend_until_accepted(&client, &herald.bases, &app, &ledger).await;
     let reingested = last_fault_healed.elapsed();
     Run { plan, herald, receivers, ledger, app, endpoints, last_fault_healed, reingested, still_refused, faults }
@@ -497,10 +502,14 @@ async fn resend_delivered(
     endpoints: Vec<(String, String, String)>,
     ledger: Arc<Mutex<Ledger>>,
     acked: Arc<Mutex<Acks>>,
+    done: Arc<AtomicBool>,
 ) {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_0fa1);
     for turn in 0u64.. {
         tokio::time::sleep(RESEND_EVERY).await;
+        if done.load(Ordering::SeqCst) {
+            return;
+        }
         let path = ENDPOINTS[rng.random_range(0..ENDPOINTS.len())];
         let msg = if turn % 2 == 0 {
             let book = ledger.lock().unwrap();
