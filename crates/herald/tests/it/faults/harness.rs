@@ -299,16 +299,16 @@ pub async fn run(plan: Plan) -> Run {
     let operator_done = Arc::new(AtomicBool::new(false));
     let producing =
         tokio::spawn(produce(plan.clone(), client.clone(), herald.bases.clone(), app.clone(), ledger.clone()));
-    let operator = tokio::spawn(resend_delivered(
-        plan.seed,
-        client.clone(),
-        herald.bases.clone(),
-        app.clone(),
-        endpoints.clone(),
-        ledger.clone(),
-        receivers.acked.clone(),
-        operator_done.clone(),
-    ));
+    let operator = tokio::spawn(resend_delivered(Operator {
+        rng: StdRng::seed_from_u64(plan.seed ^ 0x5eed_0fa1),
+        client: client.clone(),
+        bases: herald.bases.clone(),
+        app: app.clone(),
+        endpoints: endpoints.clone(),
+        ledger: ledger.clone(),
+        acked: receivers.acked.clone(),
+        done: operator_done.clone(),
+    }));
     let resending =
         tokio::spawn(resend_while(producing, client.clone(), herald.bases.clone(), app.clone(), ledger.clone()));
     let mut faults = Vec::new();
@@ -494,17 +494,20 @@ fn record(ledger: &Mutex<Ledger>, key: &str, body: Value, outcome: Ingest) {
 /// booked with the time it was sent: I7 wants an attempt that started after each accepted
 /// one, and I3 takes any of them (an unanswered one may have been carried out) as the
 /// reason for one more send.
-async fn resend_delivered(
-    seed: u64,
+struct Operator {
+    rng: StdRng,
     client: reqwest::Client,
     bases: Arc<Mutex<Vec<String>>>,
     app: String,
     endpoints: Vec<(String, String, String)>,
     ledger: Arc<Mutex<Ledger>>,
     acked: Arc<Mutex<Acks>>,
+    /// Set when the operator should stop before its next request.
     done: Arc<AtomicBool>,
-) {
-    let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_0fa1);
+}
+
+async fn resend_delivered(operator: Operator) {
+    let Operator { mut rng, client, bases, app, endpoints, ledger, acked, done } = operator;
     for turn in 0u64.. {
         tokio::time::sleep(RESEND_EVERY).await;
         if done.load(Ordering::SeqCst) {
