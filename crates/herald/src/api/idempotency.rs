@@ -10,8 +10,12 @@
 //! bodies are sealed with the server key: some of them carry a token or a secret
 //! (app-portal access), and none may rest in plaintext.
 //! Message creation saves its answer inside the ingest transaction instead (see
-//! `message::create_message`), so a crash can never separate the message from its key:
-//! for it the layer only looks up and replays, and hands the handler its [`Keyed`].
+//! `message::create_message`), so a crash can never separate the message from its key.
+//! That transaction also looks the key up, so the layer does not: it hands the handler its
+//! [`Keyed`], and looks up only when the handler refused (a repeated key replays the first
+//! answer even with a body that would not pass). The answer it keeps is where the message
+//! is, not a copy of it: no second payload on disk and nothing to seal, and a replay shows
+//! the message as it is now (expunged content stays expunged).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex as StdMutex};
@@ -29,6 +33,7 @@ use super::auth::Principal;
 use super::error::{ApiError, ApiResult, ValidationItem};
 use super::extract::read_body;
 use crate::clock::now_ms;
+use crate::ids::{AppId, MessageId};
 use crate::sealing::{Keyring, Purpose};
 use crate::store::{IdempotencyRecord, StoredResponse};
 
@@ -117,16 +122,50 @@ impl Keyed {
         IdempotencyRecord { scope: self.scope.clone(), key: self.key.clone(), response }
     }
 
+    /// The record that keeps a message create's 202: which message it made, and whether the
+    /// answer showed its payload.
+    pub fn record_message(&self, app: &AppId, msg: &MessageId, with_content: bool) -> IdempotencyRecord {
+        let body = format!("{MESSAGE_ANSWER}{app}:{msg}:{}", u8::from(with_content));
+        let response = StoredResponse { status: StatusCode::ACCEPTED.as_u16(), body, created_at: now_ms() };
+        IdempotencyRecord { scope: self.scope.clone(), key: self.key.clone(), response }
+    }
+
     /// The first answer, again.
-    pub fn replay(&self, keyring: &Keyring, stored: StoredResponse) -> ApiResult<Response> {
-        let body = keyring
+    pub async fn replay(&self, state: &AppState, stored: StoredResponse) -> ApiResult<Response> {
+        if let Some(reference) = stored.body.strip_prefix(MESSAGE_ANSWER) {
+            return replay_message(state, stored.status, reference).await;
+        }
+        let body = state
+            .keyring
             .open(Purpose::StoredResponse, &stored.body, &self.sealed_for())
             .map_err(|e| anyhow::anyhow!("opening a stored idempotent response: {e}"))?;
-        let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
-        let mut response = (status, body).into_response();
-        response.headers_mut().insert(header::CONTENT_TYPE, "application/json".parse().expect("a valid value"));
-        Ok(response)
+        Ok(json_answer(stored.status, body))
     }
+}
+
+/// How a kept answer that is a message reference begins (a sealed body never does).
+const MESSAGE_ANSWER: &str = "message:";
+
+/// A message create's answer rebuilt from its message (`app:msg:with_content`). A message
+/// that is gone (its application was deleted) cannot answer: 404.
+async fn replay_message(state: &AppState, status: u16, reference: &str) -> ApiResult<Response> {
+    let mut parts = reference.splitn(3, ':');
+    let (Some(app), Some(msg), Some(with_content)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(anyhow::anyhow!("a kept message answer that does not parse").into());
+    };
+    let app = AppId::from_trusted(app.to_owned());
+    let Some(message) = state.store.message(&app, msg).await? else {
+        return Err(ApiError::NotFound("the message this idempotency key created"));
+    };
+    let out = super::message::MessageOut::new(&message, with_content == "1");
+    Ok(json_answer(status, serde_json::to_vec(&out).map_err(anyhow::Error::from)?))
+}
+
+fn json_answer(status: u16, body: Vec<u8>) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+    let mut response = (status, body).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, "application/json".parse().expect("a valid value"));
+    response
 }
 
 /// The request's idempotency key, if it has a non-empty one: at most [`MAX_KEY_BYTES`] of
@@ -171,13 +210,21 @@ async fn replay_or_run(state: AppState, key: String, ingest: bool, req: Request,
     // All of the request is here before its key is held: no I/O with the client under it.
     let body = Body::from(read_body(body, state.limits.body_bytes).await?);
     let _held = state.key_locks.hold(&keyed).await;
-    if let Some(stored) = state.store.idempotent_response(&keyed.scope, &keyed.key).await? {
-        return keyed.replay(&state.keyring, stored);
-    }
     if ingest {
-        // The handler keeps its answer in the ingest transaction.
-        parts.extensions.insert(keyed);
-        return Ok(next.run(Request::from_parts(parts, body)).await);
+        // The ingest transaction looks the key up and keeps the answer; only a refusal
+        // (which wrote nothing) needs the first answer found here.
+        parts.extensions.insert(keyed.clone());
+        let response = next.run(Request::from_parts(parts, body)).await;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        return match state.store.idempotent_response(&keyed.scope, &keyed.key).await? {
+            Some(stored) => keyed.replay(&state, stored).await,
+            None => Ok(response),
+        };
+    }
+    if let Some(stored) = state.store.idempotent_response(&keyed.scope, &keyed.key).await? {
+        return keyed.replay(&state, stored).await;
     }
     let response = next.run(Request::from_parts(parts, body)).await;
     if !response.status().is_success() {

@@ -218,14 +218,13 @@ async fn accept(
     };
     let id = message.id.clone();
     let response_body = serde_json::to_string(&MessageOut::new(&message, with_content)).map_err(anyhow::Error::from)?;
-    // The idempotency layer looked the key up already; the answer is kept in the same
-    // transaction as the message.
-    let idempotency = keyed.as_ref().map(|k| k.record(&state.keyring, StatusCode::ACCEPTED, response_body.as_bytes()));
+    // The idempotency layer left the key's lookup and its answer to the ingest transaction.
+    let idempotency = keyed.as_ref().map(|k| k.record_message(&app.id, &id, with_content));
     match state.ingestor.ingest(message, Route::Matching, idempotency).await? {
         IngestResult::Created { .. } => Ok((json_response(StatusCode::ACCEPTED, response_body), Some(id))),
-        // Another process took the key meanwhile: its answer is the answer.
+        // The key was taken before (or by another process meanwhile): its answer is the answer.
         IngestResult::Replayed(stored) => {
-            Ok((keyed.expect("a replay follows an idempotency key").replay(&state.keyring, stored)?, None))
+            Ok((keyed.expect("a replay follows an idempotency key").replay(state, stored).await?, None))
         }
         IngestResult::DuplicateEventId => {
             Err(ApiError::Conflict("a message with this eventId already exists in this application".into()))

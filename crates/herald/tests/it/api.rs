@@ -229,6 +229,58 @@ async fn an_idempotency_key_returns_the_first_response() {
     assert_eq!(one["id"], two["id"]);
 }
 
+/// A message create keeps where its message is as the key's answer, not a copy: a replay
+/// shows the message as it is now, so expunged content stays expunged, and a message that
+/// is gone cannot be replayed.
+#[tokio::test]
+async fn a_replayed_message_answer_is_the_message_as_it_is_now() {
+    let server = TestServer::start().await;
+    let app = server.create_app("a").await;
+    let path = format!("/api/v1/app/{app}/msg");
+    let send = |key: &'static str| {
+        server
+            .request_as_admin(Method::POST, &path)
+            .header("idempotency-key", key)
+            .json(&json!({"eventType": "a", "payload": {"secret": "expunge-me-7f3a"}}))
+            .send()
+    };
+    let first: Value = send("k").await.unwrap().json().await.unwrap();
+    assert_eq!(first["payload"]["secret"], "expunge-me-7f3a");
+    let msg = first["id"].as_str().unwrap();
+    let (status, _) = server.call(Method::DELETE, &format!("{path}/{msg}/content"), None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let again = send("k").await.unwrap();
+    assert_eq!(again.status(), StatusCode::ACCEPTED);
+    let again: Value = again.json().await.unwrap();
+    assert_eq!((&again["id"], &again["timestamp"]), (&first["id"], &first["timestamp"]));
+    assert_eq!(again["payload"], json!({}), "the expunged payload is not replayed: {again}");
+
+    // The application (and with it the message) deleted, then made again under the same
+    // id: the key's message is gone, and the replay says so instead of making another.
+    let uid = "idem-app";
+    let (status, _) = server.post("/api/v1/app", json!({"name": "b", "uid": uid})).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let path = format!("/api/v1/app/{uid}/msg");
+    let send = || {
+        server
+            .request_as_admin(Method::POST, &path)
+            .header("idempotency-key", "gone")
+            .json(&json!({"eventType": "a", "payload": {}}))
+            .send()
+    };
+    assert_eq!(send().await.unwrap().status(), StatusCode::ACCEPTED);
+    let (status, _) = server.call(Method::DELETE, &format!("/api/v1/app/{uid}"), None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _) = server.post("/api/v1/app", json!({"name": "b", "uid": uid})).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let replay = send().await.unwrap();
+    assert_eq!(replay.status(), StatusCode::NOT_FOUND);
+    let detail: Value = replay.json().await.unwrap();
+    assert!(detail["detail"].as_str().unwrap().contains("idempotency key"), "{detail}");
+    let (_, list) = server.get(&path).await;
+    assert_eq!(list["data"].as_array().unwrap().len(), 0, "no message was made again");
+}
+
 #[tokio::test]
 async fn concurrent_requests_with_one_idempotency_key_create_one_message() {
     let server = TestServer::start().await;
