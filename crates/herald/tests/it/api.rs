@@ -253,7 +253,10 @@ async fn a_replayed_message_answer_is_the_message_as_it_is_now() {
     assert_eq!(again.status(), StatusCode::ACCEPTED);
     let again: Value = again.json().await.unwrap();
     assert_eq!((&again["id"], &again["timestamp"]), (&first["id"], &first["timestamp"]));
-    assert_eq!(again["payload"], json!({}), "the expunged payload is not replayed: {again}");
+    assert_eq!(again["payload"], json!({"expired": true}), "the expunged payload is not replayed: {again}");
+    assert_eq!(again["payloadExpunged"], true);
+    let (_, read) = server.get(&format!("{path}/{msg}")).await;
+    assert_eq!(again["payload"], read["payload"], "a replay reads as the message does");
 
     // The application (and with it the message) deleted, then made again under the same
     // id: the key's message is gone, and the replay says so instead of making another.
