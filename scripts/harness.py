@@ -10,7 +10,12 @@ cluster), deliveries from nginx's own request counter.
 
     scripts/harness.py [--binary PATH] [--postgres]
                        [--destination http|redis|nats|rabbitmq|kafka|sqs|sns|eventbridge]
-                       [--duration 20] [--connections 64] [--idempotency-keys] [--json]
+                       [--duration 20] [--connections 64] [--idempotency-keys] [--pg-profile] [--json]
+
+With --pg-profile (implies --postgres), the cluster loads pg_stat_statements and the run ends
+with its statements ranked by WAL bytes, the buffers written by the checkpointer, the
+background writer and the backends, and each table's inserts, updates (HOT ones apart) and
+deletes: where the database's writes come from.
 
 With --idempotency-keys, every message carries an `Idempotency-Key` of its own, as the
 official Svix SDKs send with every POST.
@@ -402,8 +407,9 @@ RECEIVERS = {"http": Nginx, "redis": Redis, "nats": Nats, "rabbitmq": Rabbit, "k
              "eventbridge": lambda workdir: Amazon(workdir, "eventbridge")}
 
 
-def start_postgres(workdir):
-    """A throwaway cluster (initdb + postgres); as root it runs as the `postgres` user."""
+def start_postgres(workdir, profile=False):
+    """A throwaway cluster (initdb + postgres); as root it runs as the `postgres` user. With
+    `profile`, pg_stat_statements is loaded (see `pg_profile`)."""
     bindir = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True).stdout.strip()
     if not bindir or not os.path.exists(os.path.join(bindir, "initdb")):
         candidates = sorted(d for d in os.listdir("/usr/lib/postgresql") if d.isdigit())
@@ -416,12 +422,45 @@ def start_postgres(workdir):
                    check=True, capture_output=True)
     port = free_port()
     options = f"-p {port} -k {workdir} -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=on"
+    if profile:
+        options += " -c shared_preload_libraries=pg_stat_statements -c track_io_timing=on"
     process = subprocess.Popen(as_postgres + [f"{bindir}/postgres", "-D", data] + options.split(),
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_for("postgres", lambda: subprocess.run(
         [f"{bindir}/pg_isready", "-h", "127.0.0.1", "-p", str(port)], capture_output=True).returncode == 0)
     subprocess.run([f"{bindir}/createdb", "-h", "127.0.0.1", "-p", str(port), "-U", "herald", "herald"], check=True)
-    return process, f"postgres://herald@127.0.0.1:{port}/herald"
+    url = f"postgres://herald@127.0.0.1:{port}/herald"
+    if profile:
+        psql(url, "CREATE EXTENSION pg_stat_statements")
+    return process, url
+
+
+def psql(url, sql):
+    return subprocess.run(["psql", url, "-AtF", "\t", "-c", sql], capture_output=True, text=True, check=True).stdout
+
+
+# What the cluster did during the load, per delivered message: the statements by WAL volume
+# and time, the buffers written by whom (8 KiB each), and each table's inserts, updates (and
+# how many were HOT) and deletes.
+PROFILE_RESET = "SELECT pg_stat_statements_reset(), pg_stat_reset_shared('bgwriter'), pg_stat_reset()"
+PROFILE_STATEMENTS = """SELECT calls, round(wal_bytes / {n}), round((total_exec_time * 1000 / {n})::numeric, 1),
+    round(shared_blks_dirtied::numeric / {n}, 3), regexp_replace(left(query, 110), '\s+', ' ', 'g')
+    FROM pg_stat_statements ORDER BY wal_bytes DESC LIMIT 12"""
+PROFILE_BUFFERS = """SELECT round(buffers_checkpoint * 8192.0 / {n}), round(buffers_clean * 8192.0 / {n}),
+    round(buffers_backend * 8192.0 / {n}), checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter"""
+PROFILE_TABLES = """SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del,
+    pg_size_pretty(pg_total_relation_size(relid)) FROM pg_stat_user_tables
+    WHERE n_tup_ins + n_tup_upd + n_tup_del > 0 ORDER BY n_tup_ins + n_tup_upd DESC"""
+
+
+def pg_profile(url, delivered):
+    n = max(delivered, 1)
+    print("statements by WAL: calls | WAL bytes/msg | exec µs/msg | buffers dirtied/msg | query")
+    print(psql(url, PROFILE_STATEMENTS.format(n=n)))
+    print("buffers written per message (bytes): checkpointer | bgwriter | backends | checkpoints")
+    print(psql(url, PROFILE_BUFFERS.format(n=n)))
+    print("tables: inserts | updates | HOT updates | deletes | size")
+    print(psql(url, PROFILE_TABLES))
 
 
 def wal_bytes(url):
@@ -484,7 +523,7 @@ def run(args):
                    HERALD_LOG__LEVEL="warn")
         database = None
         if args.postgres:
-            database, url = start_postgres(workdir)
+            database, url = start_postgres(workdir, args.pg_profile)
             processes.append(database)
             env["HERALD_DATABASE_URL"] = url
             env["HERALD_SECRET_KEY"] = "aGFybmVzcy1zZWNyZXQta2V5LTAxMjM0NTY3ODkwMTI="
@@ -502,6 +541,8 @@ def run(args):
             app_ids.append(app["id"])
         script = wrk_script(workdir, app_ids, args.payload_bytes, args.idempotency_keys)
 
+        if args.pg_profile:
+            psql(url, PROFILE_RESET)
         wal_before = wal_bytes(url) if args.postgres else 0
         groups = [Group(herald.pid)]
         if database is not None:
@@ -577,6 +618,8 @@ def run(args):
         else:
             for k, v in report.items():
                 print(f"{k:>28}: {v}")
+        if args.pg_profile:
+            pg_profile(url, got)
         if report["missing"] != 0 or not drained():
             sys.exit(f"not drained: {report['missing']} accepted messages never reached the {args.destination} receiver")
     finally:
@@ -603,8 +646,13 @@ def main():
     parser.add_argument("--payload-bytes", type=int, default=1024)
     parser.add_argument("--idempotency-keys", action="store_true",
                         help="send an Idempotency-Key of its own with every message, as the Svix SDKs do")
+    parser.add_argument("--pg-profile", action="store_true",
+                        help="with --postgres: print the statements by WAL volume, the buffers written and "
+                             "each table's row changes, per delivered message")
     parser.add_argument("--json", action="store_true")
-    run(parser.parse_args())
+    args = parser.parse_args()
+    args.postgres |= args.pg_profile
+    run(args)
 
 
 if __name__ == "__main__":
