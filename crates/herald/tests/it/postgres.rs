@@ -348,9 +348,10 @@ async fn a_database_outage_longer_than_the_lease_delivers_nothing_twice() {
     }
 }
 
-/// A lock on the delivery table held for three leases, while a crashed bystander's lease
-/// is due for reaping: outcomes wait, but renewals go on (reaping, stuck behind the lock,
-/// must not hold them up), so no live lease expires and nothing is sent again.
+/// A lock on the delivery tables (rows and held ones) held for three leases, while a
+/// crashed bystander's lease is due for reaping: outcomes wait, but renewals go on (reaping,
+/// stuck behind the lock, must not hold them up), so no live lease expires and nothing is
+/// sent again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_on_the_delivery_table_delivers_nothing_twice() {
     let backlog = two_processes_with_a_backlog().await;
@@ -360,13 +361,111 @@ async fn a_lock_on_the_delivery_table_delivers_nothing_twice() {
     let (mut db, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(connection);
     let tx = db.transaction().await.unwrap();
-    tx.execute("LOCK TABLE herald.delivery IN ACCESS EXCLUSIVE MODE", &[]).await.unwrap();
+    tx.execute("LOCK TABLE herald.delivery, herald.held IN ACCESS EXCLUSIVE MODE", &[]).await.unwrap();
     tokio::time::sleep(Duration::from_secs(6)).await;
     tx.rollback().await.unwrap();
     assert_each_arrives_once(&backlog).await;
     for process in backlog.processes {
         process.kill();
     }
+}
+
+/// Schema version 9: a delivery claimed at ingest is held (a row of `herald.held`, no
+/// delivery row) until its first outcome and reads as pending meanwhile; the outcome makes
+/// it a delivery row in its next state: delivered, pending for a retry, or cancelled when
+/// its endpoint was deleted while it was held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_held_at_ingest_reads_as_pending_and_its_outcome_makes_it_a_row() {
+    let receiver = Receiver::start(|r, _| match r.path.as_str() {
+        "/failing" => Reply::status(500),
+        _ => Reply::ok().after(Duration::from_millis(2500)),
+    })
+    .await;
+    let storage = Storage::postgres().await;
+    let herald = Process::start(&storage);
+    let base = herald.base.clone();
+    let app = setup_app(&base, &receiver, "/slow").await;
+    let mut endpoints = HashMap::new();
+    for path in ["/failing", "/doomed"] {
+        let ep: Value = post(&base, &format!("/api/v1/app/{app}/endpoint"), json!({"url": receiver.url(path)}))
+            .await
+            .json()
+            .await
+            .unwrap();
+        endpoints.insert(path, ep["id"].as_str().unwrap().to_owned());
+    }
+    let (db, connection) =
+        tokio_postgres::connect(storage.database_url.as_ref().unwrap(), tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let sent = post(&base, &format!("/api/v1/app/{app}/msg"), json!({"eventType": "a", "payload": {}})).await;
+    let msg = sent.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
+    receiver.wait_for(Some("/doomed"), 1).await;
+    receiver.wait_for(Some("/slow"), 1).await;
+
+    // Both slow attempts are on the wire: held, no row, and pending to readers.
+    let held: i64 = db.query_one("SELECT count(*) FROM herald.held WHERE msg_id = $1", &[&msg]).await.unwrap().get(0);
+    assert!(held >= 2, "the two deliveries in flight are held ({held})");
+    let doomed = endpoints["/doomed"].clone();
+    let rows: i64 = db
+        .query_one("SELECT count(*) FROM herald.delivery WHERE msg_id = $1 AND endpoint_id = $2", &[&msg, &doomed])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 0, "a held delivery has no row");
+    let client = reqwest::Client::new();
+    let destinations: Value = client
+        .get(format!("{base}/api/v1/app/{app}/msg/{msg}/endpoint"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let status_of = |destinations: &Value, id: &str| {
+        destinations["data"].as_array().unwrap().iter().find(|d| d["id"] == id).map(|d| d["status"].clone())
+    };
+    assert_eq!(status_of(&destinations, &doomed), Some(json!(1)), "pending while held: {destinations}");
+
+    // The endpoint is deleted while its delivery is held, then every outcome comes in.
+    let deleted = client.delete(format!("{base}/api/v1/app/{app}/endpoint/{doomed}")).bearer_auth(ADMIN_TOKEN);
+    assert_eq!(deleted.send().await.unwrap().status(), StatusCode::NO_CONTENT);
+    let states = eventually("every outcome recorded", || async {
+        let rows = db
+            .query(
+                "SELECT e.path, d.state, d.attempts, d.owner IS NULL
+                 FROM herald.delivery d JOIN UNNEST($2::text[], $3::text[]) AS e(path, id) ON e.id = d.endpoint_id
+                 WHERE d.msg_id = $1",
+                &[&msg, &vec!["/failing", "/doomed"], &vec![endpoints["/failing"].as_str(), doomed.as_str()]],
+            )
+            .await
+            .unwrap();
+        let held: i64 = db.query_one("SELECT count(*) FROM herald.held", &[]).await.unwrap().get(0);
+        let slow_done = !receiver.requests_to("/slow").is_empty() && rows.len() == 2 && held == 0;
+        slow_done.then(|| {
+            rows.iter()
+                .map(|r| (r.get::<_, String>(0), (r.get::<_, i16>(1), r.get::<_, i32>(2) >= 1, r.get::<_, bool>(3))))
+                .collect::<HashMap<_, _>>()
+        })
+    })
+    .await;
+    assert_eq!(states["/failing"].0, 0, "a failed first attempt leaves a pending row: {states:?}");
+    assert!(states["/failing"].1, "with its attempt counted: {states:?}");
+    assert_eq!(states["/doomed"], (3, false, true), "cancelled with its endpoint, unclaimed: {states:?}");
+    let slow = eventually("the slow delivery settled", || async {
+        let row = db
+            .query_opt(
+                "SELECT d.state, d.attempts FROM herald.delivery d JOIN herald.endpoint e ON e.id = d.endpoint_id
+                 WHERE d.msg_id = $1 AND e.url LIKE '%/slow'",
+                &[&msg],
+            )
+            .await
+            .unwrap()?;
+        Some((row.get::<_, i16>(0), row.get::<_, i32>(1)))
+    })
+    .await;
+    assert_eq!(slow, (1, 1), "a first-try success is a delivered row with its one attempt");
+    herald.kill();
 }
 
 #[tokio::test]

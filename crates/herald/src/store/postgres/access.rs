@@ -135,7 +135,7 @@ impl AccessStore for PgStore {
             Purge::Payloads => (
                 "UPDATE herald.message SET payload = NULL WHERE id IN
                     (SELECT m.id FROM herald.message m WHERE m.id < $1 AND m.payload IS NOT NULL
-                     AND NOT EXISTS (SELECT 1 FROM herald.delivery d WHERE d.msg_id = m.id AND d.state = 0) LIMIT $2)",
+                     AND NOT EXISTS (SELECT 1 FROM herald.deliveries d WHERE d.msg_id = m.id AND d.state = 0) LIMIT $2)",
                 "msg_",
             ),
             Purge::Responses => (
@@ -146,7 +146,7 @@ impl AccessStore for PgStore {
             Purge::Attempts => (
                 "DELETE FROM herald.attempt WHERE id IN
                     (SELECT a.id FROM herald.attempt a WHERE a.id < $1
-                     AND NOT EXISTS (SELECT 1 FROM herald.delivery d WHERE d.id = a.delivery_id AND d.state = 0)
+                     AND NOT EXISTS (SELECT 1 FROM herald.deliveries d WHERE d.id = a.delivery_id AND d.state = 0)
                      LIMIT $2)",
                 "atmpt_",
             ),

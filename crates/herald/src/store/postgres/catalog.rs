@@ -4,6 +4,7 @@
 use async_trait::async_trait;
 use tokio_postgres::types::{Json, ToSql};
 
+use super::held::Move;
 use super::rows::{self, APP_COLUMNS, ENDPOINT_COLUMNS, EVENT_TYPE_COLUMNS, KEPT_ENDPOINT_COLUMNS, Query};
 use super::{PgStore, db_err, pg_err};
 use crate::clock::Millis;
@@ -272,6 +273,15 @@ impl CatalogStore for PgStore {
     async fn delete_endpoint(&self, app: &AppId, id: &EndpointId) -> StoreResult<()> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db_err)?;
+        let held = Move {
+            using: "",
+            filter: "h.endpoint_id = $1",
+            state: &(DeliveryState::Canceled.code()).to_string(),
+            attempts: "0",
+            next_at: "h.created_at",
+            keep: "false",
+        };
+        tx.execute(&held.statement(), &[&id.as_str()]).await.map_err(db_err)?;
         tx.execute(
             sql::CANCEL_PENDING,
             &[&(DeliveryState::Canceled.code() as i16), &id.as_str(), &(DeliveryState::Pending.code() as i16)],

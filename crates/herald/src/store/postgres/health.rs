@@ -87,10 +87,10 @@ impl HealthStore for PgStore {
         // One statement, so every count comes from the same snapshot.
         let row = client
             .query_one(
-                "SELECT (SELECT count(*) FROM herald.delivery WHERE state = 0 AND attempts = 0),
+                "SELECT (SELECT count(*) FROM herald.deliveries WHERE state = 0 AND attempts = 0),
                         (SELECT count(*) FROM herald.delivery WHERE state = 0 AND attempts > 0),
                         (SELECT count(*) FROM herald.delivery WHERE state = 2),
-                        (SELECT min(created_at) FROM herald.delivery WHERE state = 0),
+                        (SELECT min(created_at) FROM herald.deliveries WHERE state = 0),
                         coalesce(sum(delivered), 0)::int8, coalesce(sum(failed), 0)::int8,
                         coalesce(sum(delivery_ms), 0)::int8
                  FROM herald.stats_minute WHERE minute > $1",

@@ -3,7 +3,7 @@
 //! WAL flush, however many messages. Several batches may be committing at once.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
@@ -131,22 +131,57 @@ macro_rules! insert_messages_sql {
     };
 }
 
+/// The inserts of a batch's deliveries, as two CTEs (`d` and `h`, each returning message,
+/// endpoint and delivery id) over `UNNEST` of six arrays from parameter `$p` on (message,
+/// endpoint, application, owner, strict, time), for the messages `created` admits (an SQL
+/// condition, `AND …`, or nothing). A delivery claimed at ingest is held (see `held.rs`),
+/// with an id from the delivery rows' own sequence; one nobody claimed (strictly ordered,
+/// or an ingest that did not fit in memory) is a pending row.
+fn deliveries_ctes(p: usize, created: &str) -> String {
+    let t = format!(
+        "UNNEST(${p}::text[], ${}::text[], ${}::text[], ${}::text[], ${}::bool[], ${}::int8[])
+         AS t(msg_id, endpoint_id, app_id, owner, strict, created_at)",
+        p + 1,
+        p + 2,
+        p + 3,
+        p + 4,
+        p + 5
+    );
+    format!(
+        "d AS (
+             INSERT INTO herald.delivery
+                 (msg_id, endpoint_id, app_id, state, attempts, next_at, trigger, owner, strict, created_at)
+             SELECT msg_id, endpoint_id, app_id, 0, 0, created_at, 0, NULL, strict, created_at FROM {t}
+             WHERE owner IS NULL{created}
+             RETURNING msg_id, endpoint_id, id
+         ), h AS (
+             INSERT INTO herald.held (id, msg_id, endpoint_id, app_id, owner, created_at)
+             SELECT nextval('herald.delivery_id_seq'), msg_id, endpoint_id, app_id, owner, created_at FROM {t}
+             WHERE owner IS NOT NULL{created}
+             RETURNING msg_id, endpoint_id, id
+         )"
+    )
+}
+
 /// A batch's messages, and the deliveries of those created (a repeated event id creates
 /// nothing), in one statement.
-const INGEST_PLAIN: &str = concat!(
-    "WITH m AS (",
-    insert_messages_sql!(),
-    "), d AS (
-                 INSERT INTO herald.delivery
-                     (msg_id, endpoint_id, app_id, state, attempts, next_at, trigger, owner, strict, created_at)
-                 SELECT msg_id, endpoint_id, app_id, 0, 0, created_at, 0, owner, strict, created_at
-                 FROM UNNEST($9::text[], $10::text[], $11::text[], $12::text[], $13::bool[], $14::int8[])
-                      AS t(msg_id, endpoint_id, app_id, owner, strict, created_at)
-                 WHERE msg_id IN (SELECT id FROM m)
-                 RETURNING msg_id, endpoint_id, id
-             )
-             SELECT id, NULL::text, NULL::int8 FROM m UNION ALL SELECT msg_id, endpoint_id, id FROM d"
-);
+static INGEST_PLAIN: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH m AS ({}), {}
+         SELECT id, NULL::text, NULL::int8 FROM m
+         UNION ALL SELECT msg_id, endpoint_id, id FROM d UNION ALL SELECT msg_id, endpoint_id, id FROM h",
+        insert_messages_sql!(),
+        deliveries_ctes(9, " AND msg_id IN (SELECT id FROM m)")
+    )
+});
+
+/// A batch's deliveries alone (their messages inserted before, in the same transaction).
+static INSERT_DELIVERIES: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH {} SELECT msg_id, endpoint_id, id FROM d UNION ALL SELECT msg_id, endpoint_id, id FROM h",
+        deliveries_ctes(1, "")
+    )
+});
 
 /// A batch without idempotency keys: the messages and their deliveries in one statement.
 async fn commit_plain(pool: &Pool, news: &[NewMessage]) -> StoreResult<Vec<IngestResult>> {
@@ -154,7 +189,7 @@ async fn commit_plain(pool: &Pool, news: &[NewMessage]) -> StoreResult<Vec<Inges
     let all: Vec<&NewMessage> = news.iter().collect();
     let m = MessageColumns::of(&all);
     let d = DeliveryColumns::of(all.iter().copied());
-    let statement = client.prepare_cached(INGEST_PLAIN).await.map_err(db_err)?;
+    let statement = client.prepare_cached(&INGEST_PLAIN).await.map_err(db_err)?;
     let rows = client
         .query(
             &statement,
@@ -356,7 +391,7 @@ async fn insert_messages(
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
-/// Inserts one delivery per (message, endpoint); returns their ids.
+/// Inserts one delivery per (message, endpoint), held or a row; returns their ids.
 async fn insert_deliveries<'a>(
     tx: &deadpool_postgres::Transaction<'_>,
     created: impl Iterator<Item = &'a &'a NewMessage>,
@@ -364,16 +399,7 @@ async fn insert_deliveries<'a>(
     let d = DeliveryColumns::of(created.copied());
     let rows = tx
         .query(
-            &tx.prepare_cached(
-                "INSERT INTO herald.delivery
-                 (msg_id, endpoint_id, app_id, state, attempts, next_at, trigger, owner, strict, created_at)
-             SELECT msg_id, endpoint_id, app_id, 0, 0, created_at, 0, owner, strict, created_at
-             FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[], $6::int8[])
-                  AS t(msg_id, endpoint_id, app_id, owner, strict, created_at)
-             RETURNING msg_id, endpoint_id, id",
-            )
-            .await
-            .map_err(db_err)?,
+            &tx.prepare_cached(&INSERT_DELIVERIES).await.map_err(db_err)?,
             &[&d.msg, &d.endpoint, &d.app, &d.owner, &d.strict, &d.at],
         )
         .await

@@ -153,7 +153,7 @@ impl MessageStore for PgStore {
         let tail = q.page("d.msg_id", page);
         let sql = format!(
             "SELECT {MESSAGE_COLUMNS}, d.endpoint_id, d.state, d.attempts, d.next_at
-             FROM herald.delivery d JOIN herald.message m ON m.id = d.msg_id{}{tail}",
+             FROM herald.deliveries d JOIN herald.message m ON m.id = d.msg_id{}{tail}",
             q.where_clause()
         );
         let found = client.query(&sql, &q.params()).await.map_err(db_err)?;
@@ -167,7 +167,7 @@ impl MessageStore for PgStore {
         q.and(format!("d.msg_id = {p}"));
         let tail = q.page("d.endpoint_id", page);
         let sql = format!(
-            "SELECT d.endpoint_id, d.state, d.attempts, d.next_at FROM herald.delivery d{}{tail}",
+            "SELECT d.endpoint_id, d.state, d.attempts, d.next_at FROM herald.deliveries d{}{tail}",
             q.where_clause()
         );
         let found = client.query(&sql, &q.params()).await.map_err(db_err)?;
@@ -181,7 +181,7 @@ impl MessageStore for PgStore {
         until: Option<Millis>,
     ) -> StoreResult<EndpointStats> {
         let client = self.client().await?;
-        let sql = "SELECT state, attempts > 0, count(*) FROM herald.delivery
+        let sql = "SELECT state, attempts > 0, count(*) FROM herald.deliveries
                    WHERE endpoint_id = $1 AND created_at >= $2 AND created_at < $3 GROUP BY 1, 2";
         let (since, until) = (since.unwrap_or(i64::MIN), until.unwrap_or(i64::MAX));
         let mut stats = EndpointStats::default();

@@ -15,6 +15,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (6, include_str!("v6.sql")),
     (7, include_str!("v7.sql")),
     (8, include_str!("v8.sql")),
+    (9, include_str!("v9.sql")),
 ];
 
 /// The schema version this build brings a database to.

@@ -8,6 +8,7 @@
 mod access;
 mod catalog;
 mod health;
+mod held;
 mod history;
 mod ingest;
 mod listen;

@@ -2,11 +2,12 @@
 //! only while the claim holds, node leases (heartbeats, reaping), manual requeues.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
 
+use super::held::Move;
 use super::rows::{self, MESSAGE_COLUMNS};
 use super::{PgStore, db_err};
 use crate::clock::{Millis, now_ms};
@@ -53,18 +54,22 @@ fn released(now: usize) -> String {
 
 async fn release_ids(pool: &deadpool_postgres::Pool, owner: &str, ids: &[i64]) -> StoreResult<u64> {
     let client = pool.get().await.map_err(super::pool_err)?;
-    let sql = format!("UPDATE herald.delivery SET {} WHERE id = ANY ($1) AND owner = $2 AND state = 0", released(3));
-    give_back(&client, &sql, &[&ids, &owner, &now_ms()]).await
+    let rows = format!("UPDATE herald.delivery SET {} WHERE id = ANY ($1) AND owner = $2 AND state = 0", released(3));
+    let held = Move::release("h.id = ANY ($1) AND h.owner = $2", "$3").statement();
+    give_back(&client, &[&rows, &held], &[&ids, &owner, &now_ms()]).await
 }
 
-/// Runs an update that makes deliveries claimable again and, if it changed any, tells
-/// every process there is work.
+/// Runs statements that make deliveries claimable again (rows and held ones, with the same
+/// parameters) and, if they changed any, tells every process there is work.
 async fn give_back(
     client: &tokio_postgres::Client,
-    sql: &str,
+    statements: &[&str],
     params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
 ) -> StoreResult<u64> {
-    let released = client.execute(sql, params).await.map_err(db_err)?;
+    let mut released = 0;
+    for sql in statements {
+        released += client.execute(*sql, params).await.map_err(db_err)?;
+    }
     if released > 0 {
         client.execute(NOTIFY_WORK, &[]).await.map_err(db_err)?;
     }
@@ -203,7 +208,7 @@ impl QueueStore for PgStore {
             &c.dead,
         ];
         // Every expression reads the row as it was; `trigger` comes back 1 only for a resend.
-        let statement = client.prepare_cached(RECORD_OUTCOMES).await.map_err(db_err)?;
+        let statement = client.prepare_cached(&RECORD_OUTCOMES).await.map_err(db_err)?;
         let applied: HashMap<i64, Recorded> = client
             .query(&statement, &params)
             .await
@@ -229,16 +234,21 @@ impl QueueStore for PgStore {
     }
 
     async fn release_message(&self, owner: &str, msg: &MessageId) -> StoreResult<u64> {
-        let sql = format!("UPDATE herald.delivery SET {} WHERE msg_id = $1 AND owner = $2 AND state = 0", released(3));
+        let rows = format!("UPDATE herald.delivery SET {} WHERE msg_id = $1 AND owner = $2 AND state = 0", released(3));
+        let held = Move::release("h.msg_id = $1 AND h.owner = $2", "$3").statement();
         let client = self.client().await?;
-        give_back(&client, &sql, &[&msg.as_str(), &owner, &now_ms()]).await
+        give_back(&client, &[&rows, &held], &[&msg.as_str(), &owner, &now_ms()]).await
     }
 
     async fn release_owner(&self, owner: &str) -> StoreResult<u64> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db_err)?;
-        let sql = format!("UPDATE herald.delivery SET {} WHERE owner = $1", released(2));
-        let released = tx.execute(&sql, &[&owner, &now_ms()]).await.map_err(db_err)?;
+        let rows = format!("UPDATE herald.delivery SET {} WHERE owner = $1", released(2));
+        let held = Move::release("h.owner = $1", "$2").statement();
+        let mut released = 0;
+        for sql in [rows, held] {
+            released += tx.execute(&sql, &[&owner, &now_ms()]).await.map_err(db_err)?;
+        }
         tx.execute("DELETE FROM herald.node WHERE id = $1", &[&owner]).await.map_err(db_err)?;
         tx.execute(NOTIFY_WORK, &[]).await.map_err(db_err)?;
         tx.commit().await.map_err(db_err)?;
@@ -294,26 +304,25 @@ impl QueueStore for PgStore {
         if dead.is_empty() {
             return Ok(0);
         }
-        let released = client
-            .execute(&format!("UPDATE herald.delivery SET {} WHERE owner = ANY ($1)", released(2)), &[&dead, &now_ms()])
-            .await
-            .map_err(db_err)? as i64;
+        let rows = format!("UPDATE herald.delivery SET {} WHERE owner = ANY ($1)", released(2));
+        let held = Move::release("h.owner = ANY ($1)", "$2").statement();
+        let released = give_back(&client, &[&rows, &held], &[&dead, &now_ms()]).await?;
         if released > 0 {
-            client.execute(NOTIFY_WORK, &[]).await.map_err(db_err)?;
             tracing::warn!(released, "released the deliveries of processes whose lease expired");
         }
-        Ok(released as u64)
+        Ok(released)
     }
 
     async fn release_orphans(&self) -> StoreResult<u64> {
-        let sql = format!(
+        let rows = format!(
             "UPDATE herald.delivery d SET {}
              WHERE d.state = 0 AND d.owner IS NOT NULL
                AND NOT EXISTS (SELECT 1 FROM herald.node n WHERE n.id = d.owner)",
             released(1)
         );
+        let held = Move::release("NOT EXISTS (SELECT 1 FROM herald.node n WHERE n.id = h.owner)", "$1").statement();
         let client = self.client().await?;
-        let released = give_back(&client, &sql, &[&now_ms()]).await?;
+        let released = give_back(&client, &[&rows, &held], &[&now_ms()]).await?;
         if released > 0 {
             tracing::warn!(released, "released deliveries claimed under names no process holds");
         }
@@ -329,6 +338,17 @@ impl QueueStore for PgStore {
             // pending again at once, with a fresh retry budget. One statement: an outcome
             // committed meanwhile is seen (the update re-reads the row it waited for).
             Requeue::Resend { app, msg, endpoint } => {
+                // A held delivery becomes a row first, still held by its holder, so the
+                // update below marks it like any other delivery held pending.
+                let held = Move {
+                    using: "",
+                    filter: "h.msg_id = $1 AND h.endpoint_id = $2",
+                    state: "0",
+                    attempts: "0",
+                    next_at: "h.created_at",
+                    keep: "true",
+                };
+                client.execute(&held.statement(), &[&msg.as_str(), &endpoint.as_str()]).await.map_err(db_err)?;
                 let changed = client
                     .execute(
                         "UPDATE herald.delivery SET resend = (state = 0 AND owner IS NOT NULL),
@@ -464,11 +484,25 @@ impl AttemptColumns {
     }
 }
 
-/// The outcomes of a batch in one statement: the update of the deliveries still held
-/// (`$6`), then, for those alone, their attempts, the per-minute totals and the
+/// The outcomes of a batch in one statement: the held deliveries `$6` holds move into rows
+/// in their next state (`held.rs`), the rows it still holds are updated, then, for those
+/// alone, their attempts are appended and counted in the per-minute totals and the
 /// per-endpoint-hour counts (rows locked in key order, so two processes never deadlock).
-const RECORD_OUTCOMES: &str = "
-    WITH u AS (
+static RECORD_OUTCOMES: LazyLock<String> = LazyLock::new(|| {
+    let held = Move {
+        using: "UNNEST($1::int8[], $2::int2[], $3::int4[], $4::int8[], $5::bool[]) AS x(id, state, attempts, next_at, keep)",
+        filter: "h.id = x.id AND h.owner = $6",
+        state: "x.state",
+        attempts: "x.attempts",
+        next_at: "x.next_at",
+        keep: "x.keep",
+    };
+    format!("WITH {}, {RECORD_ROW_OUTCOMES}", held.ctes())
+});
+
+/// [`RECORD_OUTCOMES`] after the held deliveries' move: the rows' part and the totals.
+const RECORD_ROW_OUTCOMES: &str = "
+    u AS (
         UPDATE herald.delivery d SET state = CASE WHEN d.resend THEN 0 ELSE u.state END,
             attempts = CASE WHEN d.resend THEN 0 ELSE u.attempts END,
             next_at = CASE WHEN d.resend THEN $7 ELSE u.next_at END,
@@ -478,13 +512,15 @@ const RECORD_OUTCOMES: &str = "
         FROM UNNEST($1::int8[], $2::int2[], $3::int4[], $4::int8[], $5::bool[]) AS u(id, state, attempts, next_at, keep)
         WHERE d.id = u.id AND d.owner = $6
         RETURNING d.id, d.trigger
+    ), settled AS (
+        SELECT id, trigger FROM u UNION ALL SELECT id, trigger FROM held_in
     ), o AS (
         SELECT t.* FROM UNNEST($8::int8[], $9::text[], $10::text[], $11::text[], $12::text[], $13::int8[],
                 $14::text[], $15::int4[], $16::int8[], $17::bool[], $18::text[], $19::text[], $20::text[],
                 $21::int2[], $22::int4[], $23::int8[], $24::bool[])
             AS t(delivery_id, id, msg_id, endpoint_id, app_id, created_at, url, status_code, duration_ms,
                  delivered, error_class, error, response, trigger, attempt_no, message_created_at, dead)
-        WHERE t.delivery_id IN (SELECT id FROM u)
+        WHERE t.delivery_id IN (SELECT id FROM settled)
     ), a AS (
         INSERT INTO herald.attempt (id, delivery_id, msg_id, endpoint_id, app_id, created_at, url, status_code,
             duration_ms, delivered, error_class, error, response, trigger, attempt_no)
@@ -508,7 +544,7 @@ const RECORD_OUTCOMES: &str = "
             succeeded = herald.endpoint_hour.succeeded + excluded.succeeded,
             failed = herald.endpoint_hour.failed + excluded.failed
     )
-    SELECT id, trigger FROM u";
+    SELECT id, trigger FROM settled";
 
 /// Dead letters with their last attempt; a dead delivery's `next_at` is when it died.
 const DEAD_LETTERS: &str = "

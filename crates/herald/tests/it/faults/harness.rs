@@ -727,7 +727,7 @@ async fn hold_exclusive_lock(storage: &Storage, hold: Duration) {
         Some(url) => {
             let mut db = connect(url).await;
             let tx = db.transaction().await.unwrap();
-            tx.execute("LOCK TABLE herald.delivery IN ACCESS EXCLUSIVE MODE", &[]).await.unwrap();
+            tx.execute("LOCK TABLE herald.delivery, herald.held IN ACCESS EXCLUSIVE MODE", &[]).await.unwrap();
             tokio::time::sleep(hold).await;
             tx.rollback().await.unwrap();
         }
