@@ -18,6 +18,11 @@ async fn post(base: &str, path: &str, body: Value) -> reqwest::Response {
     reqwest::Client::new().post(format!("{base}{path}")).bearer_auth(ADMIN_TOKEN).json(&body).send().await.unwrap()
 }
 
+async fn get(base: &str, path: &str) -> Value {
+    let sent = reqwest::Client::new().get(format!("{base}{path}")).bearer_auth(ADMIN_TOKEN).send();
+    sent.await.unwrap().json().await.unwrap()
+}
+
 async fn setup_app(base: &str, receiver: &Receiver, path: &str) -> String {
     let app: Value = post(base, "/api/v1/app", json!({"name": "pg"})).await.json().await.unwrap();
     let app = app["id"].as_str().unwrap().to_owned();
@@ -413,15 +418,7 @@ async fn a_delivery_held_at_ingest_reads_as_pending_and_its_outcome_makes_it_a_r
         .get(0);
     assert_eq!(rows, 0, "a held delivery has no row");
     let client = reqwest::Client::new();
-    let destinations: Value = client
-        .get(format!("{base}/api/v1/app/{app}/msg/{msg}/endpoint"))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let destinations = get(&base, &format!("/api/v1/app/{app}/msg/{msg}/endpoint")).await;
     let status_of = |destinations: &Value, id: &str| {
         destinations["data"].as_array().unwrap().iter().find(|d| d["id"] == id).map(|d| d["status"].clone())
     };
