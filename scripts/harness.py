@@ -10,12 +10,19 @@ cluster), deliveries from nginx's own request counter.
 
     scripts/harness.py [--binary PATH] [--postgres]
                        [--destination http|redis|nats|rabbitmq|kafka|sqs|sns|eventbridge]
-                       [--duration 20] [--connections 64] [--idempotency-keys] [--pg-profile] [--json]
+                       [--duration 20] [--connections 64] [--idempotency-keys] [--pg-profile]
+                       [--pg-locale LOCALE] [--json]
 
 With --pg-profile (implies --postgres), the cluster loads pg_stat_statements and the run ends
-with its statements ranked by WAL bytes, the buffers written by the checkpointer, the
+with the bytes each kind of PostgreSQL process wrote (from /proc), its statements ranked by
+WAL bytes, the buffers written by the checkpointer, the
 background writer and the backends, and each table's inserts, updates (HOT ones apart) and
 deletes: where the database's writes come from.
+
+The cluster takes the environment's locale (C.UTF-8 on the project's machines); --pg-locale
+en_US.UTF-8 gives it a language's collation, as many deployments have (initdb's default on
+a machine set up in English), where every comparison of a text column whose collation is
+the database's goes through strcoll.
 
 With --idempotency-keys, every message carries an `Idempotency-Key` of its own, as the
 official Svix SDKs send with every POST.
@@ -110,16 +117,34 @@ class Group:
     def __init__(self, root):
         self.root = root
         self.seen = {}
+        self.names = {}
 
     def sample(self):
         for pid in descendants(self.root):
             try:
                 self.seen[pid] = (cpu_seconds(pid), written_bytes(pid))
+                if pid not in self.names:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        self.names[pid] = f.read().split(b"\0")[0].decode(errors="replace")
             except OSError:
                 pass
 
     def totals(self):
         return sum(c for c, _ in self.seen.values()), sum(w for _, w in self.seen.values())
+
+    def written_by_name(self, before):
+        """Bytes written since `before` (a copy of `seen`), summed by process title, every
+        connection's backend together ("postgres: walwriter", "postgres: client backends")."""
+        out = {}
+        for pid, (_, written) in self.seen.items():
+            words = self.names.get(pid, "?").split()
+            title = " ".join(words[:2])
+            if title == "postgres: herald":
+                title = "postgres: client backends"
+            elif title == "postgres: autovacuum":
+                title = " ".join(words[:3])
+            out[title] = out.get(title, 0) + written - before.get(pid, (0, 0))[1]
+        return out
 
 
 def wait_for(what, check, timeout=60):
@@ -407,9 +432,10 @@ RECEIVERS = {"http": Nginx, "redis": Redis, "nats": Nats, "rabbitmq": Rabbit, "k
              "eventbridge": lambda workdir: Amazon(workdir, "eventbridge")}
 
 
-def start_postgres(workdir, profile=False):
-    """A throwaway cluster (initdb + postgres); as root it runs as the `postgres` user. With
-    `profile`, pg_stat_statements is loaded (see `pg_profile`)."""
+def start_postgres(workdir, profile=False, locale=None):
+    """A throwaway cluster (initdb + postgres, in `locale` if given, else the environment's);
+    as root it runs as the `postgres` user. With `profile`, pg_stat_statements is loaded
+    (see `pg_profile`)."""
     bindir = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True).stdout.strip()
     if not bindir or not os.path.exists(os.path.join(bindir, "initdb")):
         candidates = sorted(d for d in os.listdir("/usr/lib/postgresql") if d.isdigit())
@@ -418,8 +444,8 @@ def start_postgres(workdir, profile=False):
     as_postgres = ["runuser", "-u", "postgres", "--"] if os.getuid() == 0 else []
     if os.getuid() == 0:
         shutil.chown(workdir, "postgres")
-    subprocess.run(as_postgres + [f"{bindir}/initdb", "-D", data, "-U", "herald", "--auth=trust", "-N"],
-                   check=True, capture_output=True)
+    subprocess.run(as_postgres + [f"{bindir}/initdb", "-D", data, "-U", "herald", "--auth=trust", "-N"]
+                   + ([f"--locale={locale}"] if locale else []), check=True, capture_output=True)
     port = free_port()
     options = f"-p {port} -k {workdir} -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=on"
     if profile:
@@ -453,8 +479,11 @@ PROFILE_TABLES = """SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_d
     WHERE n_tup_ins + n_tup_upd + n_tup_del > 0 ORDER BY n_tup_ins + n_tup_upd DESC"""
 
 
-def pg_profile(url, delivered):
+def pg_profile(url, delivered, written_by_name):
     n = max(delivered, 1)
+    print("bytes written to disk per message, by PostgreSQL process (/proc)")
+    for name, written in sorted(written_by_name.items(), key=lambda kv: -kv[1]):
+        print(f"{round(written / n)}\t{name}")
     print("statements by WAL: calls | WAL bytes/msg | exec µs/msg | buffers dirtied/msg | query")
     print(psql(url, PROFILE_STATEMENTS.format(n=n)))
     print("buffers written per message (bytes): checkpointer | bgwriter | backends | checkpoints")
@@ -523,7 +552,7 @@ def run(args):
                    HERALD_LOG__LEVEL="warn")
         database = None
         if args.postgres:
-            database, url = start_postgres(workdir, args.pg_profile)
+            database, url = start_postgres(workdir, args.pg_profile, args.pg_locale)
             processes.append(database)
             env["HERALD_DATABASE_URL"] = url
             env["HERALD_SECRET_KEY"] = "aGFybmVzcy1zZWNyZXQta2V5LTAxMjM0NTY3ODkwMTI="
@@ -553,6 +582,7 @@ def run(args):
         for g in groups:
             g.sample()
         before = [g.totals() for g in groups]
+        seen_before = [dict(g.seen) for g in groups]
         started = time.time()
         wrk = subprocess.Popen(["wrk", "-t", "2", "-c", str(args.connections), "-d", f"{args.duration}s",
                                 "--timeout", "10s", "-s", script, base], stdout=subprocess.PIPE, text=True)
@@ -619,7 +649,7 @@ def run(args):
             for k, v in report.items():
                 print(f"{k:>28}: {v}")
         if args.pg_profile:
-            pg_profile(url, got)
+            pg_profile(url, got, groups[1].written_by_name(seen_before[1]))
         if report["missing"] != 0 or not drained():
             sys.exit(f"not drained: {report['missing']} accepted messages never reached the {args.destination} receiver")
     finally:
@@ -649,9 +679,12 @@ def main():
     parser.add_argument("--pg-profile", action="store_true",
                         help="with --postgres: print the statements by WAL volume, the buffers written and "
                              "each table's row changes, per delivered message")
+    parser.add_argument("--pg-locale", metavar="LOCALE",
+                        help="the cluster's locale (initdb --locale), e.g. en_US.UTF-8 as many deployments "
+                             "have; implies --postgres (default: the environment's)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    args.postgres |= args.pg_profile
+    args.postgres |= args.pg_profile or args.pg_locale is not None
     run(args)
 
 

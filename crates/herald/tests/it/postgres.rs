@@ -481,6 +481,52 @@ async fn processes_starting_together_apply_each_migration_once() {
     assert_eq!(versions, every, "each version recorded once");
 }
 
+/// In a database whose own collation is a language's (ICU en-US: "msg_a" before "msg_B"),
+/// every text column of Herald's schema compares bytes ("msg_B" before "msg_a"), as SQLite
+/// and Herald do, and no index comparison goes through the locale's rules.
+#[tokio::test]
+async fn every_text_column_compares_bytes_whatever_the_database_locale() {
+    let cluster = herald_test_support::pg_cluster::TempCluster::start().expect("starting a throwaway PostgreSQL");
+    let admin =
+        herald_test_support::pg_cluster::connect(&cluster.url("postgres"), Duration::from_secs(10)).await.unwrap();
+    admin
+        .batch_execute("CREATE DATABASE english TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US'")
+        .await
+        .unwrap();
+    let url = cluster.url("english");
+    herald::store::postgres::migrate_url(&url).await.expect("migrations apply");
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+
+    let language = texts(&client, "SELECT v FROM (VALUES ('msg_a'), ('msg_B')) AS t(v) ORDER BY v").await;
+    assert_eq!(language, ["msg_a", "msg_B"], "the database's own collation is a language's");
+    let other = texts(
+        &client,
+        "SELECT a.attrelid::regclass || '.' || a.attname || ' ' || coalesce(c.collname, 'default')
+             FROM pg_attribute a JOIN pg_class r ON r.oid = a.attrelid
+             LEFT JOIN pg_collation c ON c.oid = a.attcollation
+             WHERE r.relnamespace = 'herald'::regnamespace AND r.relkind = 'r' AND a.attnum > 0
+               AND NOT a.attisdropped AND a.atttypid IN ('text'::regtype, 'text[]'::regtype)
+               AND c.collname IS DISTINCT FROM 'C'",
+    )
+    .await;
+    assert!(other.is_empty(), "text columns not compared by bytes: {other:?}");
+    client
+        .batch_execute(
+            "INSERT INTO herald.held (id, msg_id, endpoint_id, app_id, owner, created_at)
+             VALUES (1, 'msg_a', 'ep', 'app', 'node', 0), (2, 'msg_B', 'ep', 'app', 'node', 0)",
+        )
+        .await
+        .unwrap();
+    let ids = texts(&client, "SELECT msg_id FROM herald.deliveries ORDER BY msg_id").await;
+    assert_eq!(ids, ["msg_B", "msg_a"], "ids order by their bytes");
+}
+
+/// The first column of every row a query answers, as text.
+async fn texts(client: &tokio_postgres::Client, sql: &str) -> Vec<String> {
+    client.query(sql, &[]).await.unwrap().iter().map(|r| r.get(0)).collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fix_or_retry_through_one_process_resumes_the_endpoint_in_another() {
     let healed = Arc::new(std::sync::atomic::AtomicBool::new(false));

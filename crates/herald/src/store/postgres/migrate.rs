@@ -16,6 +16,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (7, include_str!("v7.sql")),
     (8, include_str!("v8.sql")),
     (9, include_str!("v9.sql")),
+    (10, include_str!("v10.sql")),
 ];
 
 /// The schema version this build brings a database to.
