@@ -5,6 +5,7 @@
 mod access;
 pub mod backup;
 mod catalog;
+mod checkpointer;
 mod deliveries;
 mod health;
 mod history;
@@ -94,12 +95,9 @@ impl SqliteStore {
             reader.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
             readers.push(reader);
         }
-        let batching = Batching {
-            max_ops: config.write_batch_max,
-            commit_interval: config.commit_interval,
-            checkpoint_interval: config.checkpoint_interval,
-        };
-        let writer = Writer::start(conn, batching, liveness);
+        let batching = Batching { max_ops: config.write_batch_max, commit_interval: config.commit_interval };
+        let checkpoints = checkpointer::start(path, config.checkpoint_interval, liveness)?;
+        let writer = Writer::start(conn, batching, checkpoints, liveness);
         Ok(Self { writer, readers: Readers::new(readers), signals: Signals::default(), seqs })
     }
 }

@@ -16,10 +16,9 @@
 //! committed at once.
 //!
 //! Between batches the writer also fills the index tables every `INDEX_INTERVAL`
-//! (`indexer`), and checkpoints the write-ahead log once per `checkpoint_interval`. It must be this thread: a checkpoint that completes while no
-//! write is in progress lets the next commit start the log over from its beginning, while a
-//! checkpointer running beside a busy writer never sees that moment, and the log grows
-//! until a blocking truncation stalls every commit.
+//! (`indexer`), and finishes each checkpoint the checkpointer's thread has copied
+//! (`checkpointer`): only what was committed during that copy, so the log is wholly copied
+//! while nothing is being written and the next commit starts it over.
 
 use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
@@ -28,6 +27,7 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
+use super::checkpointer::{self, Checkpoints};
 use super::map_err;
 use crate::store::{StoreError, StoreResult};
 use crate::supervisor::{Liveness, spawn_thread};
@@ -81,15 +81,14 @@ pub struct Writer {
 pub struct Batching {
     pub max_ops: usize,
     pub commit_interval: Duration,
-    pub checkpoint_interval: Duration,
 }
 
 impl Writer {
-    /// Starts the writer thread on `conn`; it runs until the store is dropped (a panic
-    /// fails the process).
-    pub fn start(conn: Connection, batching: Batching, liveness: &Arc<Liveness>) -> Self {
+    /// Starts the writer thread on `conn`, finishing the checkpoints of `checkpoints`; it
+    /// runs until the store is dropped (a panic fails the process).
+    pub fn start(conn: Connection, batching: Batching, checkpoints: Checkpoints, liveness: &Arc<Liveness>) -> Self {
         let (ops, rx) = mpsc::channel();
-        spawn_thread(liveness, "herald sqlite writer", move || run(conn, rx, batching));
+        spawn_thread(liveness, "herald sqlite writer", move || run(conn, rx, batching, checkpoints));
         Self { ops }
     }
 
@@ -129,39 +128,37 @@ impl Writer {
 /// `indexer`): what queries read past them is about this much of the traffic.
 const INDEX_INTERVAL: Duration = Duration::from_millis(100);
 
-fn run(conn: Connection, rx: mpsc::Receiver<Box<dyn WriteOp>>, batching: Batching) {
+fn run(conn: Connection, rx: mpsc::Receiver<Box<dyn WriteOp>>, batching: Batching, checkpoints: Checkpoints) {
     let mut batch = Vec::with_capacity(batching.max_ops);
     let mut last_commit = Instant::now() - batching.commit_interval;
-    let mut last_checkpoint = Instant::now();
     let mut last_index = Instant::now();
     loop {
-        let first = match rx.recv_timeout(batching.checkpoint_interval.min(INDEX_INTERVAL)) {
-            Ok(op) => op,
-            Err(RecvTimeoutError::Timeout) => {
-                if last_index.elapsed() >= INDEX_INTERVAL {
-                    index(&conn, &mut last_index);
-                }
-                if last_checkpoint.elapsed() >= batching.checkpoint_interval {
-                    checkpoint(&conn, &mut last_checkpoint);
-                }
-                continue;
+        match rx.recv_timeout(INDEX_INTERVAL) {
+            Ok(first) => {
+                batch.push(first);
+                collect(&rx, &mut batch, batching.max_ops, last_commit + batching.commit_interval);
+                commit_batch(&conn, &mut batch);
+                between_batches(&conn, &mut last_index, &checkpoints);
+                // Spacing counts from the end of a commit: a commit takes about as long as
+                // the interval itself, so counting from its start would hardly ever wait.
+                last_commit = Instant::now();
             }
+            Err(RecvTimeoutError::Timeout) => between_batches(&conn, &mut last_index, &checkpoints),
             Err(RecvTimeoutError::Disconnected) => break,
-        };
-        batch.push(first);
-        collect(&rx, &mut batch, batching.max_ops, last_commit + batching.commit_interval);
-        commit_batch(&conn, &mut batch);
-        if last_index.elapsed() >= INDEX_INTERVAL {
-            index(&conn, &mut last_index);
         }
-        if last_checkpoint.elapsed() >= batching.checkpoint_interval {
-            checkpoint(&conn, &mut last_checkpoint);
-        }
-        // Spacing counts from the end of a commit: a commit takes about as long as the
-        // interval itself, so counting from its start would hardly ever wait.
-        last_commit = Instant::now();
     }
-    checkpoint(&conn, &mut last_checkpoint);
+    checkpointer::copy(&conn);
+}
+
+/// Fills the index tables when they are due, and finishes a checkpoint the checkpointer
+/// has copied.
+fn between_batches(conn: &Connection, last_index: &mut Instant, checkpoints: &Checkpoints) {
+    if last_index.elapsed() >= INDEX_INTERVAL {
+        index(conn, last_index);
+    }
+    if checkpoints.copied() {
+        checkpointer::copy(conn);
+    }
 }
 
 /// Brings the index tables up to date (a failure leaves them behind, to catch up later).
@@ -169,14 +166,6 @@ fn index(conn: &Connection, last: &mut Instant) {
     *last = Instant::now();
     if let Err(e) = super::indexer::catch_up(conn) {
         tracing::warn!(error = %e, "filling the index tables failed");
-    }
-}
-
-/// Copies the log back into the database (never blocking readers).
-fn checkpoint(conn: &Connection, last: &mut Instant) {
-    *last = Instant::now();
-    if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
-        tracing::warn!(error = %e, "WAL checkpoint failed");
     }
 }
 
@@ -274,14 +263,13 @@ mod tests {
 
     fn writer() -> (Writer, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
-        let conn = Connection::open(dir.path().join("w.db")).unwrap();
+        let path = dir.path().join("w.db");
+        let conn = Connection::open(&path).unwrap();
         conn.execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE t (x INTEGER UNIQUE);").unwrap();
-        let batching = Batching {
-            max_ops: 100,
-            commit_interval: Duration::from_millis(20),
-            checkpoint_interval: Duration::from_secs(1),
-        };
-        (Writer::start(conn, batching, &Arc::default()), dir)
+        let batching = Batching { max_ops: 100, commit_interval: Duration::from_millis(20) };
+        let liveness = Arc::default();
+        let checkpoints = checkpointer::start(&path, Duration::from_secs(1), &liveness).unwrap();
+        (Writer::start(conn, batching, checkpoints, &liveness), dir)
     }
 
     fn insert(x: i64) -> impl FnOnce(&Connection) -> StoreResult<()> + Send + 'static {
