@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use herald_test_support::brokers::{Broker, free_port};
 use lapin::options::{BasicGetOptions, QueueDeclareOptions};
@@ -69,13 +70,19 @@ impl Fixture for Rabbit {
         self.broker.port()
     }
 
-    /// Through the default exchange to the queue named `place`: a durable queue when
+    /// Through the default exchange to the queue named `place`: a durable queue (on disk) when
     /// `exists`, no queue (so the message is unroutable) otherwise.
     async fn destination(&self, place: &str, exists: bool) -> Value {
         if exists {
             let (_connection, channel) = self.channel().await.expect("RabbitMQ answers");
             let durable = QueueDeclareOptions { durable: true, ..Default::default() };
             channel.queue_declare(place.into(), durable, FieldTable::default()).await.unwrap();
+            // On disk before the scenario may kill the broker (see `rabbitmq_has_written`).
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            while !self.broker.rabbitmq_has_written(place) {
+                assert!(tokio::time::Instant::now() < deadline, "RabbitMQ never wrote the queue {place} to disk");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         }
         self.destination_to("", place)
     }
