@@ -236,7 +236,8 @@ impl Broker {
     /// dumps) holds `name` on disk. RabbitMQ answers `queue.declare-ok` before its log
     /// reaches the file (the log keeps a write cache for up to 2 s), so a broker killed
     /// just after a declaration can come back without the queue, and without every message
-    /// it confirmed into it: a test that kills the broker waits for this first.
+    /// it confirmed into it. A test that kills the broker waits for this first, and a few
+    /// seconds more: the name can be on disk before the declaration's commit is.
     pub fn rabbitmq_has_written(&self, name: &str) -> bool {
         let node = self.dir.path().join("mnesia").join(format!("rabbit-{}@localhost", self.port));
         let files = std::fs::read_dir(node).into_iter().flatten().flatten().map(|entry| entry.path());
