@@ -232,21 +232,6 @@ impl Broker {
         Ok(broker)
     }
 
-    /// Whether a RabbitMQ broker's metadata store (Mnesia: its transaction log and table
-    /// dumps) holds `name` on disk. RabbitMQ answers `queue.declare-ok` before its log
-    /// reaches the file (the log keeps a write cache for up to 2 s), so a broker killed
-    /// just after a declaration can come back without the queue, and without every message
-    /// it confirmed into it. A test that kills the broker waits for this first, and a few
-    /// seconds more: the name can be on disk before the declaration's commit is.
-    pub fn rabbitmq_has_written(&self, name: &str) -> bool {
-        let node = self.dir.path().join("mnesia").join(format!("rabbit-{}@localhost", self.port));
-        let files = std::fs::read_dir(node).into_iter().flatten().flatten().map(|entry| entry.path());
-        files.filter(|path| path.is_file()).any(|path| {
-            let bytes = std::fs::read(path).unwrap_or_default();
-            bytes.windows(name.len()).any(|window| window == name.as_bytes())
-        })
-    }
-
     /// The moto server (the AWS emulator: SQS, SNS, EventBridge, IAM), its state in memory,
     /// checking every request's signature against the IAM users it knows after the first
     /// `unauthenticated` requests (which make the first user). Run by `python`, a Python
