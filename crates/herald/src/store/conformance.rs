@@ -85,7 +85,7 @@ pub(crate) fn attempt(app: &App, msg: &MessageId, endpoint: &EndpointId, deliver
 
 /// An application with one endpoint and `n` messages committed unclaimed.
 /// A successful attempt's outcome for one delivery.
-fn delivered(app: &App, msg: &MessageId, endpoint: &EndpointId, delivery: i64) -> OutcomeRecord {
+pub(crate) fn delivered(app: &App, msg: &MessageId, endpoint: &EndpointId, delivery: i64) -> OutcomeRecord {
     OutcomeRecord {
         delivery_id: delivery,
         message_created_at: now_ms(),

@@ -29,6 +29,20 @@ impl Move<'_> {
         Move { using: "", filter, state: "0", attempts: "0", next_at: now, keep: "false" }
     }
 
+    /// A resend's first step: the held delivery of message `$1` at endpoint `$2` becomes a
+    /// pending row, still claimed by its holder, which the resend then marks like any other
+    /// delivery held pending (`queue.rs`).
+    pub fn resend() -> Move<'static> {
+        Move {
+            using: "",
+            filter: "h.msg_id = $1 AND h.endpoint_id = $2",
+            state: "0",
+            attempts: "0",
+            next_at: "h.created_at",
+            keep: "true",
+        }
+    }
+
     /// The move as one statement; executing it answers how many deliveries moved.
     pub fn statement(&self) -> String {
         format!("WITH held_out AS ({}) {}", self.delete(), self.insert("held_out"))

@@ -17,6 +17,8 @@ mod migrate;
 mod pollers;
 mod probe;
 mod queue;
+#[cfg(test)]
+mod races;
 mod rows;
 
 use std::sync::Arc;

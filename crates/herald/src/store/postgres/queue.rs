@@ -56,11 +56,15 @@ async fn release_ids(pool: &deadpool_postgres::Pool, owner: &str, ids: &[i64]) -
     let client = pool.get().await.map_err(super::pool_err)?;
     let rows = format!("UPDATE herald.delivery SET {} WHERE id = ANY ($1) AND owner = $2 AND state = 0", released(3));
     let held = Move::release("h.id = ANY ($1) AND h.owner = $2", "$3").statement();
-    give_back(&client, &[&rows, &held], &[&ids, &owner, &now_ms()]).await
+    give_back(&client, &[&held, &rows], &[&ids, &owner, &now_ms()]).await
 }
 
-/// Runs statements that make deliveries claimable again (rows and held ones, with the same
-/// parameters) and, if they changed any, tells every process there is work.
+/// Runs statements that make deliveries claimable again (held ones, then rows, with the
+/// same parameters) and, if they changed any, tells every process there is work. Held ones
+/// first: a resend that moves a held delivery into its row (claim kept) between the two
+/// finds it gone or has moved it before the rows' statement, whose fresh snapshot then
+/// sees the row. The other order could miss it twice and leave it claimed by a process
+/// that let it go.
 async fn give_back(
     client: &tokio_postgres::Client,
     statements: &[&str],
@@ -158,64 +162,22 @@ impl QueueStore for PgStore {
     /// counted in the per-minute and per-endpoint-hour totals. A resend accepted while the
     /// attempt was under way (`resend`) overrides the outcome's next state: the delivery
     /// goes back, unclaimed, for a manual attempt of its own.
+    ///
+    /// A second statement runs only for outcomes the first found no delivery for. A
+    /// resend moves a held delivery into its row with the holder's claim kept; if that
+    /// move commits while the first statement waits on the held row, the statement's
+    /// snapshot (taken before) cannot see the new row, and the outcome would be dropped as
+    /// a lost claim: its attempt unrecorded and the row held by a process that let it go,
+    /// so the resend would never go. The second statement's fresh snapshot sees the row;
+    /// a claim truly lost (reaped, released) stays lost, as it is no longer `owner`'s.
     async fn record_outcomes(&self, owner: &str, outcomes: Vec<OutcomeRecord>) -> StoreResult<Vec<Recorded>> {
         let client = self.client().await?;
         let now = now_ms();
-        let (mut ids, mut states, mut attempts, mut next, mut keep) = (vec![], vec![], vec![], vec![], vec![]);
-        for o in &outcomes {
-            let (state, at, kept) = match o.next {
-                NextState::Delivered => (DeliveryState::Delivered, now, false),
-                NextState::Retry { at, keep } => (DeliveryState::Pending, at, keep),
-                NextState::Dead => (DeliveryState::Dead, now, false),
-                NextState::Canceled => (DeliveryState::Canceled, now, false),
-            };
-            ids.push(o.delivery_id);
-            states.push(state.code() as i16);
-            attempts.push(o.attempts as i32);
-            next.push(at);
-            keep.push(kept);
+        let mut applied = apply_outcomes(&client, &RECORD_OUTCOMES, owner, now, &outcomes).await?;
+        let missed: Vec<&OutcomeRecord> = outcomes.iter().filter(|o| !applied.contains_key(&o.delivery_id)).collect();
+        if !missed.is_empty() {
+            applied.extend(apply_outcomes(&client, &RECORD_ROW_OUTCOMES_ALONE, owner, now, missed).await?);
         }
-        let mut c = AttemptColumns::default();
-        for o in &outcomes {
-            if let Some(a) = &o.attempt {
-                c.push(o.delivery_id, a, o.message_created_at, matches!(o.next, NextState::Dead));
-            }
-        }
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 24] = [
-            &ids,
-            &states,
-            &attempts,
-            &next,
-            &keep,
-            &owner,
-            &now,
-            &c.delivery,
-            &c.id,
-            &c.msg,
-            &c.endpoint,
-            &c.app,
-            &c.created,
-            &c.url,
-            &c.status,
-            &c.duration,
-            &c.delivered,
-            &c.class,
-            &c.error,
-            &c.response,
-            &c.trigger,
-            &c.number,
-            &c.message_created,
-            &c.dead,
-        ];
-        // Every expression reads the row as it was; `trigger` comes back 1 only for a resend.
-        let statement = client.prepare_cached(&RECORD_OUTCOMES).await.map_err(db_err)?;
-        let applied: HashMap<i64, Recorded> = client
-            .query(&statement, &params)
-            .await
-            .map_err(db_err)?
-            .iter()
-            .map(|r| (r.get(0), if r.get::<_, i16>(1) == 1 { Recorded::Resent } else { Recorded::Applied }))
-            .collect();
         let outcome_of = |o: &OutcomeRecord| applied.get(&o.delivery_id).copied().unwrap_or(Recorded::ClaimLost);
         let released = outcomes.iter().any(|o| match outcome_of(o) {
             Recorded::Resent => true,
@@ -237,7 +199,7 @@ impl QueueStore for PgStore {
         let rows = format!("UPDATE herald.delivery SET {} WHERE msg_id = $1 AND owner = $2 AND state = 0", released(3));
         let held = Move::release("h.msg_id = $1 AND h.owner = $2", "$3").statement();
         let client = self.client().await?;
-        give_back(&client, &[&rows, &held], &[&msg.as_str(), &owner, &now_ms()]).await
+        give_back(&client, &[&held, &rows], &[&msg.as_str(), &owner, &now_ms()]).await
     }
 
     async fn release_owner(&self, owner: &str) -> StoreResult<u64> {
@@ -246,7 +208,7 @@ impl QueueStore for PgStore {
         let rows = format!("UPDATE herald.delivery SET {} WHERE owner = $1", released(2));
         let held = Move::release("h.owner = $1", "$2").statement();
         let mut released = 0;
-        for sql in [rows, held] {
+        for sql in [held, rows] {
             released += tx.execute(&sql, &[&owner, &now_ms()]).await.map_err(db_err)?;
         }
         tx.execute("DELETE FROM herald.node WHERE id = $1", &[&owner]).await.map_err(db_err)?;
@@ -306,7 +268,7 @@ impl QueueStore for PgStore {
         }
         let rows = format!("UPDATE herald.delivery SET {} WHERE owner = ANY ($1)", released(2));
         let held = Move::release("h.owner = ANY ($1)", "$2").statement();
-        let released = give_back(&client, &[&rows, &held], &[&dead, &now_ms()]).await?;
+        let released = give_back(&client, &[&held, &rows], &[&dead, &now_ms()]).await?;
         if released > 0 {
             tracing::warn!(released, "released the deliveries of processes whose lease expired");
         }
@@ -322,7 +284,7 @@ impl QueueStore for PgStore {
         );
         let held = Move::release("NOT EXISTS (SELECT 1 FROM herald.node n WHERE n.id = h.owner)", "$1").statement();
         let client = self.client().await?;
-        let released = give_back(&client, &[&rows, &held], &[&now_ms()]).await?;
+        let released = give_back(&client, &[&held, &rows], &[&now_ms()]).await?;
         if released > 0 {
             tracing::warn!(released, "released deliveries claimed under names no process holds");
         }
@@ -340,15 +302,10 @@ impl QueueStore for PgStore {
             Requeue::Resend { app, msg, endpoint } => {
                 // A held delivery becomes a row first, still held by its holder, so the
                 // update below marks it like any other delivery held pending.
-                let held = Move {
-                    using: "",
-                    filter: "h.msg_id = $1 AND h.endpoint_id = $2",
-                    state: "0",
-                    attempts: "0",
-                    next_at: "h.created_at",
-                    keep: "true",
-                };
-                client.execute(&held.statement(), &[&msg.as_str(), &endpoint.as_str()]).await.map_err(db_err)?;
+                client
+                    .execute(&Move::resend().statement(), &[&msg.as_str(), &endpoint.as_str()])
+                    .await
+                    .map_err(db_err)?;
                 let changed = client
                     .execute(
                         "UPDATE herald.delivery SET resend = (state = 0 AND owner IS NOT NULL),
@@ -484,6 +441,68 @@ impl AttemptColumns {
     }
 }
 
+/// Runs `statement` ([`RECORD_OUTCOMES`] or [`RECORD_ROW_OUTCOMES_ALONE`]) for `outcomes`:
+/// each delivery it settled, and whether a resend took it back.
+async fn apply_outcomes<'a>(
+    client: &deadpool_postgres::Client,
+    statement: &str,
+    owner: &str,
+    now: Millis,
+    outcomes: impl IntoIterator<Item = &'a OutcomeRecord>,
+) -> StoreResult<HashMap<i64, Recorded>> {
+    let (mut ids, mut states, mut attempts, mut next, mut keep) = (vec![], vec![], vec![], vec![], vec![]);
+    let mut c = AttemptColumns::default();
+    for o in outcomes {
+        let (state, at, kept) = match o.next {
+            NextState::Delivered => (DeliveryState::Delivered, now, false),
+            NextState::Retry { at, keep } => (DeliveryState::Pending, at, keep),
+            NextState::Dead => (DeliveryState::Dead, now, false),
+            NextState::Canceled => (DeliveryState::Canceled, now, false),
+        };
+        ids.push(o.delivery_id);
+        states.push(state.code() as i16);
+        attempts.push(o.attempts as i32);
+        next.push(at);
+        keep.push(kept);
+        if let Some(a) = &o.attempt {
+            c.push(o.delivery_id, a, o.message_created_at, matches!(o.next, NextState::Dead));
+        }
+    }
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 24] = [
+        &ids,
+        &states,
+        &attempts,
+        &next,
+        &keep,
+        &owner,
+        &now,
+        &c.delivery,
+        &c.id,
+        &c.msg,
+        &c.endpoint,
+        &c.app,
+        &c.created,
+        &c.url,
+        &c.status,
+        &c.duration,
+        &c.delivered,
+        &c.class,
+        &c.error,
+        &c.response,
+        &c.trigger,
+        &c.number,
+        &c.message_created,
+        &c.dead,
+    ];
+    // Every expression reads the row as it was; `trigger` comes back 1 only for a resend.
+    let statement = client.prepare_cached(statement).await.map_err(db_err)?;
+    let rows = client.query(&statement, &params).await.map_err(db_err)?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get(0), if r.get::<_, i16>(1) == 1 { Recorded::Resent } else { Recorded::Applied }))
+        .collect())
+}
+
 /// The outcomes of a batch in one statement: the held deliveries `$6` holds move into rows
 /// in their next state (`held.rs`), the rows it still holds are updated, then, for those
 /// alone, their attempts are appended and counted in the per-minute totals and the
@@ -498,6 +517,11 @@ static RECORD_OUTCOMES: LazyLock<String> = LazyLock::new(|| {
         keep: "x.keep",
     };
     format!("WITH {}, {RECORD_ROW_OUTCOMES}", held.ctes())
+});
+
+/// [`RECORD_OUTCOMES`] for rows alone, no held delivery moved (see `record_outcomes`).
+static RECORD_ROW_OUTCOMES_ALONE: LazyLock<String> = LazyLock::new(|| {
+    format!("WITH held_in AS (SELECT NULL::int8 AS id, NULL::int2 AS trigger WHERE false), {RECORD_ROW_OUTCOMES}")
 });
 
 /// [`RECORD_OUTCOMES`] after the held deliveries' move: the rows' part and the totals.
