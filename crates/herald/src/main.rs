@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 use herald::config::{DEFAULT_TOML, Sources};
 use herald::import::{Api, Report};
 use herald::store::sqlite::backup;
+use herald::supervisor::StopDeadline;
 use herald::{Config, Server, telemetry};
 use tokio_util::sync::CancellationToken;
 
@@ -176,9 +177,15 @@ fn main() -> anyhow::Result<()> {
                 runtime.worker_threads(threads);
             }
             let runtime = runtime.enable_all().build().context("starting the runtime")?;
-            let served = runtime.block_on(serve(config));
-            // Whatever is still running (a blocking read) does not hold up the exit.
-            runtime.shutdown_timeout(Duration::from_millis(500));
+            let (served, deadline) = runtime.block_on(serve(config));
+            // Whatever is still running (a blocking read) does not hold up the exit: the
+            // runtime gets what is left of the grace period, half of the exit's margin
+            // included, half a second at most.
+            let stopping = std::time::Instant::now();
+            let end = deadline.get().map(|d| d + StopDeadline::EXIT_MARGIN / 2);
+            let left = end.map_or(RUNTIME_STOP, |d| d.saturating_duration_since(tokio::time::Instant::now()));
+            runtime.shutdown_timeout(left.min(RUNTIME_STOP));
+            tracing::info!(runtime_ms = stopping.elapsed().as_millis() as u64, "runtime stopped");
             served
         }
         Command::CheckConfig(flags) => {
@@ -243,11 +250,19 @@ fn describe(c: &backup::Contents) -> String {
     )
 }
 
-async fn serve(config: Config) -> anyhow::Result<()> {
-    let server = Server::build(config).await?;
+/// The longest the runtime waits for its blocking threads at exit.
+const RUNTIME_STOP: Duration = Duration::from_millis(500);
+
+/// Serves until a signal or a failure; the result, and when the stop had to be over.
+async fn serve(config: Config) -> (anyhow::Result<()>, StopDeadline) {
+    let server = match Server::build(config).await {
+        Ok(server) => server,
+        Err(e) => return (Err(e), StopDeadline::default()),
+    };
+    let deadline = server.stop_deadline();
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
-    server.run_until_stopped(shutdown).await
+    (server.run_until_stopped(shutdown).await, deadline)
 }
 
 /// Cancels `shutdown` on SIGTERM or SIGINT.

@@ -33,7 +33,7 @@ use crate::ssrf::Guard;
 use crate::store::Store;
 use crate::store::postgres::{PgOptions, PgStore};
 use crate::store::sqlite::SqliteStore;
-use crate::supervisor::{Liveness, spawn_loop, spawn_task};
+use crate::supervisor::{Liveness, StopDeadline, spawn_loop, spawn_task};
 use crate::telemetry::Traces;
 
 /// How often housekeeping runs.
@@ -54,6 +54,8 @@ pub struct Server {
     config: Config,
     /// Failed once any supervised task fails; the process then stops.
     liveness: Arc<Liveness>,
+    /// When a stop must be over, from the moment it begins.
+    deadline: StopDeadline,
     /// Held for the life of the process (SQLite): a second Herald on the same data
     /// directory fails at once.
     _data_dir: Option<DataDir>,
@@ -187,6 +189,7 @@ impl Server {
             traces,
             config,
             liveness,
+            deadline: StopDeadline::default(),
             _data_dir: data_dir,
         })
     }
@@ -195,13 +198,25 @@ impl Server {
         self.listener.local_addr().expect("a bound listener has an address")
     }
 
+    /// When the stop must be over, once it has begun: what is left of it bounds whatever
+    /// the caller still does to exit (the runtime's shutdown).
+    pub fn stop_deadline(&self) -> StopDeadline {
+        self.deadline.clone()
+    }
+
     /// Starts every background task, supervised, until `stop`; returns the dispatcher's
     /// (the one whose end matters), if this process delivers.
     fn start_background(&self, stop: &CancellationToken) -> Option<JoinHandle<()>> {
         let live = &self.liveness;
         let delivers = self.config.server.role != Role::Api;
-        let dispatcher = delivers
-            .then(|| spawn_loop(live, "the dispatcher", stop.clone(), self.dispatcher.clone().run(stop.clone())));
+        let dispatcher = delivers.then(|| {
+            spawn_loop(
+                live,
+                "the dispatcher",
+                stop.clone(),
+                self.dispatcher.clone().run(stop.clone(), self.deadline.clone()),
+            )
+        });
         if !delivers {
             spawn_loop(live, "the lanes' owner", stop.clone(), self.dispatcher.clone().run_idle(stop.clone()));
         }
@@ -243,9 +258,10 @@ impl Server {
             reason = live.failed() => Some(reason),
         };
         // A requested stop ends within the grace period: HTTP first (requests take
-        // milliseconds), then the attempts in flight (see `Dispatcher::run`). After a
-        // failure HTTP stops last, so that the health check says 503 meanwhile.
-        let deadline = tokio::time::Instant::now() + self.config.queue.shutdown_grace;
+        // milliseconds), then the attempts in flight (see `Dispatcher::run`), both by one
+        // deadline. After a failure HTTP stops last, so that the health check says 503
+        // meanwhile.
+        let deadline = self.deadline.start(self.config.queue.shutdown_grace);
         let served = async move {
             stop_http.cancel();
             match tokio::time::timeout_at(deadline, served).await {
@@ -263,15 +279,24 @@ impl Server {
             }
         };
         let traces = self.traces.clone();
-        let served = if failure.is_none() {
+        // Each step's end, in milliseconds from the stop, is logged: an exit slower than
+        // the grace period then shows where the time went.
+        let stopping = std::time::Instant::now();
+        let since = move || stopping.elapsed().as_millis() as u64;
+        let (served, http_ms, background_ms) = if failure.is_none() {
             let served = served.await;
+            let http_ms = since();
             background.await;
-            served
+            (served, http_ms, since())
         } else {
             background.await;
-            served.await
+            let background_ms = since();
+            (served.await, since(), background_ms)
         };
-        traces.shutdown().await;
+        if tokio::time::timeout_at(deadline, traces.shutdown()).await.is_err() {
+            tracing::warn!("the last traces were still being exported at the end of the grace period; dropped");
+        }
+        tracing::info!(http_ms, background_ms, traces_ms = since(), "stopped; exiting");
         match live.failure() {
             Some(reason) => Err(anyhow::anyhow!("stopped after a failure: {reason}")),
             None => served,

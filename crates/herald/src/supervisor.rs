@@ -47,6 +47,29 @@ impl Liveness {
     }
 }
 
+/// When a stopping process must be gone: set once, as the stop begins, and read by each
+/// part that stops after it (the HTTP server, the dispatcher, the runtime), so that all of
+/// their steps together fit in the grace period, not each in one of its own.
+#[derive(Debug, Clone, Default)]
+pub struct StopDeadline(Arc<OnceLock<tokio::time::Instant>>);
+
+impl StopDeadline {
+    /// The end of a grace period kept for the exit itself (the runtime's shutdown, the
+    /// kernel's teardown), after every step of the stop.
+    pub const EXIT_MARGIN: std::time::Duration = std::time::Duration::from_millis(200);
+
+    /// Starts the clock: the deadline is `grace` from now, less the exit's margin (a
+    /// second call keeps the first).
+    pub fn start(&self, grace: std::time::Duration) -> tokio::time::Instant {
+        *self.0.get_or_init(|| tokio::time::Instant::now() + grace.saturating_sub(Self::EXIT_MARGIN))
+    }
+
+    /// The deadline, if the stop has begun.
+    pub fn get(&self) -> Option<tokio::time::Instant> {
+        self.0.get().copied()
+    }
+}
+
 /// Spawns a loop that must run until `stop` is cancelled: if it panics, or returns while
 /// `stop` is not cancelled, the process fails.
 pub fn spawn_loop<F>(liveness: &Arc<Liveness>, name: &'static str, stop: CancellationToken, task: F) -> JoinHandle<()>

@@ -38,7 +38,7 @@ use crate::deliver::Deliverer;
 use crate::metrics::Metrics;
 use crate::scripts::Sandbox;
 use crate::store::Store;
-use crate::supervisor::{Liveness, spawn_loop};
+use crate::supervisor::{Liveness, StopDeadline, spawn_loop};
 use crate::telemetry::Traces;
 
 /// Settings the dispatcher runs with.
@@ -66,6 +66,10 @@ const LATENCY_FLUSH: Duration = Duration::from_secs(5);
 /// The most a process that failed waits for its attempts in flight before it gives back
 /// what it holds and exits (the configured grace, if shorter).
 const FAILURE_GRACE: Duration = Duration::from_secs(5);
+/// The part of a stop's grace kept for recording the last outcomes and giving the rest
+/// back: a tenth of what is left, within these bounds.
+const STOP_RESERVE_MIN: Duration = Duration::from_millis(100);
+const STOP_RESERVE_MAX: Duration = Duration::from_secs(2);
 
 pub struct Dispatcher {
     /// The owner name this process's claims carry, and its lease on a shared store.
@@ -229,10 +233,10 @@ impl Dispatcher {
     }
 
     /// Runs the pump and the loader until `shutdown`, then lets in-flight attempts finish
-    /// within the grace period and gives every held delivery back to the store. Every loop
-    /// runs supervised: one that fails fails the process, which then stops the same way
-    /// (with a shorter grace).
-    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+    /// and gives every held delivery back to the store, all by `deadline` (the grace period
+    /// from when the process began to stop). Every loop runs supervised: one that fails
+    /// fails the process, which then stops the same way (with a shorter grace).
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken, deadline: StopDeadline) {
         let rx = self.outcomes_rx.lock().unwrap_or_else(|p| p.into_inner()).take().expect("run is called once");
         let (inbox, lanes) = self.inbox.lock().unwrap_or_else(|p| p.into_inner()).take().expect("run once");
         self.restore().await;
@@ -257,21 +261,27 @@ impl Dispatcher {
         shutdown.cancelled().await;
         let _ = loader.await;
         self.attempts.close();
-        let grace = match live.failure() {
-            Some(_) => self.config.queue.shutdown_grace.min(FAILURE_GRACE),
-            None => self.config.queue.shutdown_grace,
+        let now = tokio::time::Instant::now();
+        let deadline = match live.failure() {
+            Some(_) => deadline.start(FAILURE_GRACE).min(now + FAILURE_GRACE),
+            None => deadline.start(self.config.queue.shutdown_grace),
         };
-        // The attempts get the grace period but a reserve, in which their outcomes are
-        // recorded and the rest is given back: the whole stop fits in the grace period.
-        let reserve = (grace / 10).clamp(Duration::from_millis(100), Duration::from_secs(2));
-        if tokio::time::timeout(grace.saturating_sub(reserve), self.attempts.wait()).await.is_err() {
-            tracing::warn!(?grace, "attempts still in flight after the grace period; their deliveries will be retried");
+        // The attempts get what is left of the grace period but a reserve, in which their
+        // outcomes are recorded and the rest is given back: the whole stop fits in it.
+        let reserve = (deadline.saturating_duration_since(now) / 10).clamp(STOP_RESERVE_MIN, STOP_RESERVE_MAX);
+        if tokio::time::timeout_at(deadline - reserve, self.attempts.wait()).await.is_err() {
+            tracing::warn!("attempts still in flight at the end of the grace period; their deliveries will be retried");
         }
-        // Every finished attempt has handed over its outcome: write them, then stop.
+        // Every finished attempt has handed over its outcome: write them, then stop. A store
+        // that does not answer by the deadline (locked, full) leaves them unrecorded and the
+        // deliveries claimed: they are sent again once the claims are recovered (at the next
+        // start on SQLite, when the lease lapses on PostgreSQL), which at-least-once allows.
         stop_outcomes.cancel();
-        let _ = writer.await;
+        if tokio::time::timeout_at(deadline, writer).await.is_err() {
+            tracing::error!("the outcomes were still being written at the end of the grace period; left unrecorded");
+        }
         stop_latency.cancel();
-        let _ = flusher.await;
+        let _ = tokio::time::timeout_at(deadline, flusher).await;
         let drain = |lanes: &mut Lanes, dispatcher: &Dispatcher| {
             let waiting = lanes.drain_waiting().len();
             dispatcher.room.release(waiting);
@@ -284,9 +294,10 @@ impl Dispatcher {
         // register a new one for a process that is stopping.
         stop_lease.cancel();
         let _ = leases.await;
-        match self.store.release_owner(&self.owner()).await {
-            Ok(released) => tracing::info!(waiting, released, "dispatcher stopped; deliveries released"),
-            Err(e) => tracing::error!(error = %e, "releasing deliveries at shutdown failed"),
+        match tokio::time::timeout_at(deadline, self.store.release_owner(&self.owner())).await {
+            Ok(Ok(released)) => tracing::info!(waiting, released, "dispatcher stopped; deliveries released"),
+            Ok(Err(e)) => tracing::error!(error = %e, "releasing deliveries at shutdown failed"),
+            Err(_) => tracing::error!("releasing deliveries was not done at the end of the grace period; left claimed"),
         }
     }
 

@@ -215,3 +215,100 @@ async fn a_pump_that_panics_makes_the_process_unhealthy_and_exit_and_nothing_acc
     .await;
     restarted.kill();
 }
+
+/// The store stops answering (another client holds it locked) just as the process is told
+/// to stop: the stop must still end within the grace period, exit 0, and say what it left
+/// undone; nothing is lost by it, as the next process takes the deliveries up.
+#[tokio::test]
+async fn a_sigterm_with_the_store_locked_still_exits_within_the_grace() {
+    const GRACE: Duration = Duration::from_secs(2);
+    // 503 until `healthy`; then 200, and the message's id is booked as delivered.
+    let healthy = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let delivered = Arc::new(Mutex::new(HashSet::new()));
+    let (answer, book) = (healthy.clone(), delivered.clone());
+    let receiver = Receiver::start(move |request, _| {
+        if !answer.load(std::sync::atomic::Ordering::SeqCst) {
+            return Reply::status(503);
+        }
+        book.lock().unwrap().insert(request.header("webhook-id").to_owned());
+        Reply::ok()
+    })
+    .await;
+    let storage = Storage::new().await;
+    let grace_ms = GRACE.as_millis().to_string();
+    let first = Process::start_with(&storage, &[("HERALD_QUEUE__SHUTDOWN_GRACE_MS", &grace_ms)]);
+    let (_, app) = first.call(reqwest::Method::POST, ADMIN_TOKEN, "/api/v1/app", Some(json!({"name": "a"}))).await;
+    let app = app["id"].as_str().unwrap().to_owned();
+    let retry = json!({"retry": {"strategy": "schedule", "delaysMs": [3000], "jitterPercent": 0}});
+    let endpoint = json!({"url": receiver.url("/hook"), "delivery": retry});
+    let (status, _) =
+        first.call(reqwest::Method::POST, ADMIN_TOKEN, &format!("/api/v1/app/{app}/endpoint"), Some(endpoint)).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let mut sent = HashSet::new();
+    for n in 0..3 {
+        let body = json!({"eventType": "a", "payload": {"n": n}});
+        let (status, msg) =
+            first.call(reqwest::Method::POST, ADMIN_TOKEN, &format!("/api/v1/app/{app}/msg"), Some(body)).await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+        sent.insert(msg["id"].as_str().unwrap().to_owned());
+    }
+    receiver.wait_for(Some("/hook"), 3).await;
+
+    // Every message failed once and waits for its retry, held by this process.
+    let lock = StoreLock::take(&storage).await;
+    let (status, took, log) = tokio::task::spawn_blocking(move || first.terminate()).await.unwrap();
+    assert!(status.success(), "{status}\n{log}");
+    assert!(took <= GRACE, "the stop took {took:?}, past the grace of {GRACE:?}:\n{log}");
+    assert!(log.contains("left claimed"), "the log says the deliveries were left claimed:\n{log}");
+    assert!(log.contains("stopped; exiting") && log.contains("runtime stopped"), "each step is logged:\n{log}");
+    lock.release().await;
+
+    healthy.store(true, std::sync::atomic::Ordering::SeqCst);
+    let second = Process::start(&storage);
+    eventually("every message to be delivered by the next process", || async {
+        sent.is_subset(&delivered.lock().unwrap()).then_some(())
+    })
+    .await;
+    second.kill();
+}
+
+/// Another client holding the store so that Herald can neither read its queue nor write
+/// it: an exclusive transaction on SQLite, an exclusive lock on the delivery tables on
+/// PostgreSQL.
+enum StoreLock {
+    Sqlite(std::sync::mpsc::Sender<()>, tokio::task::JoinHandle<()>),
+    Postgres(tokio_postgres::Client),
+}
+
+impl StoreLock {
+    async fn take(storage: &Storage) -> Self {
+        if let Some(url) = &storage.database_url {
+            let db = herald_test_support::pg_cluster::connect(url, Duration::from_secs(10)).await.unwrap();
+            db.batch_execute("BEGIN; LOCK TABLE herald.delivery, herald.held IN ACCESS EXCLUSIVE MODE").await.unwrap();
+            return StoreLock::Postgres(db);
+        }
+        let path = storage.dir.path().join("herald.db");
+        let (release, released) = std::sync::mpsc::channel();
+        let (locked, is_locked) = tokio::sync::oneshot::channel();
+        let holder = tokio::task::spawn_blocking(move || {
+            let db = rusqlite::Connection::open(path).unwrap();
+            db.busy_timeout(Duration::from_secs(30)).unwrap();
+            db.execute_batch("BEGIN EXCLUSIVE").unwrap();
+            locked.send(()).unwrap();
+            let _ = released.recv();
+            db.execute_batch("ROLLBACK").unwrap();
+        });
+        is_locked.await.unwrap();
+        StoreLock::Sqlite(release, holder)
+    }
+
+    async fn release(self) {
+        match self {
+            StoreLock::Sqlite(release, holder) => {
+                release.send(()).unwrap();
+                holder.await.unwrap();
+            }
+            StoreLock::Postgres(db) => db.batch_execute("ROLLBACK").await.unwrap(),
+        }
+    }
+}

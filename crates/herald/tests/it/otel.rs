@@ -78,7 +78,7 @@ async fn a_message_retried_in_another_process_is_one_trace_from_the_callers_span
     let (app, endpoint) = app_with_endpoint(&first, &receiver.url("/hook"), retry).await;
     let msg = send(&first, &app, Some(&format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01"))).await;
     receiver.wait_for(Some("/hook"), 1).await;
-    let (status, _) = first.terminate();
+    let (status, _, _) = first.terminate();
     assert!(status.success());
     let second = start(&storage, &traced(&collector, "herald-second"));
     receiver.wait_for(Some("/hook"), 3).await;

@@ -615,13 +615,14 @@ async fn inject(
         }
         Fault::Term => {
             if let Some(process) = herald.down(slot) {
-                let started = Instant::now();
-                let (status, _) = tokio::task::spawn_blocking(move || process.terminate()).await.unwrap();
-                let took = started.elapsed();
+                let (status, took, log) = tokio::task::spawn_blocking(move || process.terminate()).await.unwrap();
                 if !status.success() || took > SHUTDOWN_GRACE {
                     let grace = SHUTDOWN_GRACE;
-                    let problem =
-                        format!("SIGTERM: {status} after {took:?}; expected exit 0 within the grace ({grace:?})");
+                    // Herald logs when each step of its stop ended: where the time went.
+                    let steps: Vec<&str> = log.lines().filter(|l| l.contains("stopped")).collect();
+                    let problem = format!(
+                        "SIGTERM: {status} after {took:?}; expected exit 0 within the grace ({grace:?}); {steps:?}"
+                    );
                     ledger.lock().unwrap().violations.push(problem);
                 }
             }

@@ -98,12 +98,15 @@ impl Process {
         unsafe { libc::kill(self.pid(), signal) };
     }
 
-    /// SIGTERM, then waits for the exit; returns the exit status and the whole output.
-    pub fn terminate(mut self) -> (std::process::ExitStatus, String) {
+    /// SIGTERM, then waits for the exit; returns the exit status, how long the exit took
+    /// from the signal, and the whole output.
+    pub fn terminate(mut self) -> (std::process::ExitStatus, std::time::Duration, String) {
+        let signalled = std::time::Instant::now();
         self.signal(libc::SIGTERM);
         let status = self.child.wait().unwrap();
+        let took = signalled.elapsed();
         std::thread::sleep(std::time::Duration::from_millis(100));
-        (status, self.output())
+        (status, took, self.output())
     }
 
     /// Waits up to `limit` for the process to exit by itself; its exit status and whole
