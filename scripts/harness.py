@@ -11,7 +11,7 @@ cluster), deliveries from nginx's own request counter.
     scripts/harness.py [--binary PATH] [--postgres]
                        [--destination http|redis|nats|rabbitmq|kafka|sqs|sns|eventbridge]
                        [--duration 20] [--connections 64] [--idempotency-keys] [--pg-profile]
-                       [--pg-locale LOCALE] [--json]
+                       [--pg-locale LOCALE] [--pg-steady [--warmup 15]] [--json]
 
 With --pg-profile (implies --postgres), the cluster loads pg_stat_statements and the run ends
 with the bytes each kind of PostgreSQL process wrote (from /proc), its statements ranked by
@@ -23,6 +23,14 @@ The cluster takes the environment's locale (C.UTF-8 on the project's machines); 
 en_US.UTF-8 gives it a language's collation, as many deployments have (initdb's default on
 a machine set up in English), where every comparison of a text column whose collation is
 the database's goes through strcoll.
+
+With --pg-steady (implies --postgres), the cluster is one that has been running, as in any
+deployment: shared_buffers sized to the run's working set (1 GB), WAL segments kept for
+reuse, a warm-up of the same load (--warmup seconds) drained and checkpointed before the
+measured run, and a checkpoint at the run's end whose writes are counted. Without it, a
+15-second run on a fresh cluster counts one-off costs (each new 16 MB WAL segment zeroed,
+backends evicting pages from the default 128 MB of buffers) and leaves the run's dirty
+pages unwritten and uncounted.
 
 With --idempotency-keys, every message carries an `Idempotency-Key` of its own, as the
 official Svix SDKs send with every POST.
@@ -432,10 +440,16 @@ RECEIVERS = {"http": Nginx, "redis": Redis, "nats": Nats, "rabbitmq": Rabbit, "k
              "eventbridge": lambda workdir: Amazon(workdir, "eventbridge")}
 
 
-def start_postgres(workdir, profile=False, locale=None):
+# A cluster sized for the load (`--pg-steady`): the working set of a run fits in its
+# buffers, WAL segments are kept for reuse, and no checkpoint falls inside a run (the run
+# ends with one of its own, counted).
+STEADY_SETTINGS = "-c shared_buffers=1GB -c min_wal_size=2GB -c max_wal_size=4GB -c checkpoint_timeout=1h"
+
+
+def start_postgres(workdir, profile=False, locale=None, steady=False):
     """A throwaway cluster (initdb + postgres, in `locale` if given, else the environment's);
     as root it runs as the `postgres` user. With `profile`, pg_stat_statements is loaded
-    (see `pg_profile`)."""
+    (see `pg_profile`); with `steady`, STEADY_SETTINGS apply."""
     bindir = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True).stdout.strip()
     if not bindir or not os.path.exists(os.path.join(bindir, "initdb")):
         candidates = sorted(d for d in os.listdir("/usr/lib/postgresql") if d.isdigit())
@@ -450,6 +464,8 @@ def start_postgres(workdir, profile=False, locale=None):
     options = f"-p {port} -k {workdir} -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=on"
     if profile:
         options += " -c shared_preload_libraries=pg_stat_statements -c track_io_timing=on"
+    if steady:
+        options += " " + STEADY_SETTINGS
     process = subprocess.Popen(as_postgres + [f"{bindir}/postgres", "-D", data] + options.split(),
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_for("postgres", lambda: subprocess.run(
@@ -541,6 +557,32 @@ end
     return path
 
 
+def load(base, script, seconds, args, sampled):
+    """wrk for `seconds`, sampling `sampled` meanwhile; its counts: requests, socket errors,
+    status errors, duration (µs), ingest p50 and p99 (µs)."""
+    wrk = subprocess.Popen(["wrk", "-t", "2", "-c", str(args.connections), "-d", f"{seconds}s",
+                            "--timeout", "10s", "-s", script, base], stdout=subprocess.PIPE, text=True)
+    while wrk.poll() is None:
+        for g in sampled:
+            g.sample()
+        time.sleep(0.5)
+    line = next(l for l in wrk.stdout.read().splitlines() if l.startswith("HARNESS "))
+    return line.split()[1:7]
+
+
+def warm_up(base, url, script, args, receiver):
+    """`--pg-steady`: the same load for --warmup seconds, drained, then a checkpoint: the
+    measured run then finds WAL segments to reuse and clean buffers, as a cluster that has
+    been running does."""
+    before = receiver.delivered()
+    requests, _, status_errors, _, _, _ = load(base, script, args.warmup, args, [])
+    accepted = int(requests) - int(status_errors)
+    deadline = time.time() + 600
+    while receiver.delivered() - before < accepted and time.time() < deadline:
+        time.sleep(0.1)
+    psql(url, "CHECKPOINT")
+
+
 def run(args):
     workdir = tempfile.mkdtemp(prefix="herald-harness-")
     os.chmod(workdir, 0o755)
@@ -552,7 +594,7 @@ def run(args):
                    HERALD_LOG__LEVEL="warn")
         database = None
         if args.postgres:
-            database, url = start_postgres(workdir, args.pg_profile, args.pg_locale)
+            database, url = start_postgres(workdir, args.pg_profile, args.pg_locale, args.pg_steady)
             processes.append(database)
             env["HERALD_DATABASE_URL"] = url
             env["HERALD_SECRET_KEY"] = "aGFybmVzcy1zZWNyZXQta2V5LTAxMjM0NTY3ODkwMTI="
@@ -569,6 +611,9 @@ def run(args):
             api(base, "POST", f"/api/v1/app/{app['id']}/endpoint", receiver.endpoint(i))
             app_ids.append(app["id"])
         script = wrk_script(workdir, app_ids, args.payload_bytes, args.idempotency_keys)
+        if args.pg_steady:
+            warm_up(base, url, script, args, receiver)
+        delivered_before = receiver.delivered()
 
         if args.pg_profile:
             psql(url, PROFILE_RESET)
@@ -584,17 +629,11 @@ def run(args):
         before = [g.totals() for g in groups]
         seen_before = [dict(g.seen) for g in groups]
         started = time.time()
-        wrk = subprocess.Popen(["wrk", "-t", "2", "-c", str(args.connections), "-d", f"{args.duration}s",
-                                "--timeout", "10s", "-s", script, base], stdout=subprocess.PIPE, text=True)
-        while wrk.poll() is None:
-            for g in groups[1:]:
-                g.sample()
-            time.sleep(0.5)
-        out = wrk.stdout.read()
-        line = next(l for l in out.splitlines() if l.startswith("HARNESS "))
-        requests, socket_errors, status_errors, wrk_us, p50, p99, _, _, _ = line.split()[1:]
+        requests, socket_errors, status_errors, wrk_us, p50, p99 = load(base, script, args.duration, args, groups[1:])
         accepted = int(requests) - int(status_errors)
-        delivered = receiver.delivered
+
+        def delivered():
+            return receiver.delivered() - delivered_before
 
         # wrk stops counting at the end of its duration, with up to one request per
         # connection still in flight (and possibly accepted): the drain ends when nginx has
@@ -611,6 +650,9 @@ def run(args):
             time.sleep(0.05)
         ended = time.time()
         got = delivered()
+        if args.pg_steady:
+            # What the load dirtied and is not yet on disk is written now, and counted.
+            psql(url, "CHECKPOINT")
         for g in groups + [broker]:
             g.sample()
         after = [g.totals() for g in groups]
@@ -640,6 +682,7 @@ def run(args):
             "bytesWrittenPerMessage": round((herald_written + db_written) / per),
             "walBytesPerMessage": round(wal_written / per),
             "idempotencyKeys": args.idempotency_keys,
+            "pgSteady": args.pg_steady,
             "ingestLatencyP50Ms": round(float(p50) / 1000, 2),
             "ingestLatencyP99Ms": round(float(p99) / 1000, 2),
         }
@@ -682,9 +725,14 @@ def main():
     parser.add_argument("--pg-locale", metavar="LOCALE",
                         help="the cluster's locale (initdb --locale), e.g. en_US.UTF-8 as many deployments "
                              "have; implies --postgres (default: the environment's)")
+    parser.add_argument("--pg-steady", action="store_true",
+                        help="PostgreSQL as a cluster that has been running (implies --postgres): sized for the "
+                             "load (STEADY_SETTINGS), warmed up by the same load for --warmup seconds and a "
+                             "checkpoint, and the run's own dirty pages written by a checkpoint at its end and counted")
+    parser.add_argument("--warmup", type=int, default=15, help="seconds of warm-up load for --pg-steady")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    args.postgres |= args.pg_profile or args.pg_locale is not None
+    args.postgres |= args.pg_profile or args.pg_steady or args.pg_locale is not None
     run(args)
 
 
