@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -70,6 +71,22 @@ const FAILURE_GRACE: Duration = Duration::from_secs(5);
 /// back: a tenth of what is left, within these bounds.
 const STOP_RESERVE_MIN: Duration = Duration::from_millis(100);
 const STOP_RESERVE_MAX: Duration = Duration::from_secs(2);
+
+/// The dispatcher's loops while it runs, each with the token that stops it (the loader
+/// stops with the dispatcher itself).
+struct Running {
+    loader: JoinHandle<()>,
+    writer: (CancellationToken, JoinHandle<()>),
+    flusher: (CancellationToken, JoinHandle<()>),
+    owner: (CancellationToken, JoinHandle<()>),
+    leases: (CancellationToken, JoinHandle<()>),
+}
+
+/// Stops a loop and waits for its end until `deadline`; whether it ended.
+async fn stop_and_wait((stop, task): (CancellationToken, JoinHandle<()>), deadline: tokio::time::Instant) -> bool {
+    stop.cancel();
+    tokio::time::timeout_at(deadline, task).await.is_ok()
+}
 
 pub struct Dispatcher {
     /// The owner name this process's claims carry, and its lease on a shared store.
@@ -259,41 +276,51 @@ impl Dispatcher {
         let pumping = owner::run(self.clone(), lanes, inbox, shutdown.clone(), stop_owner.clone());
         let owner = spawn_loop(live, "the pump", stop_owner.clone(), pumping);
         shutdown.cancelled().await;
-        let _ = loader.await;
-        self.attempts.close();
+        let running = Running {
+            loader,
+            writer: (stop_outcomes, writer),
+            flusher: (stop_latency, flusher),
+            owner: (stop_owner, owner),
+            leases: (stop_lease, leases),
+        };
+        self.wind_down(running, &deadline).await;
+    }
+
+    /// The stop, once the loader has been told to: attempts finish, outcomes are written,
+    /// the rest is given back. Every wait ends by the deadline, so a store that does not
+    /// answer (locked, full) cannot hold the stop past the grace period, whichever step it
+    /// is in; what it could not take stays claimed and is recovered (at the next start on
+    /// SQLite, when the lease lapses on PostgreSQL) and sent again, as at-least-once allows.
+    async fn wind_down(&self, running: Running, deadline: &StopDeadline) {
+        let Running { loader, writer, flusher, owner, leases } = running;
         let now = tokio::time::Instant::now();
-        let deadline = match live.failure() {
+        let deadline = match self.liveness.failure() {
             Some(_) => deadline.start(FAILURE_GRACE).min(now + FAILURE_GRACE),
             None => deadline.start(self.config.queue.shutdown_grace),
         };
+        let _ = tokio::time::timeout_at(deadline, loader).await;
+        self.attempts.close();
         // The attempts get what is left of the grace period but a reserve, in which their
-        // outcomes are recorded and the rest is given back: the whole stop fits in it.
+        // outcomes are recorded and the rest is given back.
         let reserve = (deadline.saturating_duration_since(now) / 10).clamp(STOP_RESERVE_MIN, STOP_RESERVE_MAX);
         if tokio::time::timeout_at(deadline - reserve, self.attempts.wait()).await.is_err() {
             tracing::warn!("attempts still in flight at the end of the grace period; their deliveries will be retried");
         }
-        // Every finished attempt has handed over its outcome: write them, then stop. A store
-        // that does not answer by the deadline (locked, full) leaves them unrecorded and the
-        // deliveries claimed: they are sent again once the claims are recovered (at the next
-        // start on SQLite, when the lease lapses on PostgreSQL), which at-least-once allows.
-        stop_outcomes.cancel();
-        if tokio::time::timeout_at(deadline, writer).await.is_err() {
+        // Every finished attempt has handed over its outcome: write them, then stop.
+        if !stop_and_wait(writer, deadline).await {
             tracing::error!("the outcomes were still being written at the end of the grace period; left unrecorded");
         }
-        stop_latency.cancel();
-        let _ = tokio::time::timeout_at(deadline, flusher).await;
+        stop_and_wait(flusher, deadline).await;
         let drain = |lanes: &mut Lanes, dispatcher: &Dispatcher| {
             let waiting = lanes.drain_waiting().len();
             dispatcher.room.release(waiting);
             waiting
         };
         let waiting = self.ask(drain).await.unwrap_or_default();
-        stop_owner.cancel();
-        let _ = owner.await;
+        stop_and_wait(owner, deadline).await;
         // Renewals end first: one racing the release below would find the name gone and
         // register a new one for a process that is stopping.
-        stop_lease.cancel();
-        let _ = leases.await;
+        stop_and_wait(leases, deadline).await;
         match tokio::time::timeout_at(deadline, self.store.release_owner(&self.owner())).await {
             Ok(Ok(released)) => tracing::info!(waiting, released, "dispatcher stopped; deliveries released"),
             Ok(Err(e)) => tracing::error!(error = %e, "releasing deliveries at shutdown failed"),
