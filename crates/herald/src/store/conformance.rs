@@ -102,17 +102,24 @@ async fn seeded(store: &dyn Store, n: usize) -> (App, Endpoint, Vec<(MessageId, 
     assert!(store.insert_endpoint(&ep, 1000).await.unwrap());
     let mut out = vec![];
     for _ in 0..n {
-        let m = message(&app, None);
-        let new = NewMessage {
-            message: m.clone(),
-            deliveries: vec![NewDelivery { endpoint: ep.id.clone(), strict: false }],
-            owner: None,
-            idempotency: None,
-        };
-        let IngestResult::Created { deliveries } = store.ingest(new).await.unwrap() else { panic!("not created") };
-        out.push((m.id, deliveries[0]));
+        let (m, delivery) = ingest_one(store, &app, &ep, None).await;
+        out.push((m.id, delivery));
     }
     (app, ep, out)
+}
+
+/// A new message with one delivery, to `ep`, claimed at ingest by `owner` if given (held,
+/// as the ingesting process holds it); the message and its delivery's id.
+pub(crate) async fn ingest_one(store: &dyn Store, app: &App, ep: &Endpoint, owner: Option<&str>) -> (Message, i64) {
+    let m = message(app, None);
+    let new = NewMessage {
+        message: m.clone(),
+        deliveries: vec![NewDelivery { endpoint: ep.id.clone(), strict: false }],
+        owner: owner.map(str::to_owned),
+        idempotency: None,
+    };
+    let IngestResult::Created { deliveries } = store.ingest(new).await.unwrap() else { panic!("not created") };
+    (m, deliveries[0])
 }
 
 pub async fn an_application_reads_back_as_written(store: &dyn Store) {
@@ -550,16 +557,9 @@ pub async fn an_outcome_recorded_after_its_endpoint_was_deleted_leaves_nothing_p
     assert!(store.insert_endpoint(&ep, 1000).await.unwrap());
     let mut outcomes = vec![];
     for keep in [true, false] {
-        let m = message(&app, None);
-        let new = NewMessage {
-            message: m.clone(),
-            deliveries: vec![NewDelivery { endpoint: ep.id.clone(), strict: false }],
-            owner: Some("holder".into()),
-            idempotency: None,
-        };
-        let IngestResult::Created { deliveries } = store.ingest(new).await.unwrap() else { panic!("not created") };
+        let (m, delivery) = ingest_one(store, &app, &ep, Some("holder")).await;
         outcomes.push(OutcomeRecord {
-            delivery_id: deliveries[0],
+            delivery_id: delivery,
             message_created_at: m.created_at,
             attempt: Some(attempt(&app, &m.id, &ep.id, false)),
             attempts: 1,

@@ -8,6 +8,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::json;
 
+use crate::support::lock::StoreLock;
 use crate::support::process::Process;
 use crate::support::server::{ADMIN_TOKEN, Backend, Storage, backend, test_config};
 use crate::support::{Receiver, Reply, TestServer, eventually};
@@ -270,45 +271,4 @@ async fn a_sigterm_with_the_store_locked_still_exits_within_the_grace() {
     })
     .await;
     second.kill();
-}
-
-/// Another client holding the store so that Herald can neither read its queue nor write
-/// it: an exclusive transaction on SQLite, an exclusive lock on the delivery tables on
-/// PostgreSQL.
-enum StoreLock {
-    Sqlite(std::sync::mpsc::Sender<()>, tokio::task::JoinHandle<()>),
-    Postgres(tokio_postgres::Client),
-}
-
-impl StoreLock {
-    async fn take(storage: &Storage) -> Self {
-        if let Some(url) = &storage.database_url {
-            let db = herald_test_support::pg_cluster::connect(url, Duration::from_secs(10)).await.unwrap();
-            db.batch_execute("BEGIN; LOCK TABLE herald.delivery, herald.held IN ACCESS EXCLUSIVE MODE").await.unwrap();
-            return StoreLock::Postgres(db);
-        }
-        let path = storage.dir.path().join("herald.db");
-        let (release, released) = std::sync::mpsc::channel();
-        let (locked, is_locked) = tokio::sync::oneshot::channel();
-        let holder = tokio::task::spawn_blocking(move || {
-            let db = rusqlite::Connection::open(path).unwrap();
-            db.busy_timeout(Duration::from_secs(30)).unwrap();
-            db.execute_batch("BEGIN EXCLUSIVE").unwrap();
-            locked.send(()).unwrap();
-            let _ = released.recv();
-            db.execute_batch("ROLLBACK").unwrap();
-        });
-        is_locked.await.unwrap();
-        StoreLock::Sqlite(release, holder)
-    }
-
-    async fn release(self) {
-        match self {
-            StoreLock::Sqlite(release, holder) => {
-                release.send(()).unwrap();
-                holder.await.unwrap();
-            }
-            StoreLock::Postgres(db) => db.batch_execute("ROLLBACK").await.unwrap(),
-        }
-    }
 }

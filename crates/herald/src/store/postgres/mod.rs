@@ -49,6 +49,22 @@ pub struct PgOptions {
     pub probe_interval: Option<Duration>,
 }
 
+#[cfg(test)]
+impl PgOptions {
+    /// Options for a test's store: a pool of `pool_size`, batches of at most
+    /// `ingest_batch_max` ingests, no probe.
+    fn for_tests(pool_size: usize, ingest_batch_max: usize) -> Self {
+        PgOptions {
+            pool_size,
+            connect_timeout: Duration::from_secs(5),
+            ingest_batch_max,
+            ingest_linger: Duration::from_millis(1),
+            max_payload_bytes: 262_144,
+            probe_interval: None,
+        }
+    }
+}
+
 pub struct PgStore {
     pool: Pool,
     ingest: ingest::Batcher,
@@ -182,16 +198,9 @@ mod tests {
         async fn new() -> Self {
             let cluster = TempCluster::start().expect("starting a throwaway PostgreSQL");
             let url = cluster.create_database().await.unwrap();
-            let options = PgOptions {
-                pool_size: 4,
-                connect_timeout: Duration::from_secs(5),
-                ingest_batch_max: 64,
-                ingest_linger: Duration::from_millis(1),
-                max_payload_bytes: 262_144,
-                probe_interval: None,
-            };
             let liveness = Arc::default();
-            Self { store: PgStore::connect(&url, &options, &liveness).await.unwrap(), _cluster: cluster }
+            let store = PgStore::connect(&url, &PgOptions::for_tests(4, 64), &liveness).await.unwrap();
+            Self { store, _cluster: cluster }
         }
 
         fn store(&self) -> &dyn Store {
@@ -227,15 +236,7 @@ mod tests {
         )
         .await
         .unwrap();
-        let options = PgOptions {
-            pool_size: 2,
-            connect_timeout: Duration::from_secs(5),
-            ingest_batch_max: 8,
-            ingest_linger: Duration::from_millis(1),
-            max_payload_bytes: 262_144,
-            probe_interval: None,
-        };
-        let store = PgStore::connect(&url, &options, &Arc::default()).await.unwrap();
+        let store = PgStore::connect(&url, &PgOptions::for_tests(2, 8), &Arc::default()).await.unwrap();
         let endpoint = store.endpoint_by_id(&crate::ids::EndpointId::from_trusted("ep_1".into())).await.unwrap();
         let headers = endpoint.unwrap().headers;
         assert!(headers.is_plaintext() && headers.0.contains("x-old"), "{headers:?}");

@@ -10,7 +10,7 @@ use herald_test_support::pg_cluster::{self, TempCluster};
 use super::held::Move;
 use super::{PgOptions, PgStore};
 use crate::clock::now_ms;
-use crate::store::conformance::{app, delivered, endpoint, message};
+use crate::store::conformance::{app, delivered, endpoint, ingest_one};
 use crate::store::*;
 
 /// A store on a fresh database, and two connections of their own to the same database: one
@@ -18,15 +18,7 @@ use crate::store::*;
 async fn store_and_connections() -> (Arc<PgStore>, [tokio_postgres::Client; 2], TempCluster) {
     let cluster = TempCluster::start().expect("starting a throwaway PostgreSQL");
     let url = cluster.create_database().await.unwrap();
-    let options = PgOptions {
-        pool_size: 4,
-        connect_timeout: Duration::from_secs(5),
-        ingest_batch_max: 8,
-        ingest_linger: Duration::from_millis(1),
-        max_payload_bytes: 262_144,
-        probe_interval: None,
-    };
-    let store = PgStore::connect(&url, &options, &Arc::default()).await.unwrap();
+    let store = PgStore::connect(&url, &PgOptions::for_tests(4, 8), &Arc::default()).await.unwrap();
     let patience = Duration::from_secs(30);
     let others =
         [pg_cluster::connect(&url, patience).await.unwrap(), pg_cluster::connect(&url, patience).await.unwrap()];
@@ -60,15 +52,8 @@ async fn held_by_holder(store: &PgStore) -> (App, Endpoint, Message, i64) {
     store.insert_app(&app).await.unwrap();
     let ep = endpoint(&app);
     assert!(store.insert_endpoint(&ep, 1000).await.unwrap());
-    let m = message(&app, None);
-    let new = NewMessage {
-        message: m.clone(),
-        deliveries: vec![NewDelivery { endpoint: ep.id.clone(), strict: false }],
-        owner: Some("holder".into()),
-        idempotency: None,
-    };
-    let IngestResult::Created { deliveries } = store.ingest(new).await.unwrap() else { panic!("not created") };
-    (app, ep, m, deliveries[0])
+    let (m, delivery) = ingest_one(store, &app, &ep, Some("holder")).await;
+    (app, ep, m, delivery)
 }
 
 /// A resend's first step, as another process runs it, its transaction left open: the held

@@ -17,6 +17,7 @@ use tokio::time::Instant;
 
 use super::proxy::{Mode, Proxy};
 use super::schedule::{Fault, Step, schedule};
+use crate::support::lock::StoreLock;
 use crate::support::process::Process;
 use crate::support::server::{ADMIN_TOKEN, Backend, Storage};
 use crate::support::{Receiver, Reply};
@@ -724,27 +725,9 @@ fn fill(path: &std::path::Path) {
 }
 
 async fn hold_exclusive_lock(storage: &Storage, hold: Duration) {
-    match &storage.database_url {
-        Some(url) => {
-            let mut db = connect(url).await;
-            let tx = db.transaction().await.unwrap();
-            tx.execute("LOCK TABLE herald.delivery, herald.held IN ACCESS EXCLUSIVE MODE", &[]).await.unwrap();
-            tokio::time::sleep(hold).await;
-            tx.rollback().await.unwrap();
-        }
-        None => {
-            let path = storage.dir.path().join("herald.db");
-            tokio::task::spawn_blocking(move || {
-                let db = rusqlite::Connection::open(path).unwrap();
-                db.busy_timeout(Duration::from_secs(30)).unwrap();
-                db.execute_batch("BEGIN EXCLUSIVE").unwrap();
-                std::thread::sleep(hold);
-                db.execute_batch("ROLLBACK").unwrap();
-            })
-            .await
-            .unwrap();
-        }
-    }
+    let lock = StoreLock::take(storage).await;
+    tokio::time::sleep(hold).await;
+    lock.release().await;
 }
 
 /// 50 concurrent creations with one key and body give one message; the key with another

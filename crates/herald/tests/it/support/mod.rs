@@ -5,6 +5,7 @@ pub mod browser;
 pub mod canary;
 pub mod certs;
 pub mod dns;
+pub mod lock;
 pub mod otlp;
 pub mod process;
 pub mod server;
