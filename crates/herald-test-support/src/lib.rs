@@ -7,4 +7,4 @@ pub mod brokers;
 pub mod pg_cluster;
 pub mod receiver;
 
-pub use receiver::{Received, Receiver, Reply};
+pub use receiver::{Gate, Received, Receiver, Reply};

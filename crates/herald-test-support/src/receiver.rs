@@ -42,11 +42,36 @@ pub struct Reply {
     /// How long the request counts as in flight at most: for answers slower than the
     /// sender's timeout, the sender has hung up by then, but the handler cannot tell.
     pub counted_for: Option<Duration>,
+    /// Held, after the delay, until the gate opens (`Gate::open`).
+    pub gate: Option<Gate>,
+}
+
+/// Holds the answers given with it until the test opens it: for tests that need attempts in
+/// flight until something else has happened, however slow the machine.
+#[derive(Debug, Clone)]
+pub struct Gate(tokio::sync::watch::Sender<bool>);
+
+impl Default for Gate {
+    fn default() -> Self {
+        Self(tokio::sync::watch::Sender::new(false))
+    }
+}
+
+impl Gate {
+    /// Lets every held answer go, and every later one through at once.
+    pub fn open(&self) {
+        self.0.send_replace(true);
+    }
+
+    async fn passed(&self) {
+        let mut open = self.0.subscribe();
+        let _ = open.wait_for(|open| *open).await;
+    }
 }
 
 impl Reply {
     pub fn status(status: u16) -> Self {
-        Self { status, delay: Duration::ZERO, body: String::new(), headers: vec![], counted_for: None }
+        Self { status, delay: Duration::ZERO, body: String::new(), headers: vec![], counted_for: None, gate: None }
     }
 
     pub fn ok() -> Self {
@@ -61,6 +86,12 @@ impl Reply {
     /// Counts the request as in flight for `window` at most (see `counted_for`).
     pub fn counted_for(mut self, window: Duration) -> Self {
         self.counted_for = Some(window);
+        self
+    }
+
+    /// Holds the answer until `gate` opens.
+    pub fn held_by(mut self, gate: &Gate) -> Self {
+        self.gate = Some(gate.clone());
         self
     }
 
@@ -230,6 +261,9 @@ async fn handle(
             drop(open);
         }
         tokio::time::sleep(reply.delay - counted).await;
+    }
+    if let Some(gate) = &reply.gate {
+        gate.passed().await;
     }
     let mut response = (StatusCode::from_u16(reply.status).unwrap(), reply.body).into_response();
     for (name, value) in reply.headers {

@@ -11,7 +11,7 @@ use serde_json::json;
 use crate::support::lock::StoreLock;
 use crate::support::process::Process;
 use crate::support::server::{ADMIN_TOKEN, Backend, Storage, backend, test_config};
-use crate::support::{Receiver, Reply, TestServer, eventually};
+use crate::support::{Gate, Receiver, Reply, TestServer, eventually};
 
 #[tokio::test]
 async fn graceful_shutdown_finishes_the_in_flight_attempt_and_records_it() {
@@ -142,13 +142,11 @@ async fn sigkill_under_load_loses_no_accepted_message() {
 /// accepted before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pump_that_panics_makes_the_process_unhealthy_and_exit_and_nothing_accepted_is_lost() {
-    let slow = Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let flag = slow.clone();
-    let receiver = Receiver::start(move |_, _| {
-        let delay = if flag.load(std::sync::atomic::Ordering::SeqCst) { 2000 } else { 0 };
-        Reply::ok().after(Duration::from_millis(delay))
-    })
-    .await;
+    // The first attempts are held at the receiver until the test has seen the failure, so
+    // that the process is still draining them (and answering 503) however slow the machine.
+    let gate = Gate::default();
+    let held = gate.clone();
+    let receiver = Receiver::start(move |_, _| Reply::ok().held_by(&held)).await;
     let storage = Storage::new().await;
     let failing = Process::start_with(&storage, &[("HERALD_FAULTS__PANIC_PUMP_ON_EVENT_TYPE", "boom")]);
     let base = failing.base.clone();
@@ -175,8 +173,8 @@ async fn a_pump_that_panics_makes_the_process_unhealthy_and_exit_and_nothing_acc
         assert_eq!(answer.status(), StatusCode::ACCEPTED);
         accepted.push(answer.json::<serde_json::Value>().await.unwrap()["id"].as_str().unwrap().to_owned());
     }
-    // The first attempts hold the receiver for two seconds: the process drains them
-    // before it exits, and says it is unhealthy meanwhile.
+    // The process drains the held attempts before it exits, and says it is unhealthy
+    // meanwhile.
     let unhealthy = eventually("the health check to fail", || async {
         let answer = health().await.ok()?;
         (answer.status() == StatusCode::SERVICE_UNAVAILABLE).then_some(answer)
@@ -192,6 +190,7 @@ async fn a_pump_that_panics_makes_the_process_unhealthy_and_exit_and_nothing_acc
     );
     let refused = post(format!("/api/v1/app/{app}/msg"), json!({"eventType": "a", "payload": {}})).await.unwrap();
     assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE, "nothing new is accepted by a failing process");
+    gate.open();
     let started = std::time::Instant::now();
     let (status, log) =
         tokio::task::spawn_blocking(move || failing.wait(Duration::from_secs(20))).await.unwrap().expect("it exits");
@@ -199,7 +198,6 @@ async fn a_pump_that_panics_makes_the_process_unhealthy_and_exit_and_nothing_acc
     assert!(started.elapsed() < Duration::from_secs(10), "within seconds: {:?}", started.elapsed());
     assert!(log.contains("the pump panicked"), "the log says why:\n{log}");
 
-    slow.store(false, std::sync::atomic::Ordering::SeqCst);
     let restarted = Process::start(&storage);
     let base = restarted.base.clone();
     eventually("everything accepted delivered after the restart", || async {

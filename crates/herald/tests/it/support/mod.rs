@@ -15,7 +15,7 @@ pub use herald_test_support::receiver;
 use std::future::Future;
 use std::time::Duration;
 
-pub use receiver::{Receiver, Reply};
+pub use receiver::{Gate, Receiver, Reply};
 pub use server::TestServer;
 
 /// Waits for `check` to yield a value, polling the system under test. The deadline is a
