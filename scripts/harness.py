@@ -62,16 +62,19 @@ own count), and wrk's latency.
 import argparse
 import json
 import os
+import random
 import re
 import shutil
 import signal
 import socket
+import string
 import struct
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+import uuid
 
 TOKEN = "harness-admin-token"
 APPS = 10
@@ -515,9 +518,42 @@ def wal_bytes(url):
     return int(out.strip())
 
 
-def wrk_script(workdir, app_ids, payload_bytes, idempotency_keys):
-    payload = json.dumps({"filler": "x" * max(0, payload_bytes - 14)})
-    body = json.dumps({"eventType": "harness.event", "payload": json.loads(payload)})
+def event_payload(payload_bytes):
+    """A payment event as a payment provider sends one: nested objects, ids that never
+    repeat within it, amounts, an address; padded with line items to `payload_bytes`. It
+    compresses as real webhook bodies do (zstd level 1: about 1.6x), where the filler
+    compresses to almost nothing."""
+    rng = random.Random(35)
+    ident = lambda prefix, n=24: prefix + "_" + "".join(rng.choice(string.ascii_letters + string.digits)
+                                                       for _ in range(n))
+    event = {
+        "id": ident("evt"), "object": "event", "api_version": "2024-06-20", "created": 1733500000,
+        "type": "payment_intent.succeeded", "livemode": False, "pending_webhooks": 1,
+        "request": {"id": ident("req", 14), "idempotency_key": str(uuid.UUID(int=rng.getrandbits(128)))},
+        "data": {"object": {
+            "id": ident("pi"), "object": "payment_intent", "amount": 4599, "amount_received": 4599,
+            "currency": "usd", "customer": ident("cus", 14), "latest_charge": ident("ch"),
+            "payment_method": ident("pm"), "payment_method_types": ["card"], "status": "succeeded",
+            "receipt_email": "jenny.rosen@example.com",
+            "metadata": {"order_id": str(rng.randrange(10**9)), "sku": "SKU-%d-BLUE-XL" % rng.randrange(10**4)},
+            "shipping": {"name": "Jenny Rosen", "address": {
+                "line1": "%d Market Street" % rng.randrange(1000), "city": "San Francisco",
+                "postal_code": "94103", "state": "CA", "country": "US"}},
+            "items": [],
+        }},
+    }
+    items = event["data"]["object"]["items"]
+    while len(json.dumps(event)) < payload_bytes - 80:
+        items.append({"id": ident("li", 14), "price": ident("price", 14), "quantity": rng.randrange(1, 9)})
+    return event
+
+
+def wrk_script(workdir, app_ids, payload_bytes, payload_shape, idempotency_keys):
+    if payload_shape == "event":
+        payload = event_payload(payload_bytes)
+    else:
+        payload = {"filler": "x" * max(0, payload_bytes - 14)}
+    body = json.dumps({"eventType": "harness.event", "payload": payload})
     path = os.path.join(workdir, "post.lua")
     paths = ", ".join(f'"/api/v1/app/{a}/msg"' for a in app_ids)
     # With idempotency keys, each request carries a key of its own, as the Svix SDKs send:
@@ -610,7 +646,7 @@ def run(args):
             app = api(base, "POST", "/api/v1/app", {"name": f"harness-{i}"})
             api(base, "POST", f"/api/v1/app/{app['id']}/endpoint", receiver.endpoint(i))
             app_ids.append(app["id"])
-        script = wrk_script(workdir, app_ids, args.payload_bytes, args.idempotency_keys)
+        script = wrk_script(workdir, app_ids, args.payload_bytes, args.payload_shape, args.idempotency_keys)
         if args.pg_steady:
             warm_up(base, url, script, args, receiver)
         delivered_before = receiver.delivered()
@@ -682,6 +718,7 @@ def run(args):
             "bytesWrittenPerMessage": round((herald_written + db_written) / per),
             "walBytesPerMessage": round(wal_written / per),
             "idempotencyKeys": args.idempotency_keys,
+            "payloadShape": args.payload_shape,
             "pgSteady": args.pg_steady,
             "ingestLatencyP50Ms": round(float(p50) / 1000, 2),
             "ingestLatencyP99Ms": round(float(p99) / 1000, 2),
@@ -717,6 +754,9 @@ def main():
     parser.add_argument("--duration", type=int, default=20)
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--payload-bytes", type=int, default=1024)
+    parser.add_argument("--payload-shape", choices=["filler", "event"], default="filler",
+                        help="filler: one repeated letter (the default, comparable with earlier runs); "
+                             "event: a payment event with ids, which compresses as real payloads do")
     parser.add_argument("--idempotency-keys", action="store_true",
                         help="send an Idempotency-Key of its own with every message, as the Svix SDKs do")
     parser.add_argument("--pg-profile", action="store_true",

@@ -914,6 +914,54 @@ pub async fn an_applications_log_reads_in_commit_order_from_any_position(store: 
     assert!(store.messages_after(&app.id, &future, 100).await.unwrap().is_empty(), "a time after everything");
 }
 
+/// Large payloads are packed at rest where the backend packs them (`store::packing`): every
+/// read gives back the very text that was sent, and expunging or purging one leaves nothing.
+pub async fn a_large_payload_reads_back_unchanged_and_is_expunged_and_purged(store: &dyn Store) {
+    let app = app();
+    store.insert_app(&app).await.unwrap();
+    let ep = endpoint(&app);
+    assert!(store.insert_endpoint(&ep, 1000).await.unwrap());
+    let large: Arc<str> = Arc::from(format!(
+        r#"{{"type":"invoice.paid","lines":[{}]}}"#,
+        (0..40)
+            .map(|i| format!(r#"{{"id":"il_{i:06}","amount":{},"currency":"eur"}}"#, i * 131))
+            .collect::<Vec<_>>()
+            .join(",")
+    ));
+    let mut sent = Vec::new();
+    for payload in [large.clone(), Arc::from(r#"{"small":true}"#), large.clone()] {
+        let m = Message { payload: Some(payload), ..message(&app, None) };
+        let deliveries = vec![NewDelivery { endpoint: ep.id.clone(), strict: false }];
+        store.ingest(NewMessage { message: m.clone(), deliveries, owner: None, idempotency: None }).await.unwrap();
+        sent.push(m);
+    }
+    let payloads = |read: Vec<&Message>| read.iter().map(|m| m.payload.clone()).collect::<Vec<_>>();
+    let expected: Vec<_> = sent.iter().map(|m| m.payload.clone()).collect();
+    let by_id = store.message(&app.id, sent[0].id.as_str()).await.unwrap().unwrap();
+    assert_eq!(by_id.payload, expected[0], "read by id");
+    let page = PageQuery { limit: 10, iterator: None, descending: false };
+    let listed = store.list_messages(&app.id, &Default::default(), &page).await.unwrap();
+    assert_eq!(payloads(listed.iter().collect()), expected, "listed");
+    let log = store.messages_after(&app.id, &LogPosition::default(), 10).await.unwrap();
+    assert_eq!(payloads(log.iter().map(|(_, m)| m).collect()), expected, "read by a poller");
+    let claimed = store.claim("a", now_ms() + 1000, 10).await.unwrap();
+    let mut claimed_payloads: Vec<_> =
+        claimed.iter().map(|c| (c.message.id.clone(), c.message.payload.clone())).collect();
+    claimed_payloads.sort();
+    let mut expected_claims: Vec<_> = sent.iter().map(|m| (m.id.clone(), m.payload.clone())).collect();
+    expected_claims.sort();
+    assert_eq!(claimed_payloads, expected_claims, "claimed for delivery");
+
+    assert!(store.expunge_message(&app.id, &sent[0].id).await.unwrap());
+    let expunged = store.message(&app.id, sent[0].id.as_str()).await.unwrap().unwrap();
+    assert_eq!(expunged.payload, None, "expunged");
+    let outcomes = claimed.iter().map(|c| delivered(&app, &c.message.id, &ep.id, c.delivery_id)).collect();
+    store.record_outcomes("a", outcomes).await.unwrap();
+    assert_eq!(store.purge(Purge::Payloads, now_ms() + 60_000, 100).await.unwrap(), 2, "the other two purged");
+    let purged = store.message(&app.id, sent[2].id.as_str()).await.unwrap().unwrap();
+    assert_eq!(purged.payload, None, "purged");
+}
+
 #[macro_export]
 macro_rules! conformance_suite {
     ($make:expr) => {
@@ -948,6 +996,7 @@ macro_rules! conformance_suite {
             a_poller_reads_back_as_written_and_its_consumers_keep_their_places,
             an_applications_log_reads_in_commit_order_from_any_position,
             a_messages_trace_context_comes_back_wherever_it_is_read,
+            a_large_payload_reads_back_unchanged_and_is_expunged_and_purged,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {

@@ -16,6 +16,7 @@
 #[cfg(test)]
 pub mod conformance;
 mod model;
+mod packing;
 pub mod postgres;
 mod sql;
 pub mod sqlite;

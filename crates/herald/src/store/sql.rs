@@ -22,8 +22,10 @@ pub const KEPT_ENDPOINT_COLUMNS: &str = "id, app_id, uid, url, description, disa
 pub const EVENT_TYPE_COLUMNS: &str =
     "name, description, archived, deprecated, schemas, feature_flag, created_at, updated_at";
 
+/// A message's columns; its payload is in `payload` as text, or in `packed` compressed
+/// (`store::packing`), never both.
 pub const MESSAGE_COLUMNS: &str =
-    "m.id, m.app_id, m.event_type, m.event_id, m.channels, m.payload, m.created_at, m.trace";
+    "m.id, m.app_id, m.event_type, m.event_id, m.channels, m.payload, m.created_at, m.trace, m.packed";
 
 pub const ATTEMPT_COLUMNS: &str = "a.id, a.msg_id, a.endpoint_id, a.app_id, a.created_at, a.url, a.status_code, \
      a.duration_ms, a.delivered, a.error_class, a.error, a.response, a.trigger, a.attempt_no, a.delivery_id";
@@ -97,7 +99,8 @@ pub const DELETE_APP_CONSUMERS: &str =
 pub const COUNT_CONSUMERS: &str = "SELECT count(*) FROM herald.poller_consumer WHERE poller_id = $1";
 pub const CONSUMERS: &str = "SELECT name, updated_at FROM herald.poller_consumer WHERE poller_id = $1
      ORDER BY updated_at DESC, name LIMIT $2";
-pub const EXPUNGE_MESSAGE: &str = "UPDATE herald.message SET payload = NULL WHERE id = $1 AND app_id = $2";
+pub const EXPUNGE_MESSAGE: &str =
+    "UPDATE herald.message SET payload = NULL, packed = NULL WHERE id = $1 AND app_id = $2";
 pub const EXPUNGE_ATTEMPT: &str =
     "UPDATE herald.attempt SET response = 'EXPUNGED' WHERE id = $1 AND msg_id = $2 AND app_id = $3";
 /// `recover`: an endpoint's dead deliveries created in [`$3`, `$4`) go again at `$1`.

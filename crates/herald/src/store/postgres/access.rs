@@ -133,8 +133,8 @@ impl AccessStore for PgStore {
     async fn purge(&self, what: Purge, before: Millis, limit: usize) -> StoreResult<u64> {
         let (sql, prefix) = match what {
             Purge::Payloads => (
-                "UPDATE herald.message SET payload = NULL WHERE id IN
-                    (SELECT m.id FROM herald.message m WHERE m.id < $1 AND m.payload IS NOT NULL
+                "UPDATE herald.message SET payload = NULL, packed = NULL WHERE id IN
+                    (SELECT m.id FROM herald.message m WHERE m.id < $1 AND (m.payload IS NOT NULL OR m.packed IS NOT NULL)
                      AND NOT EXISTS (SELECT 1 FROM herald.deliveries d WHERE d.msg_id = m.id AND d.state = 0) LIMIT $2)",
                 "msg_",
             ),

@@ -17,6 +17,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (8, include_str!("v8.sql")),
     (9, include_str!("v9.sql")),
     (10, include_str!("v10.sql")),
+    (11, include_str!("v11.sql")),
 ];
 
 /// The schema version this build brings a database to.

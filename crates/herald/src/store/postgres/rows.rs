@@ -6,7 +6,6 @@ use tokio_postgres::Row;
 use tokio_postgres::types::{Json, ToSql};
 
 use crate::ids::{AppId, AttemptId, EndpointId, MessageId};
-use crate::store::sql;
 pub use crate::store::sql::{
     APP_COLUMNS, ATTEMPT_COLUMNS, ENDPOINT_COLUMNS, EVENT_TYPE_COLUMNS, KEPT_ENDPOINT_COLUMNS, MESSAGE_COLUMNS,
 };
@@ -14,6 +13,7 @@ use crate::store::{
     App, AppProxy, Attempt, DeliveryState, DeliveryView, Endpoint, EventType, Message, MessageFilter, PageQuery,
     SealedAuth, SealedDestination, SealedHeaders, SealedSecrets, Trigger,
 };
+use crate::store::{packing, sql};
 use crate::traceparent::parse_traceparent;
 
 pub fn app(row: &Row) -> App {
@@ -73,7 +73,7 @@ pub fn event_type(row: &Row) -> EventType {
 }
 
 /// How many columns [`MESSAGE_COLUMNS`] names.
-pub const MESSAGE_COLUMN_COUNT: usize = 8;
+pub const MESSAGE_COLUMN_COUNT: usize = 9;
 
 pub fn message(row: &Row, with_payload: bool) -> Message {
     message_at(row, 0, with_payload)
@@ -87,10 +87,24 @@ pub fn message_at(row: &Row, at: usize, with_payload: bool) -> Message {
         event_type: row.get(at + 2),
         event_id: row.get(at + 3),
         channels: row.get(at + 4),
-        payload: if with_payload { row.get::<_, Option<String>>(at + 5).map(Arc::from) } else { None },
+        payload: if with_payload { payload(row, at + 5, at + 8) } else { None },
         created_at: row.get(at + 6),
         trace: row.get::<_, Option<&str>>(at + 7).and_then(parse_traceparent),
     }
+}
+
+/// A message's payload: the text in column `text`, or else the packed form in `packed`
+/// unpacked. Only SQLite packs payloads today; a damaged one reads as no payload, and says
+/// so in the log.
+fn payload(row: &Row, text: usize, packed: usize) -> Option<Arc<str>> {
+    if let Some(text) = row.get::<_, Option<&str>>(text) {
+        return Some(Arc::from(text));
+    }
+    let packed = row.get::<_, Option<&[u8]>>(packed)?;
+    packing::unpack(packed)
+        .inspect_err(|e| tracing::error!(error = %e, "a message's packed payload could not be read"))
+        .ok()
+        .map(Arc::from)
 }
 
 pub fn attempt(row: &Row, with_content: bool) -> Attempt {

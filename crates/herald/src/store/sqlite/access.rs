@@ -165,8 +165,8 @@ impl AccessStore for SqliteStore {
         let (sql, prefix) = match what {
             // Only once nothing is left to deliver: no pending row, nothing held.
             Purge::Payloads => (
-                "UPDATE message SET payload = NULL WHERE seq IN
-                    (SELECT m.seq FROM message m WHERE m.id < ?1 AND m.payload IS NOT NULL
+                "UPDATE message SET payload = NULL, packed = NULL WHERE seq IN
+                    (SELECT m.seq FROM message m WHERE m.id < ?1 AND (m.payload IS NOT NULL OR m.packed IS NOT NULL)
                      AND NOT EXISTS (SELECT 1 FROM delivery d WHERE d.msg_seq = m.seq AND d.state = 0)
                      AND NOT EXISTS (SELECT 1 FROM held h WHERE h.id >= m.seq * 65536 AND h.id < (m.seq + 1) * 65536)
                      LIMIT ?2)",

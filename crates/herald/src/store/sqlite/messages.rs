@@ -15,6 +15,7 @@ use super::rows::{self, ATTEMPT_COLUMNS, Branch, MESSAGE_COLUMN_COUNT, MESSAGE_C
 use super::{SqliteStore, is_unique_violation};
 use crate::clock::Millis;
 use crate::ids::{AppId, EndpointId, MessageId};
+use crate::store::packing;
 use crate::store::sql::{self, sqlite};
 use crate::store::{
     Attempt, AttemptFilter, DeliveryState, DeliveryStatus, DeliveryView, EndpointStats, IngestResult, Message,
@@ -61,7 +62,9 @@ impl MessageStore for SqliteStore {
         let app = new.message.app_id.clone();
         // Hot: a duplicate eventId fails only its own INSERT statement, nothing else can.
         let seqs = self.seqs.clone();
-        let done = self.writer.write_hot(move |conn| ingest(conn, &seqs, &new)).await;
+        // Packed here, on the request's thread: the writer is one thread for every tenant.
+        let packed = new.message.payload.as_deref().and_then(packing::pack);
+        let done = self.writer.write_hot(move |conn| ingest(conn, &seqs, &new, packed.as_deref())).await;
         if done.is_ok() {
             self.signals.messages.notify(&app);
         }
@@ -192,7 +195,8 @@ impl MessageStore for SqliteStore {
     }
 }
 
-fn ingest(conn: &Connection, seqs: &Seqs, new: &NewMessage) -> StoreResult<IngestResult> {
+/// Commits `new`, its payload as `packed` when that is given (`packing::pack`).
+fn ingest(conn: &Connection, seqs: &Seqs, new: &NewMessage, packed: Option<&[u8]>) -> StoreResult<IngestResult> {
     if let Some(record) = &new.idempotency
         && let Some(stored) = stored_response(conn, &record.scope, &record.key)?
     {
@@ -203,8 +207,9 @@ fn ingest(conn: &Connection, seqs: &Seqs, new: &NewMessage) -> StoreResult<Inges
     let dests: Vec<&str> = new.deliveries.iter().map(|d| d.endpoint.as_str()).collect();
     let inserted = conn
         .prepare_cached(
-            "INSERT INTO message (seq, id, app_id, event_type, event_id, channels, payload, created_at, dests, trace)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO message (seq, id, app_id, event_type, event_id, channels, payload, created_at, dests, trace,
+                                  packed)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )?
         .execute(params![
             seq,
@@ -213,10 +218,11 @@ fn ingest(conn: &Connection, seqs: &Seqs, new: &NewMessage) -> StoreResult<Inges
             m.event_type,
             m.event_id,
             rows::opt_json_value(&m.channels),
-            m.payload.as_deref(),
+            if packed.is_some() { None } else { m.payload.as_deref() },
             m.created_at,
             rows::to_json(&dests),
             m.trace.as_ref().map(format_traceparent),
+            packed,
         ]);
     match inserted {
         Err(e) if is_unique_violation(&e) => return Ok(IngestResult::DuplicateEventId),

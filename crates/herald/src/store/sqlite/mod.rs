@@ -41,6 +41,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (8, include_str!("v8.sql")),
     (9, include_str!("v9.sql")),
     (10, include_str!("v10.sql")),
+    (11, include_str!("v11.sql")),
 ];
 const STATEMENT_CACHE: usize = 256;
 
@@ -160,7 +161,7 @@ impl From<rusqlite::Error> for StoreError {
 mod tests {
     use super::*;
     use crate::config::Config;
-    use crate::store::{AccessStore, CatalogStore};
+    use crate::store::{AccessStore, CatalogStore, MessageStore};
 
     /// A fresh database in a temporary directory, removed when the fixture drops.
     struct Fixture {
@@ -240,6 +241,41 @@ mod tests {
         let store = SqliteStore::open(&path, &Config::defaults().store, &Arc::default()).unwrap();
         let stored = store.idempotent_response("app_1", "key-2").await.unwrap().expect("kept by its key");
         assert_eq!(stored.status, 202);
+        // Version 11 packs new payloads; the ones written before stay text and read as such.
+        let app = crate::ids::AppId::from_trusted("app_1".into());
+        let message = store.message(&app, "msg_1").await.unwrap().expect("the message is kept");
+        assert_eq!(message.payload.as_deref(), Some("{}"));
+    }
+
+    /// A large payload is written packed (and read back whole, see the conformance suite);
+    /// a small one as text.
+    #[tokio::test]
+    async fn large_payloads_are_stored_packed_and_small_ones_as_text() {
+        use crate::store::conformance;
+        let fixture = Fixture::new().await;
+        let store = fixture.store();
+        let app = conformance::app();
+        store.insert_app(&app).await.unwrap();
+        let event = format!(r#"{{"lines":[{}]}}"#, vec![r#"{"sku":"SKU-1","qty":1}"#; 60].join(","));
+        let payloads = [event.clone(), r#"{"small":true}"#.to_owned()];
+        for payload in &payloads {
+            let message =
+                crate::store::Message { payload: Some(payload.as_str().into()), ..conformance::message(&app, None) };
+            let new = crate::store::NewMessage { message, deliveries: vec![], owner: None, idempotency: None };
+            store.ingest(new).await.unwrap();
+        }
+        let raw = Connection::open(fixture._dir.path().join("herald.db")).unwrap();
+        let stored: Vec<(Option<String>, Option<Vec<u8>>)> = raw
+            .prepare("SELECT payload, packed FROM message ORDER BY seq")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let (text, packed) = &stored[0];
+        let packed = packed.as_ref().expect("the large payload is packed");
+        assert!(text.is_none() && packed.len() < event.len() / 4, "{} bytes for {}", packed.len(), event.len());
+        assert_eq!(stored[1], (Some(payloads[1].clone()), None), "a small payload stays text");
     }
 
     #[tokio::test]

@@ -9,7 +9,6 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::ids::{AppId, AttemptId, EndpointId, MessageId};
-use crate::store::sql;
 pub use crate::store::sql::{
     APP_COLUMNS, ATTEMPT_COLUMNS, ENDPOINT_COLUMNS, EVENT_TYPE_COLUMNS, KEPT_ENDPOINT_COLUMNS, MESSAGE_COLUMNS,
 };
@@ -17,6 +16,7 @@ use crate::store::{
     App, AppProxy, Attempt, DeliveryState, DeliveryView, Endpoint, EventType, Message, MessageFilter, PageQuery,
     SealedAuth, SealedDestination, SealedHeaders, SealedSecrets, Trigger,
 };
+use crate::store::{packing, sql};
 use crate::traceparent::parse_traceparent;
 
 pub fn to_json<T: Serialize + ?Sized>(value: &T) -> String {
@@ -125,7 +125,7 @@ pub fn event_type(row: &Row<'_>) -> rusqlite::Result<EventType> {
 }
 
 /// How many columns [`MESSAGE_COLUMNS`] names.
-pub const MESSAGE_COLUMN_COUNT: usize = 8;
+pub const MESSAGE_COLUMN_COUNT: usize = 9;
 
 /// A message; the payload is left out (`None`) unless `with_payload`.
 pub fn message(row: &Row<'_>, with_payload: bool) -> rusqlite::Result<Message> {
@@ -134,7 +134,7 @@ pub fn message(row: &Row<'_>, with_payload: bool) -> rusqlite::Result<Message> {
 
 /// A message whose [`MESSAGE_COLUMNS`] start at column `at`.
 pub fn message_at(row: &Row<'_>, at: usize, with_payload: bool) -> rusqlite::Result<Message> {
-    let payload = if with_payload { row.get::<_, Option<String>>(at + 5)?.map(Arc::from) } else { None };
+    let payload = if with_payload { payload(row, at + 5, at + 8)? } else { None };
     Ok(Message {
         id: MessageId::from_trusted(row.get(at)?),
         app_id: AppId::from_trusted(row.get(at + 1)?),
@@ -145,6 +145,18 @@ pub fn message_at(row: &Row<'_>, at: usize, with_payload: bool) -> rusqlite::Res
         created_at: row.get(at + 6)?,
         trace: row.get::<_, Option<String>>(at + 7)?.as_deref().and_then(parse_traceparent),
     })
+}
+
+/// A message's payload: the text in column `text`, or else the packed form in `packed`
+/// unpacked (a damaged one fails the read, as any unreadable column does).
+fn payload(row: &Row<'_>, text: usize, column: usize) -> rusqlite::Result<Option<Arc<str>>> {
+    if let Some(text) = row.get::<_, Option<String>>(text)? {
+        return Ok(Some(Arc::from(text)));
+    }
+    let Some(packed) = row.get_ref(column)?.as_blob_or_null()? else { return Ok(None) };
+    let unpacked = packing::unpack(packed)
+        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(column, rusqlite::types::Type::Blob, Box::new(e)))?;
+    Ok(Some(Arc::from(unpacked)))
 }
 
 pub fn attempt(row: &Row<'_>, with_content: bool) -> rusqlite::Result<Attempt> {
