@@ -207,6 +207,8 @@ pub struct StoreConfig {
     pub write_batch_max: usize,
     pub commit_interval: Duration,
     pub checkpoint_interval: Duration,
+    /// SQLite: store payloads of 256 bytes or more compressed (`store::packing`).
+    pub pack_payloads: bool,
 }
 
 #[derive(Debug, Clone)]

@@ -258,6 +258,7 @@ struct RawStore {
     write_batch_max: usize,
     commit_interval_us: u64,
     checkpoint_interval_ms: u64,
+    pack_payloads: bool,
 }
 
 #[derive(Deserialize)]
@@ -400,6 +401,7 @@ impl Raw {
                 write_batch_max: self.store.write_batch_max,
                 commit_interval: Duration::from_micros(self.store.commit_interval_us),
                 checkpoint_interval: Duration::from_millis(self.store.checkpoint_interval_ms.max(10)),
+                pack_payloads: self.store.pack_payloads,
             },
             log: LogConfig { json, level: self.log.level },
             redaction: RedactionConfig { fields: self.redaction.fields, keys: self.redaction.keys },

@@ -63,7 +63,7 @@ impl MessageStore for SqliteStore {
         // Hot: a duplicate eventId fails only its own INSERT statement, nothing else can.
         let seqs = self.seqs.clone();
         // Packed here, on the request's thread: the writer is one thread for every tenant.
-        let packed = new.message.payload.as_deref().and_then(packing::pack);
+        let packed = new.message.payload.as_deref().filter(|_| self.pack_payloads).and_then(packing::pack);
         let done = self.writer.write_hot(move |conn| ingest(conn, &seqs, &new, packed.as_deref())).await;
         if done.is_ok() {
             self.signals.messages.notify(&app);

@@ -51,6 +51,8 @@ pub struct SqliteStore {
     signals: Signals,
     /// The next message and attempt seqs (assigned by the writer thread).
     seqs: Arc<messages::Seqs>,
+    /// Whether new payloads are stored packed (`store.pack_payloads`).
+    pack_payloads: bool,
 }
 
 impl Store for SqliteStore {
@@ -99,7 +101,13 @@ impl SqliteStore {
         let batching = Batching { max_ops: config.write_batch_max, commit_interval: config.commit_interval };
         let checkpoints = checkpointer::start(path, config.checkpoint_interval, liveness)?;
         let writer = Writer::start(conn, batching, checkpoints, liveness);
-        Ok(Self { writer, readers: Readers::new(readers), signals: Signals::default(), seqs })
+        Ok(Self {
+            writer,
+            readers: Readers::new(readers),
+            signals: Signals::default(),
+            seqs,
+            pack_payloads: config.pack_payloads,
+        })
     }
 }
 
@@ -276,6 +284,43 @@ mod tests {
         let packed = packed.as_ref().expect("the large payload is packed");
         assert!(text.is_none() && packed.len() < event.len() / 4, "{} bytes for {}", packed.len(), event.len());
         assert_eq!(stored[1], (Some(payloads[1].clone()), None), "a small payload stays text");
+    }
+
+    /// With `store.pack_payloads` off, every payload is stored as text, and the ones packed
+    /// before still read back.
+    #[tokio::test]
+    async fn with_packing_off_payloads_are_stored_as_text_and_packed_ones_still_read() {
+        use crate::store::conformance;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("herald.db");
+        let event = format!(r#"{{"lines":[{}]}}"#, vec![r#"{"sku":"SKU-1","qty":1}"#; 60].join(","));
+        let app = conformance::app();
+        let mut ids = Vec::new();
+        for pack_payloads in [true, false] {
+            let config = crate::config::StoreConfig { pack_payloads, ..Config::defaults().store };
+            let store = SqliteStore::open(&path, &config, &Arc::default()).unwrap();
+            if pack_payloads {
+                store.insert_app(&app).await.unwrap();
+            }
+            let message =
+                crate::store::Message { payload: Some(event.as_str().into()), ..conformance::message(&app, None) };
+            ids.push(message.id.clone());
+            let new = crate::store::NewMessage { message, deliveries: vec![], owner: None, idempotency: None };
+            store.ingest(new).await.unwrap();
+            for id in &ids {
+                let read = store.message(&app.id, id.as_str()).await.unwrap().unwrap();
+                assert_eq!(read.payload.as_deref(), Some(event.as_str()), "packing {pack_payloads}, {id:?}");
+            }
+        }
+        let raw = Connection::open(&path).unwrap();
+        let packed: Vec<bool> = raw
+            .prepare("SELECT packed IS NOT NULL AND payload IS NULL FROM message ORDER BY seq")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(packed, [true, false]);
     }
 
     #[tokio::test]
