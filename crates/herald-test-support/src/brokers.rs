@@ -13,6 +13,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
+/// How long a broker may take to answer on its port. RabbitMQ's boot on a 2-core machine
+/// busy with the rest of the suite has taken more than a minute.
+const START_LIMIT: Duration = Duration::from_secs(180);
+
 /// How a broker is started, given its port and data directory.
 type Args = Box<dyn Fn(u16, &Path) -> Vec<String> + Send + Sync>;
 
@@ -390,7 +394,7 @@ impl Broker {
             .spawn()
             .with_context(|| format!("starting {}", self.program.display()))?;
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + START_LIMIT;
         while Instant::now() < deadline {
             if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
                 return Ok(());
@@ -402,14 +406,20 @@ impl Broker {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        bail!("{} did not listen within 60 s:\n{}", self.program.display(), self.logs())
+        bail!("{} did not listen within {START_LIMIT:?}:\n{}", self.program.display(), self.logs())
     }
 
-    /// What the broker wrote to its logs, for failure messages.
+    /// What the broker wrote to its logs, for failure messages: its output, its own log
+    /// file, and the files in its `log` directory (RabbitMQ's).
     pub fn logs(&self) -> String {
-        ["process.log", "broker.log"]
-            .iter()
-            .map(|name| std::fs::read_to_string(self.dir.path().join(name)).unwrap_or_default())
+        let own = ["process.log", "broker.log"].map(|name| self.dir.path().join(name));
+        let in_log_dir = std::fs::read_dir(self.dir.path().join("log"))
+            .into_iter()
+            .flatten()
+            .filter_map(|entry| Some(entry.ok()?.path()));
+        own.into_iter()
+            .chain(in_log_dir)
+            .filter_map(|path| Some(format!("--- {}\n{}", path.display(), std::fs::read_to_string(&path).ok()?)))
             .collect::<Vec<_>>()
             .join("\n")
     }
