@@ -556,8 +556,9 @@ def wrk_script(workdir, app_ids, payload_bytes, payload_shape, idempotency_keys)
     body = json.dumps({"eventType": "harness.event", "payload": payload})
     path = os.path.join(workdir, "post.lua")
     paths = ", ".join(f'"/api/v1/app/{a}/msg"' for a in app_ids)
-    # With idempotency keys, each request carries a key of its own, as the Svix SDKs send:
-    # the thread's number (given in setup) and its request count.
+    # With idempotency keys, each request carries a key of its own, random as the Svix SDKs
+    # send them ("auto_" and a version-4 UUID): keys that follow each other in order would
+    # flatter any index of keys.
     keyed = "true" if idempotency_keys else "false"
     with open(path, "w") as f:
         f.write(f"""
@@ -578,7 +579,10 @@ request = function()
     if {keyed} then
         local headers = {{}}
         for k, v in pairs(wrk.headers) do headers[k] = v end
-        headers["Idempotency-Key"] = string.format("harness-%d-%d", thread_id, n)
+        if n == 1 then math.randomseed(os.time() * 100 + thread_id) end
+        local r = function() return math.random(0, 65535) end
+        headers["Idempotency-Key"] = string.format("auto_%04x%04x-%04x-4%03x-%04x-%04x%04x%04x",
+            r(), r(), r(), r() % 4096, 32768 + r() % 16384, r(), r(), r())
         return wrk.format(nil, path, headers)
     end
     return wrk.format(nil, path)

@@ -209,6 +209,9 @@ pub struct StoreConfig {
     pub checkpoint_interval: Duration,
     /// SQLite: store payloads of 256 bytes or more compressed (`store::packing`).
     pub pack_payloads: bool,
+    /// SQLite: idempotency keys kept in memory before they are written as a run
+    /// (`store/sqlite/keys.rs`).
+    pub idempotency_run_keys: usize,
 }
 
 #[derive(Debug, Clone)]

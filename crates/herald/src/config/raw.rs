@@ -259,6 +259,7 @@ struct RawStore {
     commit_interval_us: u64,
     checkpoint_interval_ms: u64,
     pack_payloads: bool,
+    idempotency_run_keys: usize,
 }
 
 #[derive(Deserialize)]
@@ -331,6 +332,7 @@ impl Raw {
             ("queue.poll_interval_ms", self.queue.poll_interval_ms as usize),
             ("store.read_connections", self.store.read_connections),
             ("store.write_batch_max", self.store.write_batch_max),
+            ("store.idempotency_run_keys", self.store.idempotency_run_keys),
             ("auth.session_ttl_secs", self.auth.session_ttl_secs as usize),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
@@ -402,6 +404,7 @@ impl Raw {
                 commit_interval: Duration::from_micros(self.store.commit_interval_us),
                 checkpoint_interval: Duration::from_millis(self.store.checkpoint_interval_ms.max(10)),
                 pack_payloads: self.store.pack_payloads,
+                idempotency_run_keys: self.store.idempotency_run_keys,
             },
             log: LogConfig { json, level: self.log.level },
             redaction: RedactionConfig { fields: self.redaction.fields, keys: self.redaction.keys },

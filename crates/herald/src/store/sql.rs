@@ -55,11 +55,6 @@ pub const END_SESSIONS_OF_APP: &str = "DELETE FROM herald.session WHERE app_id =
 pub const END_ALL_SESSIONS: &str = "DELETE FROM herald.session";
 pub const END_EXPIRED_SESSIONS: &str = "DELETE FROM herald.session WHERE expires_at < $1";
 
-pub const STORED_RESPONSE: &str =
-    "SELECT status, body, created_at FROM herald.idempotency WHERE scope = $1 AND key = $2";
-pub const SAVE_RESPONSE: &str = "INSERT INTO herald.idempotency (scope, key, status, body, created_at)
-     VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING";
-
 pub const SAVE_BREAKER: &str =
     "INSERT INTO herald.endpoint_health (endpoint_id, breaker, updated_at) VALUES ($1, $2, $3)
      ON CONFLICT (endpoint_id) DO UPDATE SET breaker = excluded.breaker, updated_at = excluded.updated_at";
@@ -177,6 +172,6 @@ mod tests {
             "UPDATE portal_token SET expires_at = ?2 WHERE app_id = ?1 AND expires_at > ?2"
         );
         assert!(std::ptr::eq(sqlite(EXPIRE_TOKENS), sqlite(EXPIRE_TOKENS)), "converted once");
-        assert!(!sqlite(SAVE_RESPONSE).contains("herald.") && !sqlite(SAVE_RESPONSE).contains('$'));
+        assert!(!sqlite(END_SESSION_BY_HASH).contains("herald.") && !sqlite(END_SESSION_BY_HASH).contains('$'));
     }
 }

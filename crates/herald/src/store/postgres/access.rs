@@ -117,14 +117,14 @@ impl AccessStore for PgStore {
 
     async fn idempotent_response(&self, scope: &str, key: &str) -> StoreResult<Option<StoredResponse>> {
         let client = self.client().await?;
-        let row = client.query_opt(sql::STORED_RESPONSE, &[&scope, &key]).await.map_err(db_err)?;
+        let row = client.query_opt(STORED_RESPONSE, &[&scope, &key]).await.map_err(db_err)?;
         Ok(row.map(|r| StoredResponse { status: r.get::<_, i32>(0) as u16, body: r.get(1), created_at: r.get(2) }))
     }
 
     async fn save_idempotent_response(&self, scope: &str, key: &str, r: &StoredResponse) -> StoreResult<()> {
         let client = self.client().await?;
         client
-            .execute(sql::SAVE_RESPONSE, &[&scope, &key, &i32::from(r.status), &r.body, &r.created_at])
+            .execute(SAVE_RESPONSE, &[&scope, &key, &i32::from(r.status), &r.body, &r.created_at])
             .await
             .map_err(db_err)?;
         Ok(())
@@ -165,3 +165,7 @@ impl AccessStore for PgStore {
 
 const PRUNE_IDEMPOTENCY: &str = "DELETE FROM herald.idempotency WHERE (scope, key) IN
      (SELECT scope, key FROM herald.idempotency WHERE created_at < $1 LIMIT $2)";
+
+const STORED_RESPONSE: &str = "SELECT status, body, created_at FROM herald.idempotency WHERE scope = $1 AND key = $2";
+const SAVE_RESPONSE: &str = "INSERT INTO herald.idempotency (scope, key, status, body, created_at)
+     VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING";

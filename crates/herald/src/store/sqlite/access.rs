@@ -4,7 +4,6 @@ use async_trait::async_trait;
 use rusqlite::{OptionalExtension, params};
 
 use super::SqliteStore;
-use super::messages::{save_response, stored_response};
 use super::rows::{from_json, to_json};
 use crate::clock::Millis;
 use crate::ids::AppId;
@@ -152,13 +151,15 @@ impl AccessStore for SqliteStore {
     }
 
     async fn idempotent_response(&self, scope: &str, key: &str) -> StoreResult<Option<StoredResponse>> {
-        let (scope, key) = (scope.to_owned(), key.to_owned());
-        self.readers.read(move |conn| stored_response(conn, &scope, &key)).await
+        // On the writer: it owns the key index (and the lookup is rare: a keyed request the
+        // handler refused, or a keyed POST other than a message's).
+        let (scope, key, keys) = (scope.to_owned(), key.to_owned(), self.keys.clone());
+        self.writer.write(move |conn| keys.lock().find(conn, &scope, &key)).await
     }
 
     async fn save_idempotent_response(&self, scope: &str, key: &str, response: &StoredResponse) -> StoreResult<()> {
-        let (scope, key, response) = (scope.to_owned(), key.to_owned(), response.clone());
-        self.writer.write(move |conn| save_response(conn, &scope, &key, &response)).await
+        let (scope, key, response, keys) = (scope.to_owned(), key.to_owned(), response.clone(), self.keys.clone());
+        self.writer.write(move |conn| keys.lock().save(conn, &scope, &key, &response)).await
     }
 
     async fn purge(&self, what: Purge, before: Millis, limit: usize) -> StoreResult<u64> {
@@ -209,9 +210,11 @@ impl AccessStore for SqliteStore {
     }
 
     async fn prune_idempotency(&self, before: Millis, limit: usize) -> StoreResult<u64> {
+        let keys = self.keys.clone();
         self.writer
             .write(move |conn| {
                 let deleted = conn.execute(PRUNE_IDEMPOTENCY, params![before, limit as i64])?;
+                keys.lock().drop_expired(conn, limit)?;
                 Ok(deleted as u64)
             })
             .await

@@ -78,7 +78,7 @@ mod tests {
         let liveness = Arc::default();
         let checkpoints = start(&path, Duration::from_millis(10), &liveness).unwrap();
         let batching = Batching { max_ops: 64, commit_interval: Duration::ZERO };
-        let writer = Writer::start(conn, batching, checkpoints, &liveness);
+        let writer = Writer::start(conn, batching, checkpoints, crate::store::sqlite::keys::Keys::empty(), &liveness);
         for _ in 0..128 {
             let writes = (0..64).map(|_| {
                 writer.write_hot(|conn| Ok(conn.execute("INSERT INTO t VALUES (zeroblob(8192))", []).map(drop)?))

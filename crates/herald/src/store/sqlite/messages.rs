@@ -11,6 +11,7 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 
 use super::deliveries::{self, LATER_PLACES, Materialize, delivery_id, msg_seq_of};
+use super::keys::Keys;
 use super::rows::{self, ATTEMPT_COLUMNS, Branch, MESSAGE_COLUMN_COUNT, MESSAGE_COLUMNS, Query, merged_page};
 use super::{SqliteStore, is_unique_violation};
 use crate::clock::Millis;
@@ -19,7 +20,7 @@ use crate::store::packing;
 use crate::store::sql::{self, sqlite};
 use crate::store::{
     Attempt, AttemptFilter, DeliveryState, DeliveryStatus, DeliveryView, EndpointStats, IngestResult, Message,
-    MessageFilter, MessageStore, NewMessage, PageQuery, StoreResult, StoredResponse, Trigger,
+    MessageFilter, MessageStore, NewMessage, PageQuery, StoreResult, Trigger,
 };
 use crate::traceparent::format_traceparent;
 
@@ -61,10 +62,10 @@ impl MessageStore for SqliteStore {
     async fn ingest(&self, new: NewMessage) -> StoreResult<IngestResult> {
         let app = new.message.app_id.clone();
         // Hot: a duplicate eventId fails only its own INSERT statement, nothing else can.
-        let seqs = self.seqs.clone();
+        let (seqs, keys) = (self.seqs.clone(), self.keys.clone());
         // Packed here, on the request's thread: the writer is one thread for every tenant.
         let packed = new.message.payload.as_deref().filter(|_| self.pack_payloads).and_then(packing::pack);
-        let done = self.writer.write_hot(move |conn| ingest(conn, &seqs, &new, packed.as_deref())).await;
+        let done = self.writer.write_hot(move |conn| ingest(conn, &seqs, &keys, &new, packed.as_deref())).await;
         if done.is_ok() {
             self.signals.messages.notify(&app);
         }
@@ -196,9 +197,15 @@ impl MessageStore for SqliteStore {
 }
 
 /// Commits `new`, its payload as `packed` when that is given (`packing::pack`).
-fn ingest(conn: &Connection, seqs: &Seqs, new: &NewMessage, packed: Option<&[u8]>) -> StoreResult<IngestResult> {
+fn ingest(
+    conn: &Connection,
+    seqs: &Seqs,
+    keys: &Keys,
+    new: &NewMessage,
+    packed: Option<&[u8]>,
+) -> StoreResult<IngestResult> {
     if let Some(record) = &new.idempotency
-        && let Some(stored) = stored_response(conn, &record.scope, &record.key)?
+        && let Some(stored) = keys.lock().find(conn, &record.scope, &record.key)?
     {
         return Ok(IngestResult::Replayed(stored));
     }
@@ -255,23 +262,9 @@ fn ingest(conn: &Connection, seqs: &Seqs, new: &NewMessage, packed: Option<&[u8]
         ids.push(id);
     }
     if let Some(record) = &new.idempotency {
-        save_response(conn, &record.scope, &record.key, &record.response)?;
+        keys.lock().save(conn, &record.scope, &record.key, &record.response)?;
     }
     Ok(IngestResult::Created { deliveries: ids })
-}
-
-pub(super) fn stored_response(conn: &Connection, scope: &str, key: &str) -> StoreResult<Option<StoredResponse>> {
-    Ok(conn
-        .prepare_cached(sqlite(sql::STORED_RESPONSE))?
-        .query_row([scope, key], |row| {
-            Ok(StoredResponse { status: row.get(0)?, body: row.get(1)?, created_at: row.get(2)? })
-        })
-        .optional()?)
-}
-
-pub(super) fn save_response(conn: &Connection, scope: &str, key: &str, r: &StoredResponse) -> StoreResult<()> {
-    conn.prepare_cached(sqlite(sql::SAVE_RESPONSE))?.execute(params![scope, key, r.status, r.body, r.created_at])?;
-    Ok(())
 }
 
 /// The Svix status condition on a delivery's resolved `state` and `attempts`.

@@ -10,6 +10,7 @@ mod deliveries;
 mod health;
 mod history;
 mod indexer;
+mod keys;
 mod messages;
 mod pollers;
 mod queue;
@@ -42,6 +43,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (9, include_str!("v9.sql")),
     (10, include_str!("v10.sql")),
     (11, include_str!("v11.sql")),
+    (12, include_str!("v12.sql")),
 ];
 const STATEMENT_CACHE: usize = 256;
 
@@ -53,6 +55,8 @@ pub struct SqliteStore {
     seqs: Arc<messages::Seqs>,
     /// Whether new payloads are stored packed (`store.pack_payloads`).
     pack_payloads: bool,
+    /// Where idempotency keys are found (used on the writer thread only).
+    keys: keys::Keys,
 }
 
 impl Store for SqliteStore {
@@ -88,6 +92,7 @@ impl SqliteStore {
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         migrate(&conn)?;
         let seqs = Arc::new(messages::Seqs::load(&conn)?);
+        let keys = keys::Keys::load(&conn, config.idempotency_run_keys)?;
         let mut readers = Vec::with_capacity(config.read_connections);
         for _ in 0..config.read_connections {
             let reader = Connection::open_with_flags(
@@ -100,13 +105,14 @@ impl SqliteStore {
         }
         let batching = Batching { max_ops: config.write_batch_max, commit_interval: config.commit_interval };
         let checkpoints = checkpointer::start(path, config.checkpoint_interval, liveness)?;
-        let writer = Writer::start(conn, batching, checkpoints, liveness);
+        let writer = Writer::start(conn, batching, checkpoints, keys.clone(), liveness);
         Ok(Self {
             writer,
             readers: Readers::new(readers),
             signals: Signals::default(),
             seqs,
             pack_payloads: config.pack_payloads,
+            keys,
         })
     }
 }

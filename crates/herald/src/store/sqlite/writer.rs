@@ -28,6 +28,7 @@ use rusqlite::Connection;
 use tokio::sync::oneshot;
 
 use super::checkpointer::{self, Checkpoints};
+use super::keys::Keys;
 use super::map_err;
 use crate::store::{StoreError, StoreResult};
 use crate::supervisor::{Liveness, spawn_thread};
@@ -86,9 +87,16 @@ pub struct Batching {
 impl Writer {
     /// Starts the writer thread on `conn`, finishing the checkpoints of `checkpoints`; it
     /// runs until the store is dropped (a panic fails the process).
-    pub fn start(conn: Connection, batching: Batching, checkpoints: Checkpoints, liveness: &Arc<Liveness>) -> Self {
+    pub fn start(
+        conn: Connection,
+        batching: Batching,
+        checkpoints: Checkpoints,
+        keys: Keys,
+        liveness: &Arc<Liveness>,
+    ) -> Self {
         let (ops, rx) = mpsc::channel();
-        spawn_thread(liveness, "herald sqlite writer", move || run(conn, rx, batching, checkpoints));
+        let between = Between { checkpoints, keys, last_index: Instant::now() };
+        spawn_thread(liveness, "herald sqlite writer", move || run(conn, rx, batching, between));
         Self { ops }
     }
 
@@ -128,35 +136,42 @@ impl Writer {
 /// `indexer`): what queries read past them is about this much of the traffic.
 const INDEX_INTERVAL: Duration = Duration::from_millis(100);
 
-fn run(conn: Connection, rx: mpsc::Receiver<Box<dyn WriteOp>>, batching: Batching, checkpoints: Checkpoints) {
+/// What the writer does between batches, and when it last filled the index tables.
+struct Between {
+    checkpoints: Checkpoints,
+    keys: Keys,
+    last_index: Instant,
+}
+
+fn run(conn: Connection, rx: mpsc::Receiver<Box<dyn WriteOp>>, batching: Batching, mut between: Between) {
     let mut batch = Vec::with_capacity(batching.max_ops);
     let mut last_commit = Instant::now() - batching.commit_interval;
-    let mut last_index = Instant::now();
     loop {
         match rx.recv_timeout(INDEX_INTERVAL) {
             Ok(first) => {
                 batch.push(first);
                 collect(&rx, &mut batch, batching.max_ops, last_commit + batching.commit_interval);
                 commit_batch(&conn, &mut batch);
-                between_batches(&conn, &mut last_index, &checkpoints);
+                between_batches(&conn, &mut between);
                 // Spacing counts from the end of a commit: a commit takes about as long as
                 // the interval itself, so counting from its start would hardly ever wait.
                 last_commit = Instant::now();
             }
-            Err(RecvTimeoutError::Timeout) => between_batches(&conn, &mut last_index, &checkpoints),
+            Err(RecvTimeoutError::Timeout) => between_batches(&conn, &mut between),
             Err(RecvTimeoutError::Disconnected) => break,
         }
     }
     checkpointer::copy(&conn);
 }
 
-/// Fills the index tables when they are due, and finishes a checkpoint the checkpointer
-/// has copied.
-fn between_batches(conn: &Connection, last_index: &mut Instant, checkpoints: &Checkpoints) {
-    if last_index.elapsed() >= INDEX_INTERVAL {
-        index(conn, last_index);
+/// Fills the index tables when they are due, writes the next chunk of a run of idempotency
+/// keys if one is due, and finishes a checkpoint the checkpointer has copied.
+fn between_batches(conn: &Connection, between: &mut Between) {
+    if between.last_index.elapsed() >= INDEX_INTERVAL {
+        index(conn, &mut between.last_index);
     }
-    if checkpoints.copied() {
+    between.keys.write_some(conn);
+    if between.checkpoints.copied() {
         checkpointer::copy(conn);
     }
 }
@@ -269,7 +284,7 @@ mod tests {
         let batching = Batching { max_ops: 100, commit_interval: Duration::from_millis(20) };
         let liveness = Arc::default();
         let checkpoints = checkpointer::start(&path, Duration::from_secs(1), &liveness).unwrap();
-        (Writer::start(conn, batching, checkpoints, &liveness), dir)
+        (Writer::start(conn, batching, checkpoints, Keys::empty(), &liveness), dir)
     }
 
     fn insert(x: i64) -> impl FnOnce(&Connection) -> StoreResult<()> + Send + 'static {

@@ -106,6 +106,9 @@ impl Herald {
             ("HERALD_QUEUE__LEASE_MS".to_owned(), LEASE.as_millis().to_string()),
             ("HERALD_QUEUE__SHUTDOWN_GRACE_MS".to_owned(), SHUTDOWN_GRACE.as_millis().to_string()),
             ("HERALD_AUTH__ADMIN_REQUESTS_PER_SECOND".to_owned(), "0".to_owned()),
+            // SQLite writes its idempotency keys as runs every 256 keys, not every 524,288:
+            // the kills then land while runs are written and registered, too.
+            ("HERALD_STORE__IDEMPOTENCY_RUN_KEYS".to_owned(), "256".to_owned()),
         ];
         let mut herald = Self { storage, disk, slots: Vec::new(), env, bases: Arc::default(), logs: Vec::new() };
         for _ in 0..processes {
