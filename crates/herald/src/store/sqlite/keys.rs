@@ -386,10 +386,22 @@ mod tests {
         stored.map(|s| s.body)
     }
 
-    #[tokio::test]
-    async fn keys_are_found_in_memory_in_runs_and_after_a_restart_and_the_first_answer_stays() {
+    async fn all_found(store: &SqliteStore, keys: std::ops::Range<usize>) {
+        for n in keys {
+            assert_eq!(found(store, n).await, Some(format!("answer {n}")), "key {n}");
+        }
+    }
+
+    /// A temporary directory and the database path in it.
+    fn database() -> (tempfile::TempDir, std::path::PathBuf) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("herald.db");
+        (dir, path)
+    }
+
+    #[tokio::test]
+    async fn keys_are_found_in_memory_in_runs_and_after_a_restart_and_the_first_answer_stays() {
+        let (_dir, path) = database();
         let store = open(&path, 100);
         save(&store, 0..350, 1).await;
         wait_for_runs(&path, 3);
@@ -400,9 +412,7 @@ mod tests {
         store.save_idempotent_response("admin\nPOST /api/v1/app", "key-7", &answer(999, 1)).await.unwrap();
         store.save_idempotent_response("admin\nPOST /api/v1/app", "key-340", &answer(999, 1)).await.unwrap();
         assert_eq!(count(&path, "SELECT count(*) FROM idempotency"), 350);
-        for n in 0..350 {
-            assert_eq!(found(&store, n).await, Some(format!("answer {n}")), "key {n}");
-        }
+        all_found(&store, 0..350).await;
         assert_eq!(found(&store, 350).await, None);
         let other_scope = store.idempotent_response("admin\nPOST /api/v1/other", "key-1").await.unwrap();
         assert!(other_scope.is_none(), "a key belongs to its scope");
@@ -411,9 +421,7 @@ mod tests {
         Connection::open(&path).unwrap().execute_batch("INSERT INTO idempotency_run VALUES (4, 1, 1)").unwrap();
         let store = open(&path, 100);
         assert_eq!(count(&path, "SELECT count(*) FROM idempotency_run"), 300);
-        for n in 0..350 {
-            assert_eq!(found(&store, n).await, Some(format!("answer {n}")), "key {n} after the restart");
-        }
+        all_found(&store, 0..350).await;
         save(&store, 350..400, 1).await;
         wait_for_runs(&path, 4);
         assert_eq!(found(&store, 399).await, Some("answer 399".into()));
@@ -421,8 +429,7 @@ mod tests {
 
     #[tokio::test]
     async fn records_kept_before_runs_existed_are_written_as_runs_at_open() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("herald.db");
+        let (_dir, path) = database();
         save(&open(&path, 1_000), 0..250, 1).await;
         // As a database of version 11 had them: records only.
         Connection::open(&path)
@@ -431,15 +438,12 @@ mod tests {
             .unwrap();
         let store = open(&path, 100);
         assert_eq!(count(&path, "SELECT count(*) FROM idempotency_runs"), 2, "two full runs, fifty in memory");
-        for n in 0..250 {
-            assert_eq!(found(&store, n).await, Some(format!("answer {n}")), "key {n}");
-        }
+        all_found(&store, 0..250).await;
     }
 
     #[tokio::test]
     async fn expired_keys_take_their_runs_with_them() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("herald.db");
+        let (_dir, path) = database();
         let store = open(&path, 10);
         save(&store, 0..30, 1_000).await;
         wait_for_runs(&path, 3);
