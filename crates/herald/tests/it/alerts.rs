@@ -19,7 +19,10 @@ async fn alerting_server(operator: &Receiver, auto_disable_hours: Option<f64>) -
         c.alerts.webhook_url = Some(url);
         c.alerts.webhook_secret = Some(SECRET.into());
         c.alerts.settings.interval = Duration::from_millis(100);
-        c.alerts.settings.oldest_pending = Duration::from_millis(800);
+        // A stall is a message undelivered for 2 s: the stuck endpoint answers after 5 s, the
+        // slow one after 150 ms (under 800 ms, a busy CI machine once kept a slow one
+        // waiting long enough to count as a second stall).
+        c.alerts.settings.oldest_pending = Duration::from_millis(2000);
         c.alerts.settings.p95_threshold_ms = 100.0;
         c.alerts.settings.auto_disable_after = auto_disable_hours.map(|h| Duration::from_secs_f64(h * 3600.0));
     })
@@ -124,7 +127,7 @@ async fn a_circuit_opening_and_closing_and_growing_dead_letters_are_announced_on
 async fn a_stalled_queue_and_a_slow_endpoint_are_announced_and_the_stall_resolves() {
     let operator = Receiver::ok().await;
     let receiver = Receiver::start(|r, _| match r.path.as_str() {
-        "/stuck" => Reply::ok().after(Duration::from_millis(2000)),
+        "/stuck" => Reply::ok().after(Duration::from_millis(5000)),
         _ => Reply::ok().after(Duration::from_millis(150)),
     })
     .await;
