@@ -23,6 +23,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OptionalExtension, params};
 use sha2::{Digest, Sha256};
@@ -31,6 +32,11 @@ use crate::store::{StoreResult, StoredResponse};
 
 /// Rows of a run written per pause between batches (a few milliseconds of the writer).
 const CHUNK: usize = 4_096;
+/// After a chunk fails (a full disk, say), the next try waits this long, doubling with each
+/// failure up to `LAST_RETRY`: the writer pauses between batches every few milliseconds,
+/// and a failure that repeats should cost neither its time nor a line of log each time.
+const FIRST_RETRY: Duration = Duration::from_secs(1);
+const LAST_RETRY: Duration = Duration::from_secs(60);
 
 /// The key index, shared between the store (whose operations run on the writer thread) and
 /// the writer, which writes runs between batches.
@@ -53,6 +59,9 @@ struct Writing {
     run: i64,
     entries: Vec<(i64, i64)>,
     written: usize,
+    /// Chunks that failed in a row, and when the next may be tried.
+    failures: u32,
+    retry_at: Option<Instant>,
 }
 
 struct Run {
@@ -122,16 +131,29 @@ impl Keys {
     }
 
     /// Between batches: writes the next chunk of a run (starting one when `fresh` is
-    /// full), in its own transaction. A failure leaves the chunk to be written again.
+    /// full), in its own transaction. A failure leaves the chunk to be written again, after
+    /// a wait that doubles with each failure in a row (`FIRST_RETRY`, `LAST_RETRY`).
     pub fn write_some(&self, conn: &Connection) {
         let mut index = self.lock();
         if index.writing.is_none() && index.fresh.len() >= index.run_keys {
             index.start_run();
         }
-        if index.writing.is_some()
-            && let Err(e) = index.write_chunk(conn, CHUNK)
-        {
-            tracing::warn!(error = %e, "writing a run of idempotency keys failed");
+        let Some(writing) = &index.writing else { return };
+        if writing.retry_at.is_some_and(|at| Instant::now() < at) {
+            return;
+        }
+        let failures = writing.failures;
+        match index.write_chunk(conn, CHUNK) {
+            Ok(_) if failures > 0 => tracing::info!(failures, "a run of idempotency keys is written again"),
+            Ok(_) => {}
+            Err(e) => {
+                let writing = index.writing.as_mut().expect("a failed chunk leaves its run");
+                writing.failures += 1;
+                let wait = FIRST_RETRY.saturating_mul(1 << (writing.failures - 1).min(6)).min(LAST_RETRY);
+                writing.retry_at = Some(Instant::now() + wait);
+                tracing::warn!(error = %e, failures = writing.failures, retry_in_s = wait.as_secs(),
+                    "writing a run of idempotency keys failed; its keys stay in memory");
+            }
         }
     }
 }
@@ -205,7 +227,7 @@ impl KeyIndex {
 
     fn start_run(&mut self) {
         let entries: Vec<(i64, i64)> = std::mem::take(&mut self.fresh).into_iter().collect();
-        self.writing = Some(Writing { run: self.next_run, entries, written: 0 });
+        self.writing = Some(Writing { run: self.next_run, entries, written: 0, failures: 0, retry_at: None });
         self.next_run += 1;
     }
 
@@ -234,6 +256,8 @@ impl KeyIndex {
         }
         done?;
         writing.written = end;
+        writing.failures = 0;
+        writing.retry_at = None;
         if let Some(filter) = filter {
             self.runs.push(Run { id: writing.run, last_seq, filter });
             self.writing = None;
@@ -439,6 +463,46 @@ mod tests {
         let store = open(&path, 100);
         assert_eq!(count(&path, "SELECT count(*) FROM idempotency_runs"), 2, "two full runs, fifty in memory");
         all_found(&store, 0..250).await;
+    }
+
+    /// A run that cannot be written (a full disk, here a trigger that refuses its rows) is
+    /// not tried again before its wait, which doubles; its keys are found meanwhile, and it
+    /// is written whole once the write succeeds.
+    #[test]
+    fn a_run_that_fails_to_write_waits_longer_after_each_failure_and_is_written_later() {
+        let (_dir, path) = database();
+        drop(open(&path, 4));
+        let conn = Connection::open(&path).unwrap();
+        let keys = Keys::load(&conn, 4).unwrap();
+        for n in 0..4 {
+            keys.lock().save(&conn, "scope", &format!("key-{n}"), &answer(n, 1)).unwrap();
+        }
+        conn.execute_batch(
+            "CREATE TRIGGER refuse BEFORE INSERT ON idempotency_run BEGIN SELECT RAISE(FAIL, 'disk full'); END",
+        )
+        .unwrap();
+        let retry = |keys: &Keys| {
+            let index = keys.lock();
+            let writing = index.writing.as_ref().expect("the run is still to be written");
+            (writing.failures, writing.retry_at.unwrap().saturating_duration_since(Instant::now()))
+        };
+        keys.write_some(&conn);
+        let (failures, wait) = retry(&keys);
+        assert!(failures == 1 && wait > FIRST_RETRY / 2 && wait <= FIRST_RETRY, "{failures} {wait:?}");
+        keys.lock().writing.as_mut().unwrap().retry_at = Some(Instant::now());
+        keys.write_some(&conn);
+        let (failures, wait) = retry(&keys);
+        assert!(failures == 2 && wait > FIRST_RETRY && wait <= 2 * FIRST_RETRY, "{failures} {wait:?}");
+        conn.execute_batch("DROP TRIGGER refuse").unwrap();
+        keys.write_some(&conn);
+        assert_eq!(retry(&keys).0, 2, "not tried again before its wait");
+        assert_eq!(count(&path, "SELECT count(*) FROM idempotency_run"), 0);
+        assert_eq!(keys.lock().find(&conn, "scope", "key-3").unwrap(), Some(answer(3, 1)), "found meanwhile");
+        keys.lock().writing.as_mut().unwrap().retry_at = Some(Instant::now());
+        keys.write_some(&conn);
+        assert!(keys.lock().writing.is_none() && keys.lock().runs.len() == 1, "written whole");
+        assert_eq!(count(&path, "SELECT count(*) FROM idempotency_run"), 4);
+        assert_eq!(keys.lock().find(&conn, "scope", "key-0").unwrap(), Some(answer(0, 1)));
     }
 
     #[tokio::test]
