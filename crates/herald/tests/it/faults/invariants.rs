@@ -333,14 +333,17 @@ async fn unexcused_duplicates(
         // Each resend the operator asked for (accepted or not) explains one later send.
         let mut asked: Vec<i64> = resends.iter().filter(|r| &r.msg == id && &r.path == path).map(|r| r.sent).collect();
         asked.sort_unstable();
+        let arrived: Vec<i64> = times.iter().map(|t| clock.millis(*t)).collect();
+        let sources = attribute(&arrived, &recorded);
         let reasons: Vec<Option<Reason>> = times
             .windows(2)
-            .map(|pair| {
+            .zip(&sources)
+            .map(|(pair, source)| {
                 if let Some(i) = asked.iter().position(|sent| *sent <= clock.millis(pair[1])) {
                     asked.remove(i);
                     return Some(Reason::Resent);
                 }
-                match recorded.iter().find(|a| a.covers(clock.millis(pair[0]))) {
+                match source.map(|i| &recorded[i]) {
                     Some(a) if !a.answered => Some(Reason::Unanswered),
                     // A process paused past its lease sent it again once it resumed (the other
                     // had taken and delivered it meanwhile), and said so.
@@ -414,6 +417,26 @@ struct RecordedAttempt {
     ended: i64,
     answered: bool,
     outcome: String,
+}
+
+/// Which recorded attempt (an index into `recorded`) each request that arrived at `arrived`
+/// (ascending) belongs to, if any. One attempt is one request, so it accounts for at most
+/// one arrival: each takes the nearest attempt not taken yet that covers it. (With the
+/// slack alone, a resent request arriving 40 ms after an attempt ended, its own record lost
+/// in a crash, was taken for that attempt's request a second time.)
+fn attribute(arrived: &[i64], recorded: &[RecordedAttempt]) -> Vec<Option<usize>> {
+    let mut taken = vec![false; recorded.len()];
+    arrived
+        .iter()
+        .map(|&ms| {
+            let outside = |a: &RecordedAttempt| (a.started - ms).max(ms - a.ended).max(0);
+            let nearest = (0..recorded.len())
+                .filter(|&i| !taken[i] && recorded[i].covers(ms))
+                .min_by_key(|&i| (outside(&recorded[i]), recorded[i].ended))?;
+            taken[nearest] = true;
+            Some(nearest)
+        })
+        .collect()
 }
 
 impl RecordedAttempt {
@@ -580,4 +603,17 @@ fn artifact(report: &Report, suffix: &str) -> std::path::PathBuf {
     let dir = crate::support::browser::artifacts_dir();
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(format!("faults-{}-{}.{suffix}", report.backend.to_lowercase(), report.seed))
+}
+
+/// CI, SQLite seed 1040828029930591107: a resend came while the first attempt was on the
+/// wire, so its outcome put the delivery back; the second send's record died in a kill and
+/// the restarted process sent it a third time. The second arrival is no attempt's request.
+#[test]
+fn an_attempt_accounts_for_one_arrival_only() {
+    let attempt = |started, ended| RecordedAttempt { started, ended, answered: true, outcome: "200".into() };
+    let recorded = [attempt(-3_760, -3_720), attempt(-30, 10)];
+    assert_eq!(attribute(&[-3_720, -3_680, 10], &recorded), [Some(0), None, Some(1)]);
+    // The nearest untaken attempt is each arrival's, whatever order they were recorded in.
+    let recorded = [attempt(100, 140), attempt(0, 40)];
+    assert_eq!(attribute(&[30, 120, 400], &recorded), [Some(1), Some(0), None]);
 }
