@@ -343,6 +343,7 @@ async fn open_store(
             ingest_batch_max: config.store.ingest_batch_max,
             ingest_linger: config.store.ingest_linger,
             max_payload_bytes: config.server.max_payload_bytes,
+            pack_payloads: config.store.pack_payloads,
             // An API-only process claims nothing: nothing to probe for.
             probe_interval: config.queue.probe_interval.filter(|_| config.server.role != Role::Api),
         };

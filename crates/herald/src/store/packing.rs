@@ -16,8 +16,10 @@ const LEVEL: i32 = 1;
 const LARGEST_UNPACKED: u64 = 64 << 20;
 
 thread_local! {
-    /// Each thread keeps its compression context: making one allocates more than a payload.
+    /// Each thread keeps its contexts: making one allocates far more than a payload, and
+    /// took four times as long as unpacking a kilobyte of JSON with one made before.
     static COMPRESSOR: RefCell<Option<zstd::bulk::Compressor<'static>>> = const { RefCell::new(None) };
+    static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
 }
 
 /// The packed form of `payload`, when it is large enough to pack and packing shrinks it.
@@ -55,7 +57,13 @@ pub fn unpack(packed: &[u8]) -> Result<String, UnpackError> {
     if length > LARGEST_UNPACKED {
         return Err(UnpackError::TooLarge(length));
     }
-    let bytes = zstd::bulk::decompress(packed, length as usize).map_err(|e| UnpackError::Damaged(e.to_string()))?;
+    let bytes = DECOMPRESSOR.with_borrow_mut(|slot| {
+        let decompressor = match slot {
+            Some(decompressor) => decompressor,
+            None => slot.insert(zstd::bulk::Decompressor::new().map_err(|e| UnpackError::Damaged(e.to_string()))?),
+        };
+        decompressor.decompress(packed, length as usize).map_err(|e| UnpackError::Damaged(e.to_string()))
+    })?;
     if bytes.len() as u64 != length {
         return Err(UnpackError::Damaged(format!("{} bytes where the frame says {length}", bytes.len())));
     }
@@ -105,5 +113,7 @@ mod tests {
         let mut boastful = vec![0x28, 0xb5, 0x2f, 0xfd, 0b1010_0000];
         boastful.extend_from_slice(&(1u32 << 30).to_le_bytes());
         assert!(matches!(unpack(&boastful), Err(UnpackError::TooLarge(n)) if n == 1 << 30));
+        // The thread's context, used by the damaged frame, still unpacks a sound one.
+        assert_eq!(unpack(&pack(&event()).unwrap()).unwrap(), event());
     }
 }

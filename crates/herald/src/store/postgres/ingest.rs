@@ -17,7 +17,16 @@ use crate::traceparent::format_traceparent;
 /// Batches committing at the same time.
 const CONCURRENT_BATCHES: usize = 4;
 
-type Request = (NewMessage, oneshot::Sender<StoreResult<IngestResult>>);
+/// A message to commit, its payload packed (`store::packing`) when that is on, and where
+/// its result goes.
+type Request = (Ingest, oneshot::Sender<StoreResult<IngestResult>>);
+
+/// A message to commit, with its payload's packed form when it is stored packed (packed by
+/// the request's own task, not the batch's).
+pub struct Ingest {
+    pub new: NewMessage,
+    pub packed: Option<Vec<u8>>,
+}
 
 pub struct Batcher {
     tx: mpsc::UnboundedSender<Request>,
@@ -31,10 +40,10 @@ impl Batcher {
         Self { tx }
     }
 
-    pub async fn submit(&self, new: NewMessage) -> StoreResult<IngestResult> {
+    pub async fn submit(&self, ingest: Ingest) -> StoreResult<IngestResult> {
         let (reply, rx) = oneshot::channel();
         let gone = || StoreError::Unavailable("the ingest batcher has stopped".into());
-        self.tx.send((new, reply)).map_err(|_| gone())?;
+        self.tx.send((ingest, reply)).map_err(|_| gone())?;
         rx.await.map_err(|_| gone())?
     }
 }
@@ -56,7 +65,7 @@ async fn run(pool: Pool, mut rx: mpsc::UnboundedReceiver<Request>, max: usize, l
         }
         let pool = pool.clone();
         spawn_task(&live, "an ingest batch's commit", async move {
-            let (news, replies): (Vec<NewMessage>, Vec<_>) = batch.into_iter().unzip();
+            let (news, replies): (Vec<Ingest>, Vec<_>) = batch.into_iter().unzip();
             match commit(&pool, &news).await {
                 Ok(results) => replies.into_iter().zip(results).for_each(|(reply, r)| drop(reply.send(Ok(r)))),
                 Err(e) => {
@@ -74,17 +83,19 @@ async fn run(pool: Pool, mut rx: mpsc::UnboundedReceiver<Request>, max: usize, l
 /// Commits a batch; returns one result per message, in order. Without idempotency keys it
 /// is one statement (its own transaction, one round trip); keys need a transaction that
 /// claims them first.
-async fn commit(pool: &Pool, news: &[NewMessage]) -> StoreResult<Vec<IngestResult>> {
-    if news.iter().all(|n| n.idempotency.is_none()) {
-        return commit_plain(pool, news).await;
+async fn commit(pool: &Pool, ingests: &[Ingest]) -> StoreResult<Vec<IngestResult>> {
+    if ingests.iter().all(|i| i.new.idempotency.is_none()) {
+        return commit_plain(pool, ingests).await;
     }
+    let news: Vec<&NewMessage> = ingests.iter().map(|i| &i.new).collect();
     let mut client = pool.get().await.map_err(super::pool_err)?;
     let tx = client.transaction().await.map_err(db_err)?;
     let mut results: Vec<Option<IngestResult>> = vec![None; news.len()];
-    claim_keys(&tx, news, &mut results).await?;
-    let fresh: Vec<&NewMessage> = news.iter().zip(&results).filter(|(_, r)| r.is_none()).map(|(n, _)| n).collect();
+    claim_keys(&tx, &news, &mut results).await?;
+    let fresh: Vec<&Ingest> = ingests.iter().zip(&results).filter(|(_, r)| r.is_none()).map(|(i, _)| i).collect();
     let created = insert_messages(&tx, &fresh).await?;
-    let delivery_ids = insert_deliveries(&tx, fresh.iter().filter(|n| created.contains(n.message.id.as_str()))).await?;
+    let created_news = fresh.iter().map(|i| &i.new).filter(|n| created.contains(n.message.id.as_str()));
+    let delivery_ids = insert_deliveries(&tx, created_news).await?;
     let mut orphaned_keys: (Vec<&str>, Vec<&str>) = (vec![], vec![]);
     for (n, result) in news.iter().zip(results.iter_mut()).filter(|(_, r)| r.is_none()) {
         if !created.contains(n.message.id.as_str()) {
@@ -108,7 +119,7 @@ async fn commit(pool: &Pool, news: &[NewMessage]) -> StoreResult<Vec<IngestResul
         .await
         .map_err(db_err)?;
     }
-    let unclaimed = fresh.iter().any(|n| n.deliveries.iter().any(|d| n.owner.is_none() || d.strict));
+    let unclaimed = fresh.iter().map(|i| &i.new).any(|n| n.deliveries.iter().any(|d| n.owner.is_none() || d.strict));
     if unclaimed {
         tx.execute("SELECT pg_notify('herald_work', '')", &[]).await.map_err(db_err)?;
     }
@@ -116,16 +127,17 @@ async fn commit(pool: &Pool, news: &[NewMessage]) -> StoreResult<Vec<IngestResul
     Ok(results.into_iter().map(|r| r.expect("every message has a result")).collect())
 }
 
-/// Inserts a batch's messages (`$1`–`$8`, one array per column), returning the ids of those
+/// Inserts a batch's messages (`$1`–`$9`, one array per column), returning the ids of those
 /// created (a repeated event id creates nothing). A macro, so that statements can embed it.
 macro_rules! insert_messages_sql {
     () => {
-        "INSERT INTO herald.message (id, app_id, event_type, event_id, channels, payload, created_at, trace)
+        "INSERT INTO herald.message (id, app_id, event_type, event_id, channels, payload, created_at, trace, packed)
          SELECT id, app_id, event_type, event_id,
                 CASE WHEN ch IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(ch::jsonb)) END,
-                payload, created_at, trace
-         FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int8[], $8::text[])
-              AS t(id, app_id, event_type, event_id, ch, payload, created_at, trace)
+                payload, created_at, trace, packed
+         FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int8[], $8::text[],
+                     $9::bytea[])
+              AS t(id, app_id, event_type, event_id, ch, payload, created_at, trace, packed)
          ON CONFLICT DO NOTHING
          RETURNING id"
     };
@@ -171,7 +183,7 @@ static INGEST_PLAIN: LazyLock<String> = LazyLock::new(|| {
          SELECT id, NULL::text, NULL::int8 FROM m
          UNION ALL SELECT msg_id, endpoint_id, id FROM d UNION ALL SELECT msg_id, endpoint_id, id FROM h",
         insert_messages_sql!(),
-        deliveries_ctes(9, " AND msg_id IN (SELECT id FROM m)")
+        deliveries_ctes(10, " AND msg_id IN (SELECT id FROM m)")
     )
 });
 
@@ -184,11 +196,11 @@ static INSERT_DELIVERIES: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// A batch without idempotency keys: the messages and their deliveries in one statement.
-async fn commit_plain(pool: &Pool, news: &[NewMessage]) -> StoreResult<Vec<IngestResult>> {
+async fn commit_plain(pool: &Pool, ingests: &[Ingest]) -> StoreResult<Vec<IngestResult>> {
     let client = pool.get().await.map_err(super::pool_err)?;
-    let all: Vec<&NewMessage> = news.iter().collect();
+    let all: Vec<&Ingest> = ingests.iter().collect();
     let m = MessageColumns::of(&all);
-    let d = DeliveryColumns::of(all.iter().copied());
+    let d = DeliveryColumns::of(ingests.iter().map(|i| &i.new));
     let statement = client.prepare_cached(&INGEST_PLAIN).await.map_err(db_err)?;
     let rows = client
         .query(
@@ -202,6 +214,7 @@ async fn commit_plain(pool: &Pool, news: &[NewMessage]) -> StoreResult<Vec<Inges
                 &m.payloads,
                 &m.created,
                 &m.traces,
+                &m.packed,
                 &d.msg,
                 &d.endpoint,
                 &d.app,
@@ -225,15 +238,15 @@ async fn commit_plain(pool: &Pool, news: &[NewMessage]) -> StoreResult<Vec<Inges
             }
         }
     }
+    let news = ingests.iter().map(|i| &i.new);
     let unclaimed = news
-        .iter()
+        .clone()
         .any(|n| created.contains(n.message.id.as_str()) && n.deliveries.iter().any(|d| n.owner.is_none() || d.strict));
     if unclaimed {
         // A wake-up for the other processes; after the commit is soon enough.
         client.execute("SELECT pg_notify('herald_work', '')", &[]).await.map_err(db_err)?;
     }
     Ok(news
-        .iter()
         .map(|n| {
             if !created.contains(n.message.id.as_str()) {
                 return IngestResult::DuplicateEventId;
@@ -245,31 +258,35 @@ async fn commit_plain(pool: &Pool, news: &[NewMessage]) -> StoreResult<Vec<Inges
         .collect())
 }
 
-/// The message columns of a batch, for `UNNEST`.
-struct MessageColumns {
-    ids: Vec<Option<String>>,
-    apps: Vec<Option<String>>,
-    types: Vec<Option<String>>,
-    event_ids: Vec<Option<String>>,
+/// The message columns of a batch, for `UNNEST`; a packed payload goes in `packed`, and its
+/// text column is NULL.
+struct MessageColumns<'a> {
+    ids: Vec<&'a str>,
+    apps: Vec<&'a str>,
+    types: Vec<&'a str>,
+    event_ids: Vec<Option<&'a str>>,
     channels: Vec<Option<String>>,
-    payloads: Vec<Option<String>>,
+    payloads: Vec<Option<&'a str>>,
     created: Vec<i64>,
     traces: Vec<Option<String>>,
+    packed: Vec<Option<&'a [u8]>>,
 }
 
-impl MessageColumns {
-    fn of(fresh: &[&NewMessage]) -> Self {
-        let column =
-            |f: &dyn Fn(&NewMessage) -> Option<String>| -> Vec<Option<String>> { fresh.iter().map(|n| f(n)).collect() };
+impl<'a> MessageColumns<'a> {
+    fn of(fresh: &[&'a Ingest]) -> Self {
+        let messages = || fresh.iter().map(|i| &i.new.message);
         Self {
-            ids: column(&|n| Some(n.message.id.to_string())),
-            apps: column(&|n| Some(n.message.app_id.to_string())),
-            types: column(&|n| Some(n.message.event_type.clone())),
-            event_ids: column(&|n| n.message.event_id.clone()),
-            channels: column(&|n| n.message.channels.as_ref().map(|c| serde_json::to_string(c).expect("strings"))),
-            payloads: column(&|n| n.message.payload.as_deref().map(str::to_owned)),
-            created: fresh.iter().map(|n| n.message.created_at).collect(),
-            traces: column(&|n| n.message.trace.as_ref().map(format_traceparent)),
+            ids: messages().map(|m| m.id.as_str()).collect(),
+            apps: messages().map(|m| m.app_id.as_str()).collect(),
+            types: messages().map(|m| m.event_type.as_str()).collect(),
+            event_ids: messages().map(|m| m.event_id.as_deref()).collect(),
+            channels: messages()
+                .map(|m| m.channels.as_ref().map(|c| serde_json::to_string(c).expect("strings")))
+                .collect(),
+            payloads: fresh.iter().map(|i| i.new.message.payload.as_deref().filter(|_| i.packed.is_none())).collect(),
+            created: messages().map(|m| m.created_at).collect(),
+            traces: messages().map(|m| m.trace.as_ref().map(format_traceparent)).collect(),
+            packed: fresh.iter().map(|i| i.packed.as_deref()).collect(),
         }
     }
 }
@@ -309,7 +326,7 @@ impl DeliveryColumns {
 /// make their message a replay of the first response.
 async fn claim_keys(
     tx: &deadpool_postgres::Transaction<'_>,
-    news: &[NewMessage],
+    news: &[&NewMessage],
     results: &mut [Option<IngestResult>],
 ) -> StoreResult<()> {
     let keyed: Vec<(usize, &IdempotencyRecord)> =
@@ -376,15 +393,12 @@ async fn claim_keys(
 
 /// Inserts the messages; returns the ids of those created (a repeated event id creates
 /// nothing).
-async fn insert_messages(
-    tx: &deadpool_postgres::Transaction<'_>,
-    fresh: &[&NewMessage],
-) -> StoreResult<HashSet<String>> {
+async fn insert_messages(tx: &deadpool_postgres::Transaction<'_>, fresh: &[&Ingest]) -> StoreResult<HashSet<String>> {
     let m = MessageColumns::of(fresh);
     let rows = tx
         .query(
             &tx.prepare_cached(insert_messages_sql!()).await.map_err(db_err)?,
-            &[&m.ids, &m.apps, &m.types, &m.event_ids, &m.channels, &m.payloads, &m.created, &m.traces],
+            &[&m.ids, &m.apps, &m.types, &m.event_ids, &m.channels, &m.payloads, &m.created, &m.traces, &m.packed],
         )
         .await
         .map_err(db_err)?;
@@ -394,9 +408,9 @@ async fn insert_messages(
 /// Inserts one delivery per (message, endpoint), held or a row; returns their ids.
 async fn insert_deliveries<'a>(
     tx: &deadpool_postgres::Transaction<'_>,
-    created: impl Iterator<Item = &'a &'a NewMessage>,
+    created: impl Iterator<Item = &'a NewMessage>,
 ) -> StoreResult<HashMap<(String, String), i64>> {
-    let d = DeliveryColumns::of(created.copied());
+    let d = DeliveryColumns::of(created);
     let rows = tx
         .query(
             &tx.prepare_cached(&INSERT_DELIVERIES).await.map_err(db_err)?,

@@ -3,15 +3,16 @@
 
 use async_trait::async_trait;
 
+use super::ingest::Ingest;
 use super::rows::{self, ATTEMPT_COLUMNS, MESSAGE_COLUMN_COUNT, MESSAGE_COLUMNS, Query};
 use super::{PgStore, db_err};
 use crate::clock::Millis;
 use crate::ids::{AppId, EndpointId, MessageId};
-use crate::store::sql;
 use crate::store::{
     Attempt, AttemptFilter, DeliveryState, DeliveryStatus, DeliveryView, EndpointStats, IngestResult, Message,
     MessageFilter, MessageStore, NewMessage, PageQuery, StoreResult,
 };
+use crate::store::{packing, sql};
 
 fn delivery_status_condition(status: DeliveryStatus) -> &'static str {
     match status {
@@ -26,7 +27,8 @@ fn delivery_status_condition(status: DeliveryStatus) -> &'static str {
 impl MessageStore for PgStore {
     async fn ingest(&self, new: NewMessage) -> StoreResult<IngestResult> {
         let app = new.message.app_id.clone();
-        let done = self.ingest.submit(new).await;
+        let packed = new.message.payload.as_deref().filter(|_| self.pack_payloads).and_then(packing::pack);
+        let done = self.ingest.submit(Ingest { new, packed }).await;
         if done.is_ok() {
             self.signals.messages.notify(&app);
         }

@@ -44,6 +44,9 @@ pub struct PgOptions {
     pub ingest_linger: Duration,
     /// Written to `herald.setting` for `herald.send_message`.
     pub max_payload_bytes: usize,
+    /// Whether Herald's own ingests store large payloads packed (`store.pack_payloads`);
+    /// `herald.send_message` always stores text.
+    pub pack_payloads: bool,
     /// How often the database is asked whether claimable work waits (outbox messages, due
     /// retries); `None`: never (the loader's poll only).
     pub probe_interval: Option<Duration>,
@@ -60,6 +63,7 @@ impl PgOptions {
             ingest_batch_max,
             ingest_linger: Duration::from_millis(1),
             max_payload_bytes: 262_144,
+            pack_payloads: true,
             probe_interval: None,
         }
     }
@@ -68,6 +72,8 @@ impl PgOptions {
 pub struct PgStore {
     pool: Pool,
     ingest: ingest::Batcher,
+    /// Whether new payloads are stored packed (`store.pack_payloads`).
+    pack_payloads: bool,
     signals: Signals,
     /// Fails the process when a task the store spawned panics.
     liveness: Arc<Liveness>,
@@ -116,7 +122,7 @@ impl PgStore {
             probe::start(pool.clone(), signals.clone(), every, liveness);
         }
         let ingest = ingest::Batcher::start(pool.clone(), options.ingest_batch_max, options.ingest_linger, liveness);
-        Ok(Self { pool, ingest, signals, liveness: liveness.clone() })
+        Ok(Self { pool, ingest, pack_payloads: options.pack_payloads, signals, liveness: liveness.clone() })
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
@@ -209,6 +215,72 @@ mod tests {
     }
 
     crate::conformance_suite!(Fixture::new());
+
+    /// Herald's own ingests store a large payload packed, on both ingest statements (with
+    /// and without an idempotency key), and a small one as text; a process with
+    /// `store.pack_payloads` off stores text; `herald.send_message` stores text; and every
+    /// process reads every form back.
+    #[tokio::test]
+    async fn large_payloads_are_stored_packed_and_every_form_reads_back() {
+        use crate::store::conformance;
+        use crate::store::{CatalogStore, IdempotencyRecord, Message, MessageStore, NewMessage, StoredResponse};
+        let cluster = TempCluster::start().expect("starting a throwaway PostgreSQL");
+        let url = cluster.create_database().await.unwrap();
+        let packing = PgStore::connect(&url, &PgOptions::for_tests(2, 8), &Arc::default()).await.unwrap();
+        let options = PgOptions { pack_payloads: false, ..PgOptions::for_tests(2, 8) };
+        let plain = PgStore::connect(&url, &options, &Arc::default()).await.unwrap();
+        let app = conformance::app();
+        packing.insert_app(&app).await.unwrap();
+        let event = format!(r#"{{"lines":[{}]}}"#, vec![r#"{"sku":"SKU-1","qty":1}"#; 60].join(","));
+        let small = r#"{"small":true}"#.to_owned();
+        let key = |key: &str| IdempotencyRecord {
+            scope: app.id.to_string(),
+            key: key.to_owned(),
+            response: StoredResponse { status: 202, body: String::new(), created_at: 1 },
+        };
+        let cases = [
+            (&packing, &event, None, "packed"),
+            (&packing, &small, None, "text"),
+            (&packing, &event, Some(key("k1")), "packed"),
+            (&packing, &small, Some(key("k2")), "text"),
+            (&plain, &event, None, "text"),
+            (&plain, &event, Some(key("k3")), "text"),
+        ];
+        let mut expected = Vec::new();
+        for (store, payload, idempotency, form) in cases {
+            let message = Message { payload: Some(payload.as_str().into()), ..conformance::message(&app, None) };
+            expected.push((message.id.to_string(), payload.clone(), form));
+            let new = NewMessage { message, deliveries: vec![], owner: None, idempotency };
+            store.ingest(new).await.unwrap();
+        }
+        let db = packing.client().await.unwrap();
+        db.execute(
+            "SELECT herald.send_message(app => $1, event_type => 'e', payload => $2::text::jsonb)",
+            &[&app.id.as_str(), &event],
+        )
+        .await
+        .unwrap();
+        let outbox: String =
+            db.query_one("SELECT id FROM herald.message WHERE event_type = 'e'", &[]).await.unwrap().get(0);
+        // The outbox stores the payload as jsonb's text, which need not be the bytes sent.
+        let outbox_text: String = db.query_one("SELECT $1::text::jsonb::text", &[&event]).await.unwrap().get(0);
+        expected.push((outbox, outbox_text, "text"));
+        for (id, payload, form) in &expected {
+            let row = db.query_one("SELECT payload, packed FROM herald.message WHERE id = $1", &[id]).await.unwrap();
+            let (text, packed): (Option<String>, Option<Vec<u8>>) = (row.get(0), row.get(1));
+            match *form {
+                "packed" => assert!(
+                    text.is_none() && packed.as_ref().is_some_and(|p| p.len() < payload.len() / 4),
+                    "{id}: {text:?} {packed:?}"
+                ),
+                _ => assert_eq!((text.as_deref(), packed), (Some(payload.as_str()), None), "{id}"),
+            }
+            for store in [&packing, &plain] {
+                let read = store.message(&app.id, id).await.unwrap().expect("kept");
+                assert_eq!(read.payload.as_deref(), Some(payload.as_str()), "{id} read back");
+            }
+        }
+    }
 
     /// A database of schema version 1 (an earlier Herald) is brought to the latest version
     /// at connect, keeping its rows: headers become text (read as plaintext until sealed).

@@ -94,8 +94,8 @@ pub fn message_at(row: &Row, at: usize, with_payload: bool) -> Message {
 }
 
 /// A message's payload: the text in column `text`, or else the packed form in `packed`
-/// unpacked. Only SQLite packs payloads today; a damaged one reads as no payload, and says
-/// so in the log.
+/// unpacked (Herald's ingests pack large payloads; `herald.send_message` writes text). A
+/// damaged one reads as no payload, and says so in the log.
 fn payload(row: &Row, text: usize, packed: usize) -> Option<Arc<str>> {
     if let Some(text) = row.get::<_, Option<&str>>(text) {
         return Some(Arc::from(text));
