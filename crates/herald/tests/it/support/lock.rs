@@ -12,11 +12,30 @@ pub enum StoreLock {
     Postgres(tokio_postgres::Client),
 }
 
+/// Takes both delivery tables' locks in one transaction. Herald's statements that move a
+/// held delivery into its row take them in the other order, so PostgreSQL may find a
+/// deadlock and cancel this side: it then tries again, as any client would (long fault
+/// run, PostgreSQL seed 2, 2026-12-07).
+async fn lock_delivery_tables(db: &tokio_postgres::Client) {
+    const TRIES: usize = 20;
+    for _ in 1..TRIES {
+        match db.batch_execute("BEGIN; LOCK TABLE herald.delivery, herald.held IN ACCESS EXCLUSIVE MODE").await {
+            Ok(()) => return,
+            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED) => {
+                db.batch_execute("ROLLBACK").await.unwrap();
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(e) => panic!("locking the delivery tables: {e}"),
+        }
+    }
+    db.batch_execute("BEGIN; LOCK TABLE herald.delivery, herald.held IN ACCESS EXCLUSIVE MODE").await.unwrap();
+}
+
 impl StoreLock {
     pub async fn take(storage: &Storage) -> Self {
         if let Some(url) = &storage.database_url {
             let db = herald_test_support::pg_cluster::connect(url, Duration::from_secs(10)).await.unwrap();
-            db.batch_execute("BEGIN; LOCK TABLE herald.delivery, herald.held IN ACCESS EXCLUSIVE MODE").await.unwrap();
+            lock_delivery_tables(&db).await;
             return StoreLock::Postgres(db);
         }
         let path = storage.dir.path().join("herald.db");
