@@ -37,6 +37,12 @@ pub fn pack(payload: &str) -> Option<Vec<u8>> {
     (packed.len() < payload.len()).then_some(packed)
 }
 
+/// How a new message's payload is stored: its packed form when packing is `on` and pays,
+/// otherwise `None` (text). Called by each backend's ingest on the request's own task.
+pub fn packed_payload(message: &crate::store::Message, on: bool) -> Option<Vec<u8>> {
+    message.payload.as_deref().filter(|_| on).and_then(pack)
+}
+
 /// Why a packed payload could not be read back.
 #[derive(Debug, thiserror::Error)]
 pub enum UnpackError {

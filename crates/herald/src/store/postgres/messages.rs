@@ -27,7 +27,7 @@ fn delivery_status_condition(status: DeliveryStatus) -> &'static str {
 impl MessageStore for PgStore {
     async fn ingest(&self, new: NewMessage) -> StoreResult<IngestResult> {
         let app = new.message.app_id.clone();
-        let packed = new.message.payload.as_deref().filter(|_| self.pack_payloads).and_then(packing::pack);
+        let packed = packing::packed_payload(&new.message, self.pack_payloads);
         let done = self.ingest.submit(Ingest { new, packed }).await;
         if done.is_ok() {
             self.signals.messages.notify(&app);

@@ -64,7 +64,7 @@ impl MessageStore for SqliteStore {
         // Hot: a duplicate eventId fails only its own INSERT statement, nothing else can.
         let (seqs, keys) = (self.seqs.clone(), self.keys.clone());
         // Packed here, on the request's thread: the writer is one thread for every tenant.
-        let packed = new.message.payload.as_deref().filter(|_| self.pack_payloads).and_then(packing::pack);
+        let packed = packing::packed_payload(&new.message, self.pack_payloads);
         let done = self.writer.write_hot(move |conn| ingest(conn, &seqs, &keys, &new, packed.as_deref())).await;
         if done.is_ok() {
             self.signals.messages.notify(&app);

@@ -17,9 +17,10 @@ pub enum StoreLock {
 /// deadlock and cancel this side: it then tries again, as any client would (long fault
 /// run, PostgreSQL seed 2, 2026-12-07).
 async fn lock_delivery_tables(db: &tokio_postgres::Client) {
+    const LOCK: &str = "BEGIN; LOCK TABLE herald.delivery, herald.held IN ACCESS EXCLUSIVE MODE";
     const TRIES: usize = 20;
     for _ in 1..TRIES {
-        match db.batch_execute("BEGIN; LOCK TABLE herald.delivery, herald.held IN ACCESS EXCLUSIVE MODE").await {
+        match db.batch_execute(LOCK).await {
             Ok(()) => return,
             Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED) => {
                 db.batch_execute("ROLLBACK").await.unwrap();
@@ -28,7 +29,7 @@ async fn lock_delivery_tables(db: &tokio_postgres::Client) {
             Err(e) => panic!("locking the delivery tables: {e}"),
         }
     }
-    db.batch_execute("BEGIN; LOCK TABLE herald.delivery, herald.held IN ACCESS EXCLUSIVE MODE").await.unwrap();
+    db.batch_execute(LOCK).await.unwrap();
 }
 
 impl StoreLock {
