@@ -1,5 +1,7 @@
 //! `/api/v1/app/{app_id}/msg`: creating messages (durable ingest) and reading them back.
 
+use std::sync::Arc;
+
 use axum::Extension;
 use axum::Json;
 use axum::body::Body;
@@ -171,7 +173,7 @@ pub async fn create_message(
     principal: Principal,
     Path(app_id): Path<String>,
     query: QueryMap,
-    keyed: Option<Extension<Keyed>>,
+    keyed: Option<Extension<Arc<Keyed>>>,
     TraceParent(traceparent): TraceParent,
     body: JsonBody<MessageIn>,
 ) -> ApiResult<Response> {
@@ -194,7 +196,7 @@ async fn accept(
     principal: &Principal,
     app_id: &str,
     query: &QueryMap,
-    keyed: Option<Extension<Keyed>>,
+    keyed: Option<Extension<Arc<Keyed>>>,
     mut input: MessageIn,
     trace: Option<SpanContext>,
 ) -> ApiResult<(Response, Option<MessageId>)> {

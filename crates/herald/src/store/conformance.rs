@@ -524,6 +524,39 @@ pub async fn idempotency_keys_replay_and_expire(store: &dyn Store) {
     assert!(store.idempotent_response(&record.scope, "k1").await.unwrap().is_none());
 }
 
+/// Ingests with one key at once (as a writer's batch takes them), bypassing the API's lock
+/// per key: one creates its message, every other replays its answer.
+pub async fn concurrent_ingests_with_one_key_create_one_message(store: &dyn Store) {
+    let (app, ep, _) = seeded(store, 0).await;
+    let record = IdempotencyRecord {
+        scope: format!("msg:{}", app.id),
+        key: "together".into(),
+        response: StoredResponse { status: 202, body: "first".into(), created_at: now_ms() },
+    };
+    let ingests = (0..12).map(|_| {
+        store.ingest(NewMessage {
+            message: message(&app, None),
+            deliveries: vec![NewDelivery { endpoint: ep.id.clone(), strict: false }],
+            owner: None,
+            idempotency: Some(record.clone()),
+        })
+    });
+    let (mut created, mut replayed) = (0, 0);
+    for result in futures_util::future::join_all(ingests).await {
+        match result.unwrap() {
+            IngestResult::Created { .. } => created += 1,
+            IngestResult::Replayed(stored) => {
+                assert_eq!(stored, record.response);
+                replayed += 1;
+            }
+            other => panic!("expected a creation or a replay, got {other:?}"),
+        }
+    }
+    assert_eq!((created, replayed), (1, 11));
+    let page = PageQuery { limit: 20, iterator: None, descending: true };
+    assert_eq!(store.list_messages(&app.id, &MessageFilter::default(), &page).await.unwrap().len(), 1);
+}
+
 pub async fn a_repeated_event_id_is_refused(store: &dyn Store) {
     let (app, ep, _) = seeded(store, 0).await;
     let new = |m: Message| NewMessage {
@@ -983,6 +1016,7 @@ macro_rules! conformance_suite {
             a_resend_of_a_settled_delivery_is_due_at_once,
             sessions_are_found_by_hash_and_ended_every_way,
             idempotency_keys_replay_and_expire,
+            concurrent_ingests_with_one_key_create_one_message,
             a_repeated_event_id_is_refused,
             deleting_an_endpoint_cancels_its_pending_deliveries,
             an_outcome_recorded_after_its_endpoint_was_deleted_leaves_nothing_pending,

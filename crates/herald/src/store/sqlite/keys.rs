@@ -161,7 +161,17 @@ impl Keys {
 impl KeyIndex {
     /// The record kept for `key` of `scope`, if one is.
     pub fn find(&self, conn: &Connection, scope: &str, key: &str) -> StoreResult<Option<StoredResponse>> {
-        let h = hash(scope, key);
+        self.find_hashed(conn, hash(scope, key), scope, key)
+    }
+
+    /// [`find`](Self::find) with the key's [`hash`] computed already (off the writer).
+    pub fn find_hashed(
+        &self,
+        conn: &Connection,
+        h: i64,
+        scope: &str,
+        key: &str,
+    ) -> StoreResult<Option<StoredResponse>> {
         for (_, seq) in self.fresh.range((h, i64::MIN)..=(h, i64::MAX)) {
             if let Some(found) = record(conn, *seq, scope, key)? {
                 return Ok(Some(found));
@@ -190,9 +200,23 @@ impl KeyIndex {
     /// Keeps `response` as the answer to `key` of `scope`, unless one is kept already (the
     /// first answer stays).
     pub fn save(&mut self, conn: &Connection, scope: &str, key: &str, response: &StoredResponse) -> StoreResult<()> {
-        if self.find(conn, scope, key)?.is_some() {
+        let h = hash(scope, key);
+        if self.find_hashed(conn, h, scope, key)?.is_some() {
             return Ok(());
         }
+        self.append(conn, h, scope, key, response)
+    }
+
+    /// Keeps `response` as the answer to a key that [`find_hashed`](Self::find_hashed) has
+    /// just not found in this transaction (on the writer, so nothing came between).
+    pub fn append(
+        &mut self,
+        conn: &Connection,
+        h: i64,
+        scope: &str,
+        key: &str,
+        response: &StoredResponse,
+    ) -> StoreResult<()> {
         let seq = self.next_seq;
         self.next_seq += 1;
         conn.prepare_cached(
@@ -200,7 +224,7 @@ impl KeyIndex {
         )?
         .execute(params![seq, scope, key, response.status, response.body, response.created_at])?;
         // Entered even if the transaction later rolls back: `find` checks the record.
-        self.fresh.insert((hash(scope, key), seq));
+        self.fresh.insert((h, seq));
         Ok(())
     }
 

@@ -11,7 +11,7 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 
 use super::deliveries::{self, LATER_PLACES, Materialize, delivery_id, msg_seq_of};
-use super::keys::Keys;
+use super::keys::{self, Keys};
 use super::rows::{self, ATTEMPT_COLUMNS, Branch, MESSAGE_COLUMN_COUNT, MESSAGE_COLUMNS, Query, merged_page};
 use super::{SqliteStore, is_unique_violation};
 use crate::clock::Millis;
@@ -65,7 +65,10 @@ impl MessageStore for SqliteStore {
         let (seqs, keys) = (self.seqs.clone(), self.keys.clone());
         // Packed here, on the request's thread: the writer is one thread for every tenant.
         let packed = packing::packed_payload(&new.message, self.pack_payloads);
-        let done = self.writer.write_hot(move |conn| ingest(conn, &seqs, &keys, &new, packed.as_deref())).await;
+        // So is the key's hash.
+        let key_hash = new.idempotency.as_ref().map(|r| keys::hash(&r.scope, &r.key));
+        let done =
+            self.writer.write_hot(move |conn| ingest(conn, &seqs, &keys, &new, packed.as_deref(), key_hash)).await;
         if done.is_ok() {
             self.signals.messages.notify(&app);
         }
@@ -196,16 +199,19 @@ impl MessageStore for SqliteStore {
     }
 }
 
-/// Commits `new`, its payload as `packed` when that is given (`packing::pack`).
+/// Commits `new`, its payload as `packed` when that is given (`packing::pack`), its key
+/// (if it has one) looked up and kept by `key_hash` ([`keys::hash`]).
 fn ingest(
     conn: &Connection,
     seqs: &Seqs,
     keys: &Keys,
     new: &NewMessage,
     packed: Option<&[u8]>,
+    key_hash: Option<i64>,
 ) -> StoreResult<IngestResult> {
-    if let Some(record) = &new.idempotency
-        && let Some(stored) = keys.lock().find(conn, &record.scope, &record.key)?
+    let keyed = new.idempotency.as_ref().zip(key_hash);
+    if let Some((record, h)) = keyed
+        && let Some(stored) = keys.lock().find_hashed(conn, h, &record.scope, &record.key)?
     {
         return Ok(IngestResult::Replayed(stored));
     }
@@ -261,8 +267,9 @@ fn ingest(
         }
         ids.push(id);
     }
-    if let Some(record) = &new.idempotency {
-        keys.lock().save(conn, &record.scope, &record.key, &record.response)?;
+    if let Some((record, h)) = keyed {
+        // Not found above, and this transaction is the writer's alone.
+        keys.lock().append(conn, h, &record.scope, &record.key, &record.response)?;
     }
     Ok(IngestResult::Created { deliveries: ids })
 }
