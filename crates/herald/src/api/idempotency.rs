@@ -18,6 +18,7 @@
 //! the message as it is now (expunged content stays expunged).
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::sync::{Arc, Mutex as StdMutex};
 
 use axum::body::Body;
@@ -99,21 +100,16 @@ impl Keyed {
         // A trailing slash names the same route, so the same request (as Svix trims it).
         let path = uri.path();
         let path = if path.len() > 1 { path.trim_end_matches('/') } else { path };
-        // `caller\nMETHOD path?query`, built in one allocation (this is on every keyed POST).
+        // `caller\nMETHOD path?query`, written into one allocation (this is on every keyed POST).
         let mut scope = String::with_capacity(80 + path.len() + uri.query().map_or(0, str::len));
-        match principal {
-            Principal::Admin => scope.push_str("admin"),
-            Principal::App { token_hash, .. } => {
-                scope.push_str("token:");
-                scope.push_str(token_hash);
-            }
-        }
-        for part in ["\n", method.as_str(), " ", path] {
-            scope.push_str(part);
-        }
+        // Writing into a String cannot fail.
+        let _ = match principal {
+            Principal::Admin => write!(scope, "admin"),
+            Principal::App { token_hash, .. } => write!(scope, "token:{token_hash}"),
+        };
+        let _ = write!(scope, "\n{method} {path}");
         if let Some(query) = uri.query() {
-            scope.push('?');
-            scope.push_str(query);
+            let _ = write!(scope, "?{query}");
         }
         Self { scope, key: key.to_owned() }
     }
