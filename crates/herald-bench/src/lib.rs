@@ -26,6 +26,7 @@
 //! ```
 
 mod floor;
+mod key_index;
 mod ledger;
 mod load;
 mod probe;
@@ -66,6 +67,9 @@ pub enum Scenario {
     /// No server: what a typical endpoint filter and transform cost per evaluation, in
     /// process and through Herald's jq sandbox (uses the `herald` binary, see `--herald`).
     Scripts,
+    /// No server: a keyed message's lookup in SQLite's key index built at full size
+    /// (`--key-runs` runs of `--run-keys` keys), for a new key and a replay. Minutes.
+    KeyIndex,
     /// A quiet application's endpoint (a typical filter and transform) alone at `--rate`,
     /// then while a noisy application's transform runs until the sandbox's deadline on
     /// every attempt, also at `--rate`; the quiet one's p99 ratio.
@@ -138,6 +142,13 @@ pub struct BenchArgs {
     /// Send a fresh `idempotency-key` with every message, as the Svix SDKs do on every POST.
     #[arg(long)]
     pub idempotency_keys: bool,
+    /// Runs of the key index built by `--scenario key-index` (80: 1,000 keyed messages a
+    /// second over the 12-hour TTL).
+    #[arg(long, default_value_t = 80)]
+    pub key_runs: usize,
+    /// Keys per run for `--scenario key-index` (the store's default run size).
+    #[arg(long, default_value_t = 524_288)]
+    pub run_keys: usize,
 }
 
 /// Settings a spawned Herald gets for a scenario.
@@ -180,6 +191,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.scenario {
         Scenario::HttpFloor => return floor::run(&args).await,
         Scenario::Scripts => return scripts::run(&args).await,
+        Scenario::KeyIndex => return key_index::run(&args).await,
         _ => {}
     }
     let target = match (&args.url, args.spawn) {
@@ -218,7 +230,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Scenario::LongPolls => tenants::long_polls(&mut run).await,
         Scenario::EndpointChurn => tenants::endpoint_churn(&mut run).await,
         Scenario::EndpointNeighbour => tenants::endpoint_neighbour(&mut run).await,
-        Scenario::HttpFloor | Scenario::Scripts => unreachable!("measured without a target above"),
+        Scenario::HttpFloor | Scenario::Scripts | Scenario::KeyIndex => unreachable!("measured without a target above"),
     };
     let name = format!("{:?}", args.scenario).to_lowercase();
     let details = match details {

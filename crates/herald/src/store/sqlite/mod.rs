@@ -10,7 +10,7 @@ mod deliveries;
 mod health;
 mod history;
 mod indexer;
-mod keys;
+pub mod keys;
 mod messages;
 mod pollers;
 mod queue;
