@@ -44,6 +44,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (10, include_str!("v10.sql")),
     (11, include_str!("v11.sql")),
     (12, include_str!("v12.sql")),
+    (13, include_str!("v13.sql")),
 ];
 const STATEMENT_CACHE: usize = 256;
 
