@@ -37,6 +37,8 @@ pub struct KeyIndexReport {
     build_secs: f64,
     /// What the open added to this process's resident memory: the filters, mostly.
     index_rss_mb: f64,
+    /// The database and its log on disk once built.
+    database_mb: f64,
     /// A key's hash alone, which every lookup pays first.
     hash_us: f64,
     /// A key not kept: every new keyed message.
@@ -57,6 +59,11 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let index = Keys::load(&conn, args.run_keys).context("loading the key index")?;
     let index_rss_mb = rss_mb() - before;
     let build_secs = started.elapsed().as_secs_f64();
+    let database_mb = ["herald.db", "herald.db-wal"]
+        .iter()
+        .filter_map(|name| std::fs::metadata(dir.path().join(name)).ok())
+        .map(|m| m.len() as f64 / 1e6)
+        .sum();
 
     let absent: Vec<String> = (0..LOOKUPS).map(|i| format!("absent-{i}")).collect();
     let kept: Vec<String> = (0..LOOKUPS).map(|i| key(i * (total / LOOKUPS).max(1) % total)).collect();
@@ -82,12 +89,14 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<()> {
         keys: total,
         build_secs,
         index_rss_mb,
+        database_mb,
         hash_us,
         miss_us,
         hit_us,
     };
     println!(
-        "{} runs of {} keys (built in {build_secs:.0} s, index {index_rss_mb:.0} MB resident): \
+        "{} runs of {} keys (built in {build_secs:.0} s, index {index_rss_mb:.0} MB resident, \
+         database {database_mb:.0} MB): \
          a new key {miss_us:.2} µs, a replay {hit_us:.2} µs, of which the hash {hash_us:.2} µs",
         args.key_runs, args.run_keys
     );

@@ -210,7 +210,7 @@ pub struct StoreConfig {
     /// SQLite: store payloads of 256 bytes or more compressed (`store::packing`).
     pub pack_payloads: bool,
     /// SQLite: idempotency keys kept in memory before they are written as a run
-    /// (`store/sqlite/keys.rs`).
+    /// (`store/sqlite/keys/`).
     pub idempotency_run_keys: usize,
 }
 
