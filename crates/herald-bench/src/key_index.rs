@@ -10,7 +10,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Context;
 use herald::config::Config;
@@ -21,6 +21,7 @@ use serde::Serialize;
 
 use super::BenchArgs;
 use super::probe::ProcessSample;
+use super::scripts;
 
 /// The scope every record is kept under (a caller, a method and a path).
 const SCOPE: &str = "admin\nPOST /api/v1/app/app_bench/msg";
@@ -118,12 +119,12 @@ fn keep_records(path: &Path, total: usize) -> anyhow::Result<()> {
     drop(SqliteStore::open(path, &config, &Arc::default())?);
     let conn = writer_connection(path)?;
     conn.execute_batch("PRAGMA synchronous = OFF")?;
-    for chunk in (0..total).collect::<Vec<_>>().chunks(1 << 20) {
+    for start in (0..total).step_by(1 << 20) {
         conn.execute_batch("BEGIN")?;
         let mut insert = conn.prepare_cached(
             "INSERT INTO idempotency (seq, scope, key, status, body, created_at) VALUES (?, ?, ?, 202, '{}', 0)",
         )?;
-        for &n in chunk {
+        for n in start..total.min(start + (1 << 20)) {
             insert.execute(params![n as i64 + 1, SCOPE, key(n)])?;
         }
         conn.execute_batch("COMMIT")?;
@@ -142,7 +143,7 @@ fn writer_connection(path: &Path) -> anyhow::Result<Connection> {
 fn per(n: usize, f: impl FnOnce()) -> f64 {
     let started = Instant::now();
     f();
-    Duration::as_secs_f64(&started.elapsed()) * 1e6 / n as f64
+    scripts::per(started.elapsed(), n)
 }
 
 fn rss_mb() -> f64 {

@@ -110,7 +110,8 @@ async fn repeat(sandbox: &Sandbox, tenant: &AppId, code: &str, input: &[u8], n: 
     Ok(())
 }
 
-fn per(elapsed: Duration, n: usize) -> f64 {
+/// Microseconds per one of `n` operations that took `elapsed`.
+pub fn per(elapsed: Duration, n: usize) -> f64 {
     elapsed.as_secs_f64() * 1e6 / n as f64
 }
 

@@ -317,26 +317,28 @@ impl KeyIndex {
         let Some(writing) = &mut self.writing else { return Ok(false) };
         let end = writing.entries.len().min(writing.written.saturating_add(most));
         let last = end == writing.entries.len();
-        let filter = last.then(|| Filter::of(&writing.entries));
         let last_seq = writing.entries.iter().map(|e| e.1).max().unwrap_or(0);
         // Adding keys to a filter twice changes nothing, so a failed chunk's retry may.
         let group = last.then(|| forming_with(&mut self.forming, writing.run, &writing.entries));
         let completes = group.is_some_and(|g| g.runs + 1 >= GROUP);
+        // The run that completes a group needs no filter of its own.
+        let filter = (last && !completes).then(|| Filter::of(&writing.entries));
         conn.execute_batch("BEGIN IMMEDIATE")?;
         let done = (|| -> StoreResult<()> {
             let mut insert = conn.prepare_cached("INSERT INTO idempotency_run (run, hash, seq) VALUES (?, ?, ?)")?;
             for (h, seq) in &writing.entries[writing.written..end] {
                 insert.execute(params![writing.run, h, seq])?;
             }
-            if let Some(filter) = &filter {
+            if last {
+                let bytes = filter.as_ref().map(Filter::to_bytes).unwrap_or_default();
                 conn.prepare_cached("INSERT INTO idempotency_runs (run, last_seq, filter) VALUES (?, ?, ?)")?
-                    .execute(params![writing.run, last_seq, filter.to_bytes()])?;
+                    .execute(params![writing.run, last_seq, bytes])?;
             }
             if let Some(group) = group.filter(|_| completes) {
                 conn.prepare_cached("INSERT INTO idempotency_groups (first_run, last_run, filter) VALUES (?, ?, ?)")?
                     .execute(params![group.first, writing.run, group.filter.to_bytes()])?;
                 conn.prepare_cached("UPDATE idempotency_runs SET filter = x'' WHERE run BETWEEN ? AND ?")?
-                    .execute(params![group.first, writing.run])?;
+                    .execute(params![group.first, writing.run - 1])?;
             }
             Ok(conn.execute_batch("COMMIT")?)
         })();
@@ -347,9 +349,11 @@ impl KeyIndex {
         writing.written = end;
         writing.failures = 0;
         writing.retry_at = None;
-        let Some(filter) = filter else { return Ok(true) };
+        if !last {
+            return Ok(true);
+        }
         let run = writing.run;
-        self.runs.push(Run { id: run, last_seq, filter: Some(filter) });
+        self.runs.push(Run { id: run, last_seq, filter });
         self.writing = None;
         let forming = self.forming.as_mut().expect("a written run joins the forming group");
         forming.runs += 1;
