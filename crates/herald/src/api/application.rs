@@ -188,7 +188,9 @@ pub async fn app_for_inline(state: &AppState, id_or_uid: &str, inline: Option<Ap
         ApiError::Validation(vec![ValidationItem { loc, msg: msg.into(), kind: kind.into() }])
     };
     match input.uid.as_deref() {
-        Some(uid) if uid == id_or_uid => Ok(Arc::new(create_app_from(state, input, None).await?)),
+        // Boxed: creating is rare, and its future would otherwise make every message
+        // create's as large.
+        Some(uid) if uid == id_or_uid => Ok(Arc::new(Box::pin(create_app_from(state, input, None)).await?)),
         Some(_) => Err(refused("Application UID in the path and body must match", "application_uid_mismatch")),
         None => Err(refused("Application UID not set in body", "application_uid_missing")),
     }

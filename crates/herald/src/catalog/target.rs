@@ -195,7 +195,9 @@ impl Target {
         let Some(plain) = self.plain_request(message) else {
             return Some(Err((Failure::Internal, "the stored URL does not parse".into())));
         };
-        Some(match sandbox.eval(&self.endpoint.app_id, code, &self.script_input(message)).await {
+        // Boxed: the sandbox's future is large, and most endpoints have no transform.
+        let input = self.script_input(message);
+        Some(match Box::pin(sandbox.eval(&self.endpoint.app_id, code, &input)).await {
             Err(e @ EvalError::Unavailable(_)) => Err((Failure::Internal, e.to_string())),
             Err(e) => Err((Failure::Transform, e.to_string())),
             Ok(output) => scripts::rewrite(output, &plain).map_err(|e| (Failure::Transform, e)),

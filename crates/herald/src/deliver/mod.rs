@@ -177,13 +177,17 @@ impl Deliverer {
 
     /// Performs one attempt within the target's timeout: an HTTP request, or a message
     /// published to the endpoint's event destination.
+    ///
+    /// The destinations' and OAuth2's futures are boxed where they are awaited: they are
+    /// kilobytes each, and left inline they would make every plain attempt's task as
+    /// large, copied whole each time one is spawned and finished.
     pub async fn send(&self, out: Outgoing<'_>) -> Sent {
         match &out.target.destination {
             Ok(None) => {}
             Ok(Some(destination)) if destination.kind.is_http_api() => {
-                return self.publish_to_aws(destination, &out).await;
+                return Box::pin(self.publish_to_aws(destination, &out)).await;
             }
-            Ok(Some(destination)) => return self.publishers.publish(destination, &out).await,
+            Ok(Some(destination)) => return Box::pin(self.publishers.publish(destination, &out)).await,
             Err(why) => return Sent::failed(Failure::Internal, why.clone(), Duration::ZERO),
         }
         let started = Instant::now();
@@ -198,7 +202,9 @@ impl Deliverer {
         };
         let mut sent = match &out.target.oauth2 {
             None => self.exchange(&client, request, started, deadline).await,
-            Some(grant) => self.exchange_with_token(out.target, grant, &client, request, started, deadline).await,
+            Some(grant) => {
+                Box::pin(self.exchange_with_token(out.target, grant, &client, request, started, deadline)).await
+            }
         };
         sent.url = recorded_url;
         sent

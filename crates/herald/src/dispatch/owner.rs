@@ -123,7 +123,9 @@ fn pump(dispatcher: &Arc<Dispatcher>, lanes: &mut Lanes) -> Wait {
             panic!("injected fault: faults.panic_pump_on_event_type");
         }
         let attempt = dispatcher.clone();
-        dispatcher.attempts.spawn(async move { attempt.process(job, permit).await });
+        // Boxed: an attempt's future is kilobytes, and a task's future is moved by value
+        // several times as it is spawned and finished; a box is moved as a pointer.
+        dispatcher.attempts.spawn(Box::pin(async move { attempt.process(job, permit).await }));
     }
 }
 
