@@ -7,6 +7,7 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
+use super::writer::own_transaction;
 use crate::store::StoreResult;
 
 /// The seq up to which the index tables of `name` ("message" or "attempt") are filled.
@@ -32,15 +33,7 @@ pub fn catch_up(conn: &Connection) -> StoreResult<()> {
         return Ok(());
     }
     conn.execute_batch("PRAGMA synchronous = NORMAL")?;
-    let done = conn.execute_batch("BEGIN IMMEDIATE").map_err(Into::into).and_then(|()| {
-        let done = index(conn).and_then(|()| Ok(conn.execute_batch("COMMIT")?));
-        // A failed COMMIT may leave the transaction open: the writer's next batch must not
-        // find it so.
-        if done.is_err() && !conn.is_autocommit() {
-            let _ = conn.execute_batch("ROLLBACK");
-        }
-        done
-    });
+    let done = own_transaction(conn, || index(conn));
     // Every ingest's acknowledgement rests on this: a writer that cannot restore it stops.
     conn.execute_batch("PRAGMA synchronous = FULL").expect("restoring synchronous = FULL on the writer");
     done

@@ -200,6 +200,18 @@ fn collect(rx: &mpsc::Receiver<Box<dyn WriteOp>>, batch: &mut Vec<Box<dyn WriteO
     }
 }
 
+/// Runs `body` in a transaction of its own between batches, committed if it succeeds;
+/// on any failure (a failed COMMIT included) nothing of it stays and no transaction is left
+/// open for the next batch to find.
+pub(super) fn own_transaction<R>(conn: &Connection, body: impl FnOnce() -> StoreResult<R>) -> StoreResult<R> {
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let done = body().and_then(|r| Ok(conn.execute_batch("COMMIT").map(|()| r)?));
+    if done.is_err() && !conn.is_autocommit() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    done
+}
+
 fn execute(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(drop)
 }

@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, OptionalExtension, params};
 use sha2::{Digest, Sha256};
 
+use super::writer::own_transaction;
 use crate::store::{StoreResult, StoredResponse};
 
 mod filter;
@@ -323,8 +324,7 @@ impl KeyIndex {
         let completes = group.is_some_and(|g| g.runs + 1 >= GROUP);
         // The run that completes a group needs no filter of its own.
         let filter = (last && !completes).then(|| Filter::of(&writing.entries));
-        conn.execute_batch("BEGIN IMMEDIATE")?;
-        let done = (|| -> StoreResult<()> {
+        own_transaction(conn, || {
             let mut insert = conn.prepare_cached("INSERT INTO idempotency_run (run, hash, seq) VALUES (?, ?, ?)")?;
             for (h, seq) in &writing.entries[writing.written..end] {
                 insert.execute(params![writing.run, h, seq])?;
@@ -340,12 +340,8 @@ impl KeyIndex {
                 conn.prepare_cached("UPDATE idempotency_runs SET filter = x'' WHERE run BETWEEN ? AND ?")?
                     .execute(params![group.first, writing.run - 1])?;
             }
-            Ok(conn.execute_batch("COMMIT")?)
-        })();
-        if done.is_err() && !conn.is_autocommit() {
-            let _ = conn.execute_batch("ROLLBACK");
-        }
-        done?;
+            Ok(())
+        })?;
         writing.written = end;
         writing.failures = 0;
         writing.retry_at = None;
