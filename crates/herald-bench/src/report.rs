@@ -105,6 +105,10 @@ pub struct Report {
     pub peak_rss_bytes: Option<u64>,
     /// Bytes the server (and its database) wrote to disk, per delivered message.
     pub bytes_written_per_message: Option<f64>,
+    /// On PostgreSQL, the write-ahead log the run generated per delivered message (the
+    /// `pg-write` figure): from the WAL insert position, so every process's WAL counts,
+    /// the cluster's own included. `None` on SQLite and on a server given by `--url`.
+    pub wal_bytes_per_message: Option<f64>,
     /// A probe of the data directory's disk before the run (4 KiB write + `fdatasync`, one
     /// thread, for a second): what the disk allows, not what the server did.
     pub disk_probe_fsync_per_second: Option<f64>,
@@ -149,6 +153,9 @@ impl Report {
         println!("bench cpu / message {}", opt(self.bench_cpu_micros_per_message, " µs"));
         println!("peak rss            {}", opt(self.peak_rss_bytes.map(|b| b as f64 / 1_048_576.0), " MiB"));
         println!("written per message {}", opt(self.bytes_written_per_message, " B"));
+        if self.wal_bytes_per_message.is_some() {
+            println!("WAL per message     {}", opt(self.wal_bytes_per_message, " B"));
+        }
         println!("disk probe (before) {}", opt(self.disk_probe_fsync_per_second, " fsync/s"));
         let c = &self.ledger;
         println!(

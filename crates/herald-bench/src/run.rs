@@ -61,6 +61,8 @@ pub struct Run<'a> {
     started: Option<Instant>,
     before: Option<ProcessSample>,
     db_before: Option<ProcessSample>,
+    /// The PostgreSQL WAL position when measuring started.
+    wal_before: Option<u64>,
     /// How messages are produced (the API, or the outbox).
     pub producer: Producer,
     /// This process (generator and receiver) at the start, for its own CPU figure.
@@ -97,6 +99,7 @@ impl<'a> Run<'a> {
             started: None,
             before: None,
             db_before: None,
+            wal_before: None,
             bench_before: None,
             fsync,
             messages: 0,
@@ -149,8 +152,9 @@ impl<'a> Run<'a> {
 
     /// Takes the samples the report's CPU, memory and disk figures start from, once: the
     /// first phase does it, and so does a scenario that drives its load itself.
-    pub fn start_measuring(&mut self, start: Instant) {
+    pub async fn start_measuring(&mut self, start: Instant) {
         if self.started.is_none() {
+            self.wal_before = self.target.wal_position().await;
             self.before = self.target.sample();
             self.db_before = self.target.database_sample();
             self.bench_before = ProcessSample::read(std::process::id());
@@ -173,7 +177,7 @@ impl<'a> Run<'a> {
     /// arrives there is counted apart, neither owed nor unexpected.
     pub async fn phase(&mut self, label: &str, streams: &[(Stream, usize)], excluded: &[u32]) -> PhaseResult {
         let start = Instant::now() + Duration::from_millis(50);
-        self.start_measuring(start);
+        self.start_measuring(start).await;
         let progress = Arc::new(Progress::default());
         let total: u64 = streams.iter().map(|(s, _)| s.messages()).sum();
         let ticker = tokio::spawn(show_progress(label.to_owned(), total, progress.clone(), self.receiver.counter()));
@@ -255,6 +259,7 @@ impl<'a> Run<'a> {
         self.ledger.record(self.receiver.take_receipts());
         let after = self.target.sample();
         let db_after = self.target.database_sample();
+        let wal_after = self.target.wal_position().await;
         let started = self.started.unwrap_or_else(Instant::now);
         let ended = self.ledger.last_delivery.unwrap_or_else(Instant::now).max(started + Duration::from_millis(1));
         let elapsed = (ended - started).as_secs_f64();
@@ -315,6 +320,10 @@ impl<'a> Run<'a> {
             peak_rss_bytes: after.map(|a| a.peak_rss),
             bytes_written_per_message: server
                 .and_then(|(b, a)| per_message((a.write_bytes - b.write_bytes) as f64 + db_written)),
+            wal_bytes_per_message: self
+                .wal_before
+                .zip(wal_after)
+                .and_then(|(b, a)| per_message(a.saturating_sub(b) as f64)),
             disk_probe_fsync_per_second: self.fsync,
             bench_cpu_micros_per_message: bench_cpu,
             ledger: LedgerCounts {

@@ -90,6 +90,20 @@ pub struct Database {
     pub cluster: Option<herald_test_support::pg_cluster::TempCluster>,
 }
 
+impl Database {
+    /// How far the cluster's write-ahead log has been written, in bytes
+    /// (`pg_current_wal_insert_lsn`). Two readings give the WAL a run generated exactly;
+    /// `pg_stat_wal`, which the harness reads, lags by whatever statistics the backends have
+    /// not yet flushed (up to a second while busy). `None` if the database cannot be asked.
+    pub async fn wal_position(&self) -> Option<u64> {
+        let (client, connection) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls).await.ok()?;
+        tokio::spawn(connection);
+        let sql = "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint";
+        let position: i64 = client.query_one(sql, &[]).await.ok()?.get(0);
+        u64::try_from(position).ok()
+    }
+}
+
 /// The server being measured.
 pub struct Target {
     pub api: Api,
@@ -181,6 +195,12 @@ impl Target {
 
     pub fn sample(&self) -> Option<ProcessSample> {
         self.pid.and_then(ProcessSample::read)
+    }
+
+    /// The WAL position of the PostgreSQL database a spawned Herald runs on (see
+    /// [`Database::wal_position`]); `None` on SQLite or a server given by `--url`.
+    pub async fn wal_position(&self) -> Option<u64> {
+        self.database.as_ref()?.wal_position().await
     }
 
     /// The spawned PostgreSQL cluster's processes, summed.

@@ -51,6 +51,33 @@ async fn a_short_bench_run_closes_its_ledger() {
         assert!(report["latencyMs"][p].as_f64().unwrap() > 0.0, "latency {p}: {report}");
     }
     assert!(report["ackLatencyMs"]["p99"].is_number());
+    assert!(report["walBytesPerMessage"].is_null(), "SQLite has no PostgreSQL WAL: {report}");
+}
+
+/// On PostgreSQL the report carries the WAL the run generated per message (`pg-write`),
+/// (the SQLite run above checks that it reports none).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_run_reports_its_wal_per_message() {
+    let report = bench(&[
+        "--scenario",
+        "steady",
+        "--spawn",
+        "--postgres",
+        "--rate",
+        "200",
+        "--duration",
+        "2",
+        "--apps",
+        "3",
+        "--json",
+    ])
+    .await;
+    assert_eq!((report["ledger"]["delivered"].as_u64(), report["ledger"]["missing"].as_u64()), (Some(400), Some(0)));
+    let wal = report["walBytesPerMessage"].as_f64().unwrap_or_else(|| panic!("no WAL figure: {report}"));
+    // A message is at least its row, its delivery and its attempt in the log: hundreds of
+    // bytes, not a handful; nor a whole segment each.
+    assert!((300.0..50_000.0).contains(&wal), "{wal} WAL bytes per message: {report}");
+    assert!(report["bytesWrittenPerMessage"].as_f64().unwrap() > 0.0, "{report}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

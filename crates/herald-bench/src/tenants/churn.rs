@@ -42,7 +42,7 @@ pub async fn endpoint_churn(run: &mut Run<'_>) -> anyhow::Result<Value> {
     let access = admin.create(&format!("/api/v1/auth/app-portal-access/{app_id}"), json!({})).await?;
     let token = access["token"].as_str().context("no portal token in the answer")?.to_owned();
     let churn = Churn { portal: Api { token, ..admin.clone() }, admin, app, app_id, base: run.next_endpoint() };
-    run.start_measuring(Instant::now());
+    run.start_measuring(Instant::now()).await;
     churn.cycles(run, 0..WARM_UP, 0).await?;
     tokio::time::sleep(SETTLE).await;
     let warm = run.target.sample();
