@@ -54,8 +54,8 @@ async fn a_short_bench_run_closes_its_ledger() {
     assert!(report["walBytesPerMessage"].is_null(), "SQLite has no PostgreSQL WAL: {report}");
 }
 
-/// On PostgreSQL the report carries the WAL the run generated per message (`pg-write`),
-/// (the SQLite run above checks that it reports none).
+/// On PostgreSQL the report carries the WAL the run generated per message (`pg-write`);
+/// the SQLite run above checks that it reports none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_run_reports_its_wal_per_message() {
     let report = bench(&[
